@@ -1,0 +1,83 @@
+# p4bs — `make setup` installs everything (idempotent; a second run takes seconds),
+# `make test` runs the linters, the type checker and the whole test suite.
+# Downloads and builds go to .cache/ (git-ignored); the venv to .venv/.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+CACHE   := .cache
+VENV    := .venv
+PY      := $(VENV)/bin/python
+STAMPS  := $(CACHE)/stamps
+GO_ENV  := GOPATH=$(CURDIR)/$(CACHE)/go GOBIN=$(CURDIR)/$(CACHE)/bin GOFLAGS=-modcacherw
+MVN     := mvn -q -B -f infra/jars/pom.xml -Dmaven.repo.local=$(CURDIR)/$(CACHE)/m2
+
+APT_PACKAGES := iproute2 iperf3 tshark tcpdump ethtool procps curl \
+                openjdk-17-jre-headless maven python3-venv
+INFLUXDB_VERSION := v1.8.10
+GNMI_VERSION     := v0.14.1
+PYTHON_SOURCES   := core schemas infra streaming-jobs tests
+
+.PHONY: help setup apt python jars tools test lint format clean-stack
+help:
+	@echo "make setup   install system packages, the venv, the JVM jars and the Go tools"
+	@echo "make test    lint, type-check and run the tests (starts Kafka/InfluxDB itself)"
+	@echo "make format  apply ruff's formatting and fixes"
+
+setup: apt python jars tools
+	@echo "setup done: $$(du -sh $(VENV) | cut -f1) venv, $$(du -sh $(CACHE) | cut -f1) cache"
+
+# System packages; installed only when one is missing.
+apt:
+	@missing=$$(for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; \
+	done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:" $$missing; \
+	  apt-get update -qq; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    $$missing >/dev/null; \
+	fi
+	@command -v go >/dev/null || { echo "go is required (the machine image ships it)"; exit 1; }
+
+python: $(STAMPS)/python
+$(STAMPS)/python: requirements.lock pyproject.toml
+	@mkdir -p $(STAMPS)
+	[ -x $(PY) ] || python3.11 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.lock
+	$(PY) -m pip install -q --no-deps -e .
+	touch $@
+
+jars: $(STAMPS)/jars
+$(STAMPS)/jars: infra/jars/pom.xml
+	@mkdir -p $(STAMPS)
+	rm -rf $(CACHE)/jars
+	for profile in kafka flink; do \
+	  $(MVN) -P$$profile dependency:copy-dependencies -DincludeScope=runtime \
+	    -DoutputDirectory=$(CURDIR)/$(CACHE)/jars/$$profile; \
+	done
+	touch $@
+
+tools: $(CACHE)/bin/influxd $(CACHE)/bin/gnmi_cli
+$(CACHE)/bin/influxd:
+	$(GO_ENV) go install github.com/influxdata/influxdb/cmd/influxd@$(INFLUXDB_VERSION)
+$(CACHE)/bin/gnmi_cli:
+	$(GO_ENV) go install github.com/openconfig/gnmi/cmd/gnmi_cli@$(GNMI_VERSION)
+
+lint:
+	$(VENV)/bin/ruff check $(PYTHON_SOURCES)
+	$(VENV)/bin/ruff format --check $(PYTHON_SOURCES)
+	$(VENV)/bin/mypy
+
+format:
+	$(VENV)/bin/ruff format $(PYTHON_SOURCES)
+	$(VENV)/bin/ruff check --fix $(PYTHON_SOURCES)
+
+test: lint
+	$(VENV)/bin/pytest -ra
+
+# Stops a stack left by `p4bs stack up` in the default state folder.
+clean-stack:
+	-$(VENV)/bin/p4bs stack down

@@ -1,0 +1,129 @@
+"""The `p4bs` command line: one entry point, a subcommand per part."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from p4bs_infra.services import StackError
+from p4bs_infra.stack import Stack, StackSettings
+
+from p4bs import paths
+from p4bs.config import ConfigError, load_config
+
+
+def _default_config() -> Path:
+    return paths.home() / "config" / "testbed.toml"
+
+
+def cmd_config_check(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.file)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    print(
+        f"{args.file}: ok — {len(config.links)} link(s), {len(config.routers)} router(s), "
+        f"{len(config.switches)} switch(es)"
+    )
+    for link in config.links:
+        print(
+            f"  {link.id}: {link.capacity_bps / 1e6:g} Mbit/s, policy {link.policy}, "
+            f"buffer [{link.min_buffer_bytes}, {link.max_buffer_bytes}] B, "
+            f"safe {link.safe_buffer_bytes} B"
+        )
+    return 0
+
+
+def cmd_stack_up(args: argparse.Namespace) -> int:
+    try:
+        settings = StackSettings.from_config(load_config(args.config), args.state_dir)
+        for name in ("kafka_port", "kafka_controller_port", "influx_port", "influx_rpc_port"):
+            if getattr(args, name) is not None:
+                setattr(settings, name, getattr(args, name))
+        stack = Stack(settings)
+        took = stack.up(timeout_s=args.timeout)
+    except (ConfigError, StackError) as exc:
+        print(f"p4bs stack up: {exc}", file=sys.stderr)
+        return 1
+    print(f"stack ready in {took:.1f} s (state, logs and pid files in {settings.state_dir})")
+    _print_health(stack)
+    return 0
+
+
+def _print_health(stack: Stack) -> bool:
+    healthy = True
+    for h in stack.health():
+        state = "ready" if h.ready else ("running, not ready" if h.pid else "stopped")
+        healthy &= h.ready
+        print(f"  {h.name:<9} {state:<19} pid {h.pid or '-':<8} {h.where}")
+    print(f"  topics    {', '.join(stack.settings.topics)}")
+    return healthy
+
+
+def cmd_stack_down(args: argparse.Namespace) -> int:
+    try:
+        stopped = Stack.from_state(args.state_dir).down()
+    except StackError as exc:
+        print(f"p4bs stack down: {exc}", file=sys.stderr)
+        return 1
+    print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    return 0
+
+
+def cmd_stack_status(args: argparse.Namespace) -> int:
+    try:
+        stack = Stack.from_state(args.state_dir)
+    except StackError as exc:
+        print(f"p4bs stack status: {exc}", file=sys.stderr)
+        return 1
+    return 0 if _print_health(stack) else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="p4bs", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    config = sub.add_parser("config", help="deployment config files")
+    config_sub = config.add_subparsers(dest="action", required=True)
+    check = config_sub.add_parser("check", help="validate a config file, listing every problem")
+    check.add_argument("file", type=Path)
+    check.set_defaults(func=cmd_config_check)
+
+    stack = sub.add_parser("stack", help="the local Kafka broker and InfluxDB")
+    stack_sub = stack.add_subparsers(dest="action", required=True)
+    state = argparse.ArgumentParser(add_help=False)
+    state.add_argument(
+        "--state-dir",
+        type=Path,
+        default=paths.default_state_dir(),
+        help="where pid files, logs and data live (default: %(default)s)",
+    )
+    up = stack_sub.add_parser("up", parents=[state], help="start and wait until ready")
+    up.add_argument("--config", type=Path, default=_default_config(), help="default: %(default)s")
+    up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for readiness")
+    for flag in ("kafka-port", "kafka-controller-port", "influx-port", "influx-rpc-port"):
+        up.add_argument(f"--{flag}", type=int, help="override the config's port")
+    up.set_defaults(func=cmd_stack_up)
+    down = stack_sub.add_parser("down", parents=[state], help="stop what `up` started")
+    down.set_defaults(func=cmd_stack_down)
+    status = stack_sub.add_parser("status", parents=[state], help="health; exit 1 if unhealthy")
+    status.set_defaults(func=cmd_stack_status)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

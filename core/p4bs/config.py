@@ -1,0 +1,553 @@
+"""The deployment config: one TOML file describing switches, routers, links and endpoints.
+
+`load_config(path)` parses and validates the whole file and raises `ConfigError` listing every
+problem as `field.path: what is wrong`, so an operator fixes a file in one pass. Values are
+converted to the system's units (ns, bytes, bit/s) here and nowhere else.
+Credentials never appear in the file: a secret is `{ env = "VAR" }` or `{ file = "/path" }`.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from p4bs_schemas.registry import STREAMS, default_topic
+
+from p4bs.units import (
+    UnitError,
+    bytes_for_duration,
+    parse_duration_ns,
+    parse_rate_bps,
+    parse_size_bytes,
+)
+
+POLICIES = (
+    "static",
+    "bdp",
+    "stanford",
+    "tiny",
+    "bloated",
+    "bscl",
+    "adt",
+    "globecom",
+    "p4bs",
+    "jenks",
+)
+ROUTER_DRIVERS = ("gnmi", "netconf", "netconf-junos", "linux-tc")
+SWITCH_TARGETS = ("model", "tofino")
+FLINK_MODES = ("embedded", "remote")
+TOFINO_MAX_PORT = 511
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """Every problem found in a config file, one `path: reason` per line."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: {len(problems)} problem(s)\n  " + "\n  ".join(problems))
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    """A credential named by where it lives, resolved only when it is used."""
+
+    env: str | None = None
+    file: str | None = None
+
+    def resolve(self) -> str:
+        if self.env is not None:
+            value = os.environ.get(self.env)
+            if value is None:
+                raise LookupError(f"credential variable ${self.env} is not set")
+            return value
+        assert self.file is not None
+        try:
+            return Path(self.file).read_text().strip()
+        except OSError as exc:
+            raise LookupError(f"credential file {self.file}: {exc.strerror}") from exc
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    bootstrap: str = "127.0.0.1:9092"
+    partitions: int = 4
+    replication_factor: int = 1
+    topics: dict[str, str] = field(default_factory=lambda: {s: default_topic(s) for s in STREAMS})
+    username: SecretRef | None = None
+    password: SecretRef | None = None
+
+
+@dataclass(frozen=True)
+class InfluxConfig:
+    url: str = "http://127.0.0.1:8086"
+    database: str = "p4bs"
+    retention_ns: int = 0  # 0 keeps points forever
+    username: SecretRef | None = None
+    password: SecretRef | None = None
+
+
+@dataclass(frozen=True)
+class FlinkConfig:
+    mode: str = "embedded"
+    jobmanager: str = "127.0.0.1:8081"  # REST endpoint, used when mode = "remote"
+    parallelism: int = 1
+    window_ns: int = 100_000_000
+    checkpoint_interval_ns: int = 10_000_000_000
+
+
+@dataclass(frozen=True)
+class SwitchConfig:
+    name: str
+    target: str
+    address: str | None  # bfrt gRPC endpoint for a Tofino; unused by the software model
+    device_id: int = 0
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    name: str
+    driver: str
+    address: str | None  # host:port of the management interface; None for local linux-tc
+    username: SecretRef | None
+    password: SecretRef | None
+    ca_file: str | None
+    timeout_ns: int
+    max_concurrent_changes: int
+
+
+@dataclass(frozen=True)
+class LinkConfig:
+    router: str
+    interface: str
+    switch: str
+    capacity_bps: int
+    tap_before: int | str  # switch port (Tofino) or interface name (software model)
+    tap_after: int | str
+    max_queue_delay_ns: int  # SLA d-hat
+    max_loss: float  # SLA p-hat, a fraction
+    weight_loss: float  # w1 of f
+    weight_delay: float  # w2 of f
+    min_buffer_bytes: int
+    max_buffer_bytes: int
+    safe_buffer_bytes: int
+    policy: str
+    policy_options: dict[str, Any]
+
+    @property
+    def id(self) -> str:
+        """The link id every record is keyed by: router and interface."""
+        return f"{self.router}:{self.interface}"
+
+
+@dataclass(frozen=True)
+class Config:
+    kafka: KafkaConfig
+    influxdb: InfluxConfig
+    flink: FlinkConfig
+    switches: tuple[SwitchConfig, ...]
+    routers: tuple[RouterConfig, ...]
+    links: tuple[LinkConfig, ...]
+
+    def link(self, link_id: str) -> LinkConfig:
+        for link in self.links:
+            if link.id == link_id:
+                return link
+        raise KeyError(link_id)
+
+
+class _DependsOnBadField(Exception):
+    """A value that cannot be checked because a field it depends on was already reported."""
+
+
+class _Reader:
+    """Walks the parsed TOML, remembering the path of each value for error messages."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+        self._path: list[str] = []
+
+    @contextmanager
+    def at(self, name: str) -> Iterator[None]:
+        self._path.append(name)
+        try:
+            yield
+        finally:
+            self._path.pop()
+
+    def where(self, name: str | None = None) -> str:
+        parts = [*self._path, name] if name else self._path
+        return ".".join(parts).replace(".[", "[")
+
+    def problem(self, name: str | None, message: str) -> None:
+        self.problems.append(f"{self.where(name)}: {message}")
+
+    def table(self, data: Any, name: str) -> dict[str, Any]:
+        value = data.get(name, {})
+        if not isinstance(value, dict):
+            self.problem(name, f"must be a table, got {type(value).__name__}")
+            return {}
+        return value
+
+    def tables(self, data: dict[str, Any], name: str) -> list[dict[str, Any]]:
+        value = data.get(name, [])
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            self.problem(name, f"must be an array of tables ([[{name}]])")
+            return []
+        return value
+
+    def unknown(self, data: dict[str, Any], known: set[str]) -> None:
+        for key in sorted(set(data) - known):
+            self.problem(key, f"unknown field (known: {', '.join(sorted(known))})")
+
+    def get(
+        self,
+        data: dict[str, Any],
+        name: str,
+        convert: Callable[[Any], T],
+        default: T | None = None,
+        *,
+        required: bool = False,
+    ) -> T | None:
+        if name not in data:
+            if required:
+                self.problem(name, "is required")
+            return default
+        try:
+            return convert(data[name])
+        except _DependsOnBadField:
+            return default
+        except (UnitError, ValueError, TypeError) as exc:
+            self.problem(name, str(exc))
+            return default
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"must be a non-empty string, got {value!r}")
+    return value
+
+
+def _one_of(options: tuple[str, ...]) -> Callable[[Any], str]:
+    def convert(value: Any) -> str:
+        if value not in options:
+            raise ValueError(f"must be one of {', '.join(options)}; got {value!r}")
+        return str(value)
+
+    return convert
+
+
+def _int_in(low: int, high: int) -> Callable[[Any], int]:
+    def convert(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ValueError(f"must be an integer in [{low}, {high}], got {value!r}")
+        return value
+
+    return convert
+
+
+def _fraction(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+        raise ValueError(f"must be a fraction strictly between 0 and 1, got {value!r}")
+    return float(value)
+
+
+def _weight(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ValueError(f"must be a non-negative number, got {value!r}")
+    return float(value)
+
+
+def _positive(parse: Callable[[Any], int], what: str) -> Callable[[Any], int]:
+    def convert(value: Any) -> int:
+        result = parse(value)
+        if result <= 0:
+            raise ValueError(f"{what} must be positive, got {value!r}")
+        return result
+
+    return convert
+
+
+def _endpoint(value: Any) -> str:
+    text = _text(value)
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"must be host:port with a port in 1..65535, got {value!r}")
+    return text
+
+
+def _url(value: Any) -> str:
+    text = _text(value)
+    if not text.startswith(("http://", "https://")):
+        raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
+    return text.rstrip("/")
+
+
+def _secret(value: Any) -> SecretRef:
+    if isinstance(value, str):
+        raise ValueError(
+            'credentials are never written in the config; use { env = "VAR" } or { file = "/path" }'
+        )
+    if not isinstance(value, dict) or len(value) != 1 or not set(value) <= {"env", "file"}:
+        raise ValueError(f'must be {{ env = "VAR" }} or {{ file = "/path" }}, got {value!r}')
+    ((kind, ref),) = value.items()
+    return SecretRef(**{kind: _text(ref)})
+
+
+def _tap(value: Any) -> int | str:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"must be a switch port number or an interface name, got {value!r}")
+    return value
+
+
+def _read_kafka(r: _Reader, data: dict[str, Any]) -> KafkaConfig:
+    d = KafkaConfig()
+    known = {"bootstrap", "partitions", "replication_factor", "topics", "username", "password"}
+    r.unknown(data, known)
+    topics = dict(d.topics)
+    with r.at("topics"):
+        overrides = r.table(data, "topics") if "topics" in data else {}
+        for stream in overrides:
+            if stream not in STREAMS:
+                r.problem(stream, f"unknown stream (known: {', '.join(STREAMS)})")
+            else:
+                topics[stream] = r.get(overrides, stream, _text, topics[stream]) or topics[stream]
+    if len(set(topics.values())) != len(topics):
+        r.problem("topics", "two streams share one topic name")
+    return KafkaConfig(
+        bootstrap=r.get(data, "bootstrap", _endpoint, d.bootstrap) or d.bootstrap,
+        partitions=r.get(data, "partitions", _int_in(1, 10_000), d.partitions) or d.partitions,
+        replication_factor=r.get(data, "replication_factor", _int_in(1, 32), 1) or 1,
+        topics=topics,
+        username=r.get(data, "username", _secret),
+        password=r.get(data, "password", _secret),
+    )
+
+
+def _read_influx(r: _Reader, data: dict[str, Any]) -> InfluxConfig:
+    d = InfluxConfig()
+    r.unknown(data, {"url", "database", "retention", "username", "password"})
+    retention = r.get(data, "retention", parse_duration_ns, 0)
+    if retention is not None and 0 < retention < 3_600_000_000_000:
+        r.problem("retention", "InfluxDB keeps data at least 1h; use 0 for forever or >= 1h")
+    return InfluxConfig(
+        url=r.get(data, "url", _url, d.url) or d.url,
+        database=r.get(data, "database", _text, d.database) or d.database,
+        retention_ns=retention or 0,
+        username=r.get(data, "username", _secret),
+        password=r.get(data, "password", _secret),
+    )
+
+
+def _read_flink(r: _Reader, data: dict[str, Any]) -> FlinkConfig:
+    d = FlinkConfig()
+    r.unknown(data, {"mode", "jobmanager", "parallelism", "window", "checkpoint_interval"})
+    window = _positive(parse_duration_ns, "the window")
+    interval = _positive(parse_duration_ns, "the checkpoint interval")
+    return FlinkConfig(
+        mode=r.get(data, "mode", _one_of(FLINK_MODES), d.mode) or d.mode,
+        jobmanager=r.get(data, "jobmanager", _endpoint, d.jobmanager) or d.jobmanager,
+        parallelism=r.get(data, "parallelism", _int_in(1, 1024), d.parallelism) or 1,
+        window_ns=r.get(data, "window", window, d.window_ns) or d.window_ns,
+        checkpoint_interval_ns=r.get(data, "checkpoint_interval", interval, None)
+        or d.checkpoint_interval_ns,
+    )
+
+
+def _read_switch(r: _Reader, data: dict[str, Any]) -> SwitchConfig:
+    r.unknown(data, {"name", "target", "address", "device_id"})
+    target = r.get(data, "target", _one_of(SWITCH_TARGETS), required=True) or "model"
+    address = r.get(data, "address", _endpoint, required=target == "tofino")
+    return SwitchConfig(
+        name=r.get(data, "name", _text, required=True) or "",
+        target=target,
+        address=address,
+        device_id=r.get(data, "device_id", _int_in(0, 255), 0) or 0,
+    )
+
+
+def _read_router(r: _Reader, data: dict[str, Any]) -> RouterConfig:
+    known = {"name", "driver", "address", "username", "password", "ca_file", "timeout"}
+    r.unknown(data, known | {"max_concurrent_changes"})
+    driver = r.get(data, "driver", _one_of(ROUTER_DRIVERS), required=True) or "linux-tc"
+    remote = driver != "linux-tc"
+    timeout = _positive(parse_duration_ns, "the timeout")
+    return RouterConfig(
+        name=r.get(data, "name", _text, required=True) or "",
+        driver=driver,
+        address=r.get(data, "address", _endpoint, required=remote),
+        username=r.get(data, "username", _secret, required=remote),
+        password=r.get(data, "password", _secret, required=remote),
+        ca_file=r.get(data, "ca_file", _text),
+        timeout_ns=r.get(data, "timeout", timeout, 10_000_000_000) or 10_000_000_000,
+        max_concurrent_changes=r.get(data, "max_concurrent_changes", _int_in(1, 64), 1) or 1,
+    )
+
+
+def _buffer_value(capacity_bps: int | None) -> Callable[[Any], int]:
+    """A buffer is a size ('256KiB') or a time of line rate ('200ms'), as routers take it."""
+
+    def convert(value: Any) -> int:
+        if isinstance(value, str) and value.strip().rstrip("0123456789. ").lower() == "":
+            raise ValueError(f"a bare number string {value!r} is ambiguous; add a unit")
+        try:
+            size = parse_size_bytes(value)
+        except UnitError:
+            if capacity_bps is None:
+                raise _DependsOnBadField from None
+            size = bytes_for_duration(parse_duration_ns(value), capacity_bps)
+        if size <= 0:
+            raise ValueError(f"must be positive, got {value!r}")
+        return size
+
+    return convert
+
+
+def _read_link(r: _Reader, data: dict[str, Any]) -> LinkConfig | None:
+    known = {"router", "interface", "switch", "capacity", "taps", "sla", "weights", "buffer"}
+    r.unknown(data, known | {"policy", "policy_options"})
+    capacity = r.get(data, "capacity", _positive(parse_rate_bps, "the capacity"), required=True)
+    with r.at("taps"):
+        taps = r.table(data, "taps")
+        r.unknown(taps, {"before", "after"})
+        before = r.get(taps, "before", _tap, required=True)
+        after = r.get(taps, "after", _tap, required=True)
+    with r.at("sla"):
+        sla = r.table(data, "sla")
+        r.unknown(sla, {"max_queue_delay", "max_loss"})
+        d_hat = r.get(sla, "max_queue_delay", _positive(parse_duration_ns, "d-hat"), required=True)
+        p_hat = r.get(sla, "max_loss", _fraction, required=True)
+    with r.at("weights"):
+        weights = r.table(data, "weights")
+        r.unknown(weights, {"loss", "delay"})
+        w_loss = r.get(weights, "loss", _weight, 0.5)
+        w_delay = r.get(weights, "delay", _weight, 0.5)
+        if w_loss == 0 and w_delay == 0:
+            r.problem(None, "loss and delay weights cannot both be 0")
+    with r.at("buffer"):
+        buf = r.table(data, "buffer")
+        r.unknown(buf, {"min", "max", "safe"})
+        convert = _buffer_value(capacity)
+        low = r.get(buf, "min", convert, required=True)
+        high = r.get(buf, "max", convert, required=True)
+        safe = r.get(buf, "safe", convert, required=True)
+        if low is not None and high is not None and low > high:
+            r.problem("min", f"{low} B is above max {high} B")
+        if safe is not None and low is not None and high is not None and not low <= safe <= high:
+            r.problem("safe", f"{safe} B is outside [min, max] = [{low}, {high}] B")
+    options = r.table(data, "policy_options")
+    fields = (
+        r.get(data, "router", _text, required=True),
+        r.get(data, "interface", _text, required=True),
+        r.get(data, "switch", _text, required=True),
+        r.get(data, "policy", _one_of(POLICIES), required=True),
+    )
+    values = (capacity, before, after, d_hat, p_hat, w_loss, w_delay, low, high, safe)
+    if any(v is None for v in fields + values):
+        return None
+    router, interface, switch, policy = (str(v) for v in fields)
+    assert capacity and d_hat and p_hat and low and high and safe
+    assert before is not None and after is not None
+    assert w_loss is not None and w_delay is not None
+    return LinkConfig(
+        router=router,
+        interface=interface,
+        switch=switch,
+        capacity_bps=capacity,
+        tap_before=before,
+        tap_after=after,
+        max_queue_delay_ns=d_hat,
+        max_loss=p_hat,
+        weight_loss=w_loss,
+        weight_delay=w_delay,
+        min_buffer_bytes=low,
+        max_buffer_bytes=high,
+        safe_buffer_bytes=safe,
+        policy=policy,
+        policy_options=options,
+    )
+
+
+def _check_references(r: _Reader, config: Config) -> None:
+    switches = {s.name: s for s in config.switches}
+    routers = {x.name for x in config.routers}
+    for kind, names in (("switches", [s.name for s in config.switches]), ("routers", routers)):
+        seen: set[str] = set()
+        for name in names:
+            if name in seen:
+                r.problem(kind, f"name {name!r} is used twice")
+            seen.add(name)
+    seen_links: set[str] = set()
+    for i, link in enumerate(config.links):
+        with r.at(f"links[{i}]"):
+            if link.id in seen_links:
+                r.problem(None, f"link {link.id!r} is defined twice")
+            seen_links.add(link.id)
+            if link.router not in routers:
+                r.problem("router", f"no router named {link.router!r} in [[routers]]")
+            switch = switches.get(link.switch)
+            if switch is None:
+                r.problem("switch", f"no switch named {link.switch!r} in [[switches]]")
+                continue
+            for side, tap in (("before", link.tap_before), ("after", link.tap_after)):
+                if switch.target == "tofino" and not (
+                    isinstance(tap, int) and 0 <= tap <= TOFINO_MAX_PORT
+                ):
+                    r.problem(f"taps.{side}", f"a Tofino tap is a port 0..{TOFINO_MAX_PORT}")
+                if switch.target == "model" and not isinstance(tap, str):
+                    r.problem(f"taps.{side}", "a software-model tap is an interface name")
+            if link.tap_before == link.tap_after:
+                r.problem("taps", "before and after must be different taps")
+
+
+def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
+    r = _Reader()
+    r.unknown(data, {"kafka", "influxdb", "flink", "switches", "routers", "links"})
+    with r.at("kafka"):
+        kafka = _read_kafka(r, r.table(data, "kafka"))
+    with r.at("influxdb"):
+        influx = _read_influx(r, r.table(data, "influxdb"))
+    with r.at("flink"):
+        flink = _read_flink(r, r.table(data, "flink"))
+
+    def each(name: str, read: Callable[[_Reader, dict[str, Any]], T | None]) -> tuple[T, ...]:
+        out = []
+        for i, item in enumerate(r.tables(data, name)):
+            with r.at(f"{name}[{i}]"):
+                value = read(r, item)
+            if value is not None:
+                out.append(value)
+        return tuple(out)
+
+    config = Config(
+        kafka=kafka,
+        influxdb=influx,
+        flink=flink,
+        switches=each("switches", _read_switch),
+        routers=each("routers", _read_router),
+        links=each("links", _read_link),
+    )
+    if not config.links and not r.problems:
+        r.problem("links", "at least one [[links]] entry is required")
+    _check_references(r, config)
+    if r.problems:
+        raise ConfigError(source, r.problems)
+    return config
+
+
+def load_config(path: str | Path) -> Config:
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), [f"not valid TOML: {exc}"]) from exc
+    return parse_config(data, str(path))

@@ -1,0 +1,34 @@
+"""Where `make setup` put things and where running services keep their state.
+
+The checkout is the home of an install (`P4BS_HOME` overrides it): downloads and builds live
+in `.cache/`, the local stack's pid files, logs and data in `.run/` (both git-ignored).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def home() -> Path:
+    override = os.environ.get("P4BS_HOME")
+    return Path(override) if override else Path(__file__).resolve().parents[2]
+
+
+def cache_dir() -> Path:
+    return home() / ".cache"
+
+
+def jars_dir(profile: str) -> Path:
+    """JVM jars of one profile of infra/jars/pom.xml: 'kafka' or 'flink'."""
+    return cache_dir() / "jars" / profile
+
+
+def tool(name: str) -> Path:
+    """A binary `make setup` built with `go install` (influxd, gnmi_cli)."""
+    return cache_dir() / "bin" / name
+
+
+def default_state_dir() -> Path:
+    override = os.environ.get("P4BS_STATE_DIR")
+    return Path(override) if override else home() / ".run" / "stack"

@@ -1,0 +1,1 @@
+"""Starting the real components locally: the Kafka broker, InfluxDB, later the testbed."""

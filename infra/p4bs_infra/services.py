@@ -1,0 +1,266 @@
+"""The local stack's servers: a single-node Kafka broker (KRaft) and InfluxDB 1.8.
+
+Each is a plain background process bound to 127.0.0.1 with its config, data, log and pid
+file under one state folder. A `Service` knows how to start itself, tell when it is ready,
+report its health and stop exactly the process it started. A standalone Flink cluster joins
+the stack as one more Service (streaming-jobs' remote mode talks to its REST port).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from p4bs import paths
+
+from p4bs_infra import procs
+
+LOOPBACK = "127.0.0.1"
+
+
+class StackError(RuntimeError):
+    """A server that could not be set up or did not become ready, with what it said."""
+
+
+@dataclass
+class Health:
+    name: str
+    pid: int | None
+    ready: bool
+    where: str
+    detail: str = ""
+
+
+class Service(Protocol):
+    name: str
+
+    @property
+    def pid(self) -> int | None: ...
+    def start(self) -> None: ...
+    def ready(self) -> bool: ...
+    def stop(self) -> bool: ...
+    def health(self) -> Health: ...
+    def failure(self, what: str) -> StackError: ...
+
+
+class _Process:
+    """What both servers share: a folder with a pid file and a log."""
+
+    name = ""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.dir = state_dir / self.name
+        self.pidfile = self.dir / f"{self.name}.pid"
+        self.logfile = self.dir / f"{self.name}.log"
+
+    @property
+    def pid(self) -> int | None:
+        return procs.running_pid(self.pidfile)
+
+    def stop(self) -> bool:
+        return procs.stop(self.pidfile)
+
+    def _need(self, binary: Path, how: str) -> None:
+        if not binary.exists():
+            raise StackError(f"{self.name}: {binary} is missing; {how}")
+
+    def failure(self, what: str) -> StackError:
+        return StackError(
+            f"{self.name} {what}; last lines of {self.logfile}:\n{procs.log_tail(self.logfile)}"
+        )
+
+
+class KafkaBroker(_Process):
+    """Apache Kafka in KRaft mode: one process that is both broker and controller."""
+
+    name = "kafka"
+
+    def __init__(self, state_dir: Path, port: int, controller_port: int, heap: str = "1g") -> None:
+        super().__init__(state_dir)
+        self.port = port
+        self.controller_port = controller_port
+        self.heap = heap
+        self.bootstrap = f"{LOOPBACK}:{port}"
+
+    def _java(self) -> list[str]:
+        jars = paths.jars_dir("kafka")
+        self._need(jars / "kafka_2.13-4.3.1.jar", "run `make setup`")
+        java = shutil.which("java")
+        if java is None:
+            raise StackError("kafka: no java on PATH; run `make setup`")
+        return [
+            java,
+            f"-Xmx{self.heap}",
+            "-Xms256m",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
+            "-cp",
+            f"{jars}/*",
+        ]
+
+    def _write_config(self) -> Path:
+        data = self.dir / "data"
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@{LOOPBACK}:{self.controller_port}",
+            "listeners": f"PLAINTEXT://{LOOPBACK}:{self.port},"
+            f"CONTROLLER://{LOOPBACK}:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(data),
+            # A single node: internal topics cannot have more replicas than brokers.
+            "offsets.topic.replication.factor": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            "auto.create.topics.enable": "false",
+            "num.partitions": "4",
+        }
+        config = self.dir / "server.properties"
+        config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        (self.dir / "log4j2.properties").write_text(
+            "rootLogger.level = WARN\n"
+            "rootLogger.appenderRef.out.ref = out\n"
+            "appender.out.type = Console\n"
+            "appender.out.name = out\n"
+            "appender.out.layout.type = PatternLayout\n"
+            "appender.out.layout.pattern = [%d] %p %m (%c)%n\n"
+            "logger.kafka.name = kafka\n"
+            "logger.kafka.level = WARN\n"
+            "logger.apache.name = org.apache.kafka\n"
+            "logger.apache.level = WARN\n"
+        )
+        return config
+
+    def start(self) -> None:
+        if self.pid is not None:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        java = self._java()
+        config = self._write_config()
+        if not (self.dir / "data" / "meta.properties").exists():
+            # KRaft needs its log folder formatted once with a cluster id (22 chars, base64url).
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            formatted = procs.run_logged(
+                [*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)],
+                self.logfile,
+            )
+            if not formatted:
+                raise self.failure("storage format failed")
+        procs.start_detached([*java, "kafka.Kafka", str(config)], self.pidfile, self.logfile)
+
+    def ready(self) -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        if not procs.port_open(LOOPBACK, self.port):
+            return False
+        try:
+            metadata = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=2)
+        except Exception:
+            return False
+        return len(metadata.brokers) > 0
+
+    def health(self) -> Health:
+        pid = self.pid
+        return Health(self.name, pid, pid is not None and self.ready(), self.bootstrap)
+
+
+class InfluxDB(_Process):
+    """InfluxDB 1.8 (built by `make setup` with go install), HTTP API with Flux enabled."""
+
+    name = "influxdb"
+
+    def __init__(
+        self, state_dir: Path, port: int, rpc_port: int, database: str, retention_ns: int
+    ) -> None:
+        super().__init__(state_dir)
+        self.port = port
+        self.rpc_port = rpc_port
+        self.database = database
+        self.retention_ns = retention_ns
+        self.url = f"http://{LOOPBACK}:{port}"
+
+    def _write_config(self) -> Path:
+        config = self.dir / "influxd.conf"
+        config.write_text(
+            f"""reporting-disabled = true
+bind-address = "{LOOPBACK}:{self.rpc_port}"
+[meta]
+  dir = "{self.dir / "meta"}"
+[data]
+  dir = "{self.dir / "data"}"
+  wal-dir = "{self.dir / "wal"}"
+  query-log-enabled = false
+[http]
+  enabled = true
+  bind-address = "{LOOPBACK}:{self.port}"
+  flux-enabled = true
+  log-enabled = false
+[monitor]
+  store-enabled = false
+"""
+        )
+        return config
+
+    def start(self) -> None:
+        if self.pid is not None:
+            return
+        binary = paths.tool("influxd")
+        self._need(binary, "run `make setup` (it builds influxd 1.8.10 with go install)")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        config = self._write_config()
+        procs.start_detached([str(binary), "-config", str(config)], self.pidfile, self.logfile)
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/ping", timeout=2) as reply:
+                return bool(reply.status == 204)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def query(self, statement: str) -> str:
+        """Runs an InfluxQL statement; raises StackError with InfluxDB's own message on error."""
+        body = urllib.parse.urlencode({"q": statement}).encode()
+        try:
+            with urllib.request.urlopen(f"{self.url}/query", data=body, timeout=10) as reply:
+                text = str(reply.read().decode())
+        except urllib.error.HTTPError as exc:
+            raise StackError(f"influxdb: {statement!r}: {exc.read().decode()}") from exc
+        errors = [r["error"] for r in json.loads(text).get("results", []) if "error" in r]
+        if errors:
+            raise StackError(f"influxdb: {statement!r}: {'; '.join(errors)}")
+        return text
+
+    def create_database(self) -> None:
+        """The database with its default retention policy set from the config."""
+        hour = 3_600_000_000_000
+        if self.retention_ns:
+            duration = f"{self.retention_ns // 1_000_000_000}s"
+            # A shard group must not outlast the retention: InfluxDB's own defaults by range.
+            shard = "1h" if self.retention_ns < 48 * hour else "1d"
+        else:
+            duration, shard = "INF", "7d"
+        self.query(f'CREATE DATABASE "{self.database}"')
+        self.query(
+            f'ALTER RETENTION POLICY "autogen" ON "{self.database}" '
+            f"DURATION {duration} SHARD DURATION {shard} DEFAULT"
+        )
+
+    def health(self) -> Health:
+        pid = self.pid
+        return Health(self.name, pid, pid is not None and self.ready(), self.url)

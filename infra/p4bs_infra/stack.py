@@ -1,0 +1,137 @@
+"""`p4bs stack up|down|status`: the local Kafka + InfluxDB that every other part talks to.
+
+The ports and names come from the deployment config (kafka.bootstrap, influxdb.url, topics),
+overridable on the command line; what was started is remembered in `<state>/stack.json` so
+`down` and `status` need no arguments. Flink needs nothing here by default: jobs run in
+PyFlink's embedded MiniCluster.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from p4bs.bus import ensure_topics
+from p4bs.config import Config
+
+from p4bs_infra import procs
+from p4bs_infra.services import LOOPBACK, Health, InfluxDB, KafkaBroker, Service, StackError
+
+STATE_FILE = "stack.json"
+
+
+@dataclass
+class StackSettings:
+    state_dir: Path
+    kafka_port: int = 9092
+    kafka_controller_port: int = 9093
+    influx_port: int = 8086
+    influx_rpc_port: int = 8088
+    topics: list[str] = field(default_factory=list)
+    partitions: int = 4
+    replication_factor: int = 1
+    database: str = "p4bs"
+    retention_ns: int = 0
+
+    @classmethod
+    def from_config(cls, config: Config, state_dir: Path) -> StackSettings:
+        """Ports from the config's endpoints, which must be on this machine's loopback."""
+        host, _, kafka_port = config.kafka.bootstrap.rpartition(":")
+        influx = urllib.parse.urlsplit(config.influxdb.url)
+        for what, h in (("kafka.bootstrap", host), ("influxdb.url", influx.hostname)):
+            if h not in (LOOPBACK, "localhost"):
+                raise StackError(f"the local stack binds to {LOOPBACK}; {what} names {h}")
+        return cls(
+            state_dir=state_dir,
+            kafka_port=int(kafka_port),
+            kafka_controller_port=int(kafka_port) + 1,
+            influx_port=influx.port or 8086,
+            influx_rpc_port=(influx.port or 8086) + 2,
+            topics=sorted(config.kafka.topics.values()),
+            partitions=config.kafka.partitions,
+            replication_factor=config.kafka.replication_factor,
+            database=config.influxdb.database,
+            retention_ns=config.influxdb.retention_ns,
+        )
+
+
+class Stack:
+    def __init__(self, settings: StackSettings) -> None:
+        s = self.settings = settings
+        self.kafka = KafkaBroker(s.state_dir, s.kafka_port, s.kafka_controller_port)
+        self.influxdb = InfluxDB(
+            s.state_dir, s.influx_port, s.influx_rpc_port, s.database, s.retention_ns
+        )
+        self.services: list[Service] = [self.kafka, self.influxdb]
+
+    @classmethod
+    def from_state(cls, state_dir: Path) -> Stack:
+        """The stack as `up` last recorded it in `state_dir`."""
+        try:
+            saved = json.loads((state_dir / STATE_FILE).read_text())
+        except OSError as exc:
+            raise StackError(f"no stack was started in {state_dir} ({exc.strerror})") from exc
+        saved["state_dir"] = Path(saved["state_dir"])
+        return cls(StackSettings(**saved))
+
+    def _check_ports_free(self) -> None:
+        s = self.settings
+        for name, port in (
+            ("kafka", s.kafka_port),
+            ("kafka controller", s.kafka_controller_port),
+            ("influxdb", s.influx_port),
+            ("influxdb rpc", s.influx_rpc_port),
+        ):
+            if procs.port_open(LOOPBACK, port):
+                raise StackError(f"{name} port {port} on {LOOPBACK} is already in use")
+
+    def up(self, timeout_s: float = 60.0, progress: Callable[[str], None] = print) -> float:
+        """Starts what is not running, waits for readiness, creates topics and the database.
+
+        Returns the seconds it took. On failure stops whatever it started and raises.
+        """
+        began = time.monotonic()
+        s = self.settings
+        s.state_dir.mkdir(parents=True, exist_ok=True)
+        if all(svc.pid is None for svc in self.services):
+            self._check_ports_free()
+        saved = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(s).items()}
+        (s.state_dir / STATE_FILE).write_text(json.dumps(saved, indent=2) + "\n")
+        try:
+            for svc in self.services:
+                svc.start()
+            deadline = began + timeout_s
+            for svc in self.services:
+                self._wait_ready(svc, deadline)
+                progress(f"{svc.name} ready after {time.monotonic() - began:.1f} s")
+            created = ensure_topics(
+                self.kafka.bootstrap, s.topics, s.partitions, s.replication_factor
+            )
+            if created:
+                progress(f"created {len(created)} topics with {s.partitions} partitions each")
+            self.influxdb.create_database()
+        except BaseException:
+            self.down()
+            raise
+        return time.monotonic() - began
+
+    @staticmethod
+    def _wait_ready(svc: Service, deadline: float) -> None:
+        def ready_or_dead() -> bool:
+            if svc.pid is None:
+                raise svc.failure("exited during start-up")
+            return svc.ready()
+
+        if not procs.wait_until(ready_or_dead, max(0.0, deadline - time.monotonic()), 0.2):
+            raise svc.failure("was not ready in time")
+
+    def down(self) -> list[str]:
+        """Stops exactly the processes this stack started; returns their names."""
+        return [svc.name for svc in reversed(self.services) if svc.stop()]
+
+    def health(self) -> list[Health]:
+        return [svc.health() for svc in self.services]

@@ -1,0 +1,132 @@
+"""Encoding and decoding of p4bs records: schemaless Avro binary plus two Kafka headers.
+
+The value is plain Avro binary (no container, no registry prefix) so that Flink's `avro`
+format reads and writes the same bytes. The writer's schema travels beside it in headers
+(`p4bs-schema`, `p4bs-fingerprint` = CRC-64-AVRO of its canonical form); a reader resolves
+old versions by fingerprint. A record without headers (Flink writes none) is read with the
+current schema of its stream.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from functools import cache
+from typing import Any
+
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from fastavro.schema import fingerprint, to_parsing_canonical_form
+from fastavro.validation import ValidationError, validate
+
+from p4bs_schemas.registry import Schema, current_schema, released_schemas
+
+SCHEMA_HEADER = "p4bs-schema"
+FINGERPRINT_HEADER = "p4bs-fingerprint"
+
+Headers = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None]
+
+
+class RecordError(ValueError):
+    """A record that does not fit its schema: what is wrong, never a crash."""
+
+
+def schema_fingerprint(schema: Schema) -> str:
+    return str(fingerprint(to_parsing_canonical_form(parse_schema(schema)), "CRC-64-AVRO"))
+
+
+# fastavro writes any Python int as a varint: out-of-range values would be read back wrong.
+_INT_RANGES = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
+
+
+def _allowed_values(schema: Schema) -> dict[str, frozenset[str]]:
+    return {f["name"]: frozenset(f["allowed"]) for f in schema["fields"] if "allowed" in f}
+
+
+def _integer_ranges(schema: Schema) -> dict[str, tuple[int, int]]:
+    ranges = {}
+    for f in schema["fields"]:
+        types = f["type"] if isinstance(f["type"], list) else [f["type"]]
+        bounded = [_INT_RANGES[t] for t in types if isinstance(t, str) and t in _INT_RANGES]
+        if bounded:
+            ranges[f["name"]] = bounded[-1]
+    return ranges
+
+
+class Codec:
+    """Encoder/decoder for one record schema, knowing all its released versions."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        raw = current_schema(name)
+        self.schema = parse_schema(raw)
+        self.fingerprint = schema_fingerprint(raw)
+        self._allowed = _allowed_values(raw)
+        self._ranges = _integer_ranges(raw)
+        self._writers = {schema_fingerprint(s): parse_schema(s) for _, s in released_schemas(name)}
+        self._writers[self.fingerprint] = self.schema
+        self.headers: list[tuple[str, str | bytes | None]] = [
+            (SCHEMA_HEADER, f"{raw['namespace']}.{raw['name']}".encode()),
+            (FINGERPRINT_HEADER, self.fingerprint.encode()),
+        ]
+
+    def _check_allowed(self, record: dict[str, Any]) -> None:
+        for field, allowed in self._allowed.items():
+            if record.get(field) not in allowed:
+                raise RecordError(
+                    f"{self.name}.{field}: {record.get(field)!r} is not one of "
+                    f"{', '.join(sorted(allowed))}"
+                )
+
+    def encode(self, record: dict[str, Any]) -> bytes:
+        self._check_allowed(record)
+        for name, (low, high) in self._ranges.items():
+            value = record.get(name)
+            if isinstance(value, int) and not low <= value <= high:
+                raise RecordError(f"{self.name}.{name}: {value} is outside [{low}, {high}]")
+        out = io.BytesIO()
+        try:
+            schemaless_writer(out, self.schema, record)
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+            raise RecordError(self._explain(record, exc)) from exc
+        return out.getvalue()
+
+    def _explain(self, record: dict[str, Any], exc: Exception) -> str:
+        """The writer's own errors are terse; the validator names the field."""
+        try:
+            validate(record, self.schema, raise_errors=True)
+        except ValidationError as err:
+            return f"{self.name}: " + "; ".join(str(e) for e in err.errors)
+        return f"{self.name}: {type(exc).__name__}: {exc}"
+
+    def decode(self, data: bytes | None, headers: Headers | None = None) -> dict[str, Any]:
+        if data is None:
+            raise RecordError(f"{self.name}: empty value (tombstone)")
+        writer = self.schema
+        header_map = dict(headers or {})
+        if FINGERPRINT_HEADER in header_map:
+            fp = header_map[FINGERPRINT_HEADER]
+            fp_text = fp.decode(errors="replace") if isinstance(fp, bytes) else str(fp)
+            if fp_text not in self._writers:
+                raise RecordError(f"{self.name}: unknown writer schema fingerprint {fp_text}")
+            writer = self._writers[fp_text]
+        buf = io.BytesIO(data)
+        try:
+            record = schemaless_reader(buf, writer, self.schema)
+        except Exception as exc:  # fastavro raises many kinds on garbage input
+            raise RecordError(
+                f"{self.name}: undecodable ({len(data)} bytes): {type(exc).__name__}: {exc}"
+            ) from exc
+        if not isinstance(record, dict):
+            raise RecordError(f"{self.name}: decoded to {type(record).__name__}, not a record")
+        if buf.tell() != len(data):
+            raise RecordError(
+                f"{self.name}: {len(data) - buf.tell()} trailing bytes after the record"
+            )
+        self._check_allowed(record)
+        return record
+
+
+@cache
+def codec(name: str) -> Codec:
+    """The shared codec instance of a schema."""
+    return Codec(name)

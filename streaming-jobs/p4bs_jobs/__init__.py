@@ -1,0 +1,1 @@
+"""PyFlink jobs turning raw data-plane records into per-link metrics and alerts."""

@@ -1,0 +1,105 @@
+"""Creating the Flink table environment and Kafka tables that match the p4bs Avro schemas.
+
+`table_environment` runs jobs in PyFlink's embedded MiniCluster (mode "embedded", the
+default) or submits them to a standalone cluster's REST endpoint (mode "remote"): the one
+switch between the two. `kafka_table_ddl` derives each table from the stream's Avro schema,
+so the bytes Flink's `avro` format reads and writes are exactly the p4bs codec's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from p4bs import paths
+from p4bs_schemas.registry import STREAMS, current_schema
+from pyflink.common import Configuration
+from pyflink.table import EnvironmentSettings, TableEnvironment
+
+_SQL_TYPES = {
+    "string": "STRING",
+    "long": "BIGINT",
+    "int": "INT",
+    "double": "DOUBLE",
+    "float": "FLOAT",
+    "boolean": "BOOLEAN",
+    "bytes": "BYTES",
+}
+
+
+def connector_jars() -> list[str]:
+    jars = sorted(paths.jars_dir("flink").glob("*.jar"))
+    if not jars:
+        raise FileNotFoundError(
+            f"no Flink connector jars in {paths.jars_dir('flink')}; run `make setup`"
+        )
+    return [jar.as_uri() for jar in jars]
+
+
+def table_environment(
+    mode: str = "embedded",
+    jobmanager: str = "127.0.0.1:8081",
+    parallelism: int = 1,
+    checkpoint_interval_ns: int | None = None,
+) -> TableEnvironment:
+    conf = Configuration()
+    conf.set_string("pipeline.jars", ";".join(connector_jars()))
+    conf.set_string("parallelism.default", str(parallelism))
+    if checkpoint_interval_ns:
+        conf.set_string(
+            "execution.checkpointing.interval", f"{checkpoint_interval_ns // 1_000_000} ms"
+        )
+    if mode == "remote":
+        host, _, port = jobmanager.rpartition(":")
+        conf.set_string("execution.target", "remote")
+        conf.set_string("rest.address", host)
+        conf.set_string("rest.port", port)
+    elif mode != "embedded":
+        raise ValueError(f"Flink mode must be embedded or remote, got {mode!r}")
+    settings = EnvironmentSettings.new_instance().in_streaming_mode().with_configuration(conf)
+    return TableEnvironment.create(settings.build())
+
+
+def sql_columns(schema_name: str) -> list[str]:
+    """Table columns for an Avro record: unions with null are nullable, the rest NOT NULL."""
+    columns = []
+    for field in current_schema(schema_name)["fields"]:
+        avro_type: Any = field["type"]
+        nullable = isinstance(avro_type, list)
+        if nullable:
+            branches = [t for t in avro_type if t != "null"]
+            if len(branches) != 1 or avro_type[0] != "null":
+                raise ValueError(f"{schema_name}.{field['name']}: only [null, T] unions map")
+            avro_type = branches[0]
+        sql = _SQL_TYPES[avro_type]
+        columns.append(f"`{field['name']}` {sql}" + ("" if nullable else " NOT NULL"))
+    return columns
+
+
+def kafka_table_ddl(
+    table: str,
+    stream: str,
+    topic: str,
+    bootstrap: str,
+    *,
+    extra_columns: tuple[str, ...] = (),
+    options: Mapping[str, str] | None = None,
+) -> str:
+    """CREATE TABLE for a Kafka topic of `stream`, keyed by link id like every p4bs topic."""
+    columns = [*sql_columns(STREAMS[stream]), *extra_columns]
+    if not columns[0].startswith("`link_id` "):
+        raise ValueError(f"stream {stream} is not keyed by link_id")
+    settings = {
+        "connector": "kafka",
+        "topic": topic,
+        "properties.bootstrap.servers": bootstrap,
+        "properties.isolation.level": "read_committed",
+        "key.format": "raw",
+        "key.fields": "link_id",
+        "value.format": "avro",
+        "value.fields-include": "ALL",
+        **(options or {}),
+    }
+    column_list = ",\n  ".join(columns)
+    with_clause = ",\n  ".join(f"'{k}' = '{v}'" for k, v in settings.items())
+    return f"CREATE TABLE `{table}` (\n  {column_list}\n) WITH (\n  {with_clause}\n)"

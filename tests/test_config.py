@@ -1,0 +1,133 @@
+"""The deployment config: the example passes, each kind of mistake names its field and why."""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from p4bs.cli import main
+from p4bs.config import ConfigError, SecretRef, load_config, parse_config
+
+
+@pytest.fixture
+def example(repo: Path) -> dict[str, Any]:
+    return tomllib.loads((repo / "config" / "testbed.toml").read_text())
+
+
+def test_example_config_passes_with_units_converted(repo: Path) -> None:
+    config = load_config(repo / "config" / "testbed.toml")
+    (link,) = config.links
+    assert link.id == "r1:eth1"
+    assert link.capacity_bps == 100_000_000
+    assert link.max_queue_delay_ns == 10_000_000
+    assert link.max_buffer_bytes == 2_500_000  # "200ms" of 100 Mbit/s
+    assert link.min_buffer_bytes == 32 * 1024
+    assert config.flink.window_ns == 100_000_000
+    assert config.influxdb.retention_ns == 30 * 86_400 * 10**9
+    assert config.routers[0].password == SecretRef(env="P4BS_ROUTER_PASSWORD")
+    assert config.kafka.topics["rtt_samples"] == "p4bs.rtt-samples"
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def mutate(data: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        node: Any = data
+        for part in parents:
+            node = node[int(part)] if part.isdigit() else node[part]
+        node[last] = value
+
+    return mutate
+
+
+def _delete(path: str) -> Callable[[dict[str, Any]], None]:
+    def mutate(data: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        node: Any = data
+        for part in parents:
+            node = node[int(part)] if part.isdigit() else node[part]
+        del node[last]
+
+    return mutate
+
+
+BAD = [
+    (_set("links.0.capacity", "100 furlongs"), "links[0].capacity: unknown unit 'furlongs'"),
+    (_set("links.0.capacity", "0Mbit"), "links[0].capacity: the capacity must be positive"),
+    (_delete("links.0.capacity"), "links[0].capacity: is required"),
+    (_set("links.0.sla.max_loss", 1.5), "links[0].sla.max_loss: must be a fraction"),
+    (_set("links.0.sla.max_queue_delay", "-1ms"), "links[0].sla.max_queue_delay: expected"),
+    (_set("links.0.weights.loss", -1), "links[0].weights.loss: must be a non-negative"),
+    (_set("links.0.buffer.min", "300ms"), "links[0].buffer.min: 3750000 B is above max"),
+    (_set("links.0.buffer.safe", "1KiB"), "links[0].buffer.safe: 1024 B is outside [min, max]"),
+    (_set("links.0.buffer.max", "100"), "links[0].buffer.max: a bare number string"),
+    (_set("links.0.policy", "magic"), "links[0].policy: must be one of static, bdp"),
+    (_set("links.0.router", "r9"), "links[0].router: no router named 'r9'"),
+    (_set("links.0.switch", "tofino9"), "links[0].switch: no switch named 'tofino9'"),
+    (_set("links.0.taps", {"before": 3, "after": "x"}), "links[0].taps.before: a software-model"),
+    (_set("links.0.taps", {"before": "a", "after": "a"}), "links[0].taps: before and after"),
+    (_set("links.0.colour", "blue"), "links[0].colour: unknown field"),
+    (_set("routers.0.password", "hunter22"), "routers[0].password: credentials are never"),
+    (_set("routers.0.username", {"vault": "x"}), "routers[0].username: must be { env"),
+    (_delete("routers.0.address"), "routers[0].address: is required"),
+    (_set("routers.0.driver", "telnet"), "routers[0].driver: must be one of gnmi"),
+    (_set("switches.0.target", "tofino"), "switches[0].address: is required"),
+    (_set("kafka.bootstrap", "localhost"), "kafka.bootstrap: must be host:port"),
+    (_set("kafka.partitions", 0), "kafka.partitions: must be an integer in [1, 10000]"),
+    (_set("kafka.topics", {"rtt": "x"}), "kafka.topics.rtt: unknown stream"),
+    (_set("influxdb.url", "influx:8086"), "influxdb.url: must be an http:// or https:// URL"),
+    (_set("influxdb.retention", "10min"), "influxdb.retention: InfluxDB keeps data at least 1h"),
+    (_set("flink.mode", "yarn"), "flink.mode: must be one of embedded, remote"),
+    (_set("flink.window", "0ms"), "flink.window: the window must be positive"),
+    (_set("links", []), "links: at least one [[links]] entry is required"),
+]
+
+
+@pytest.mark.parametrize(("mutate", "message"), BAD, ids=[m for _, m in BAD])
+def test_each_bad_value_names_its_field_and_why(
+    example: dict[str, Any], mutate: Callable[[dict[str, Any]], None], message: str
+) -> None:
+    data = copy.deepcopy(example)
+    mutate(data)
+    with pytest.raises(ConfigError) as err:
+        parse_config(data, "bad.toml")
+    assert any(p.startswith(message) for p in err.value.problems), err.value.problems
+
+
+def test_all_problems_are_reported_at_once(example: dict[str, Any]) -> None:
+    _set("links.0.capacity", "fast")(example)
+    _set("kafka.partitions", -3)(example)
+    with pytest.raises(ConfigError) as err:
+        parse_config(example)
+    assert len(err.value.problems) == 2
+
+
+def test_secret_reference_resolves_only_from_env_or_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("P4BS_TEST_SECRET", "s3cret")
+    assert SecretRef(env="P4BS_TEST_SECRET").resolve() == "s3cret"
+    (tmp_path / "pw").write_text("from-file\n")
+    assert SecretRef(file=str(tmp_path / "pw")).resolve() == "from-file"
+    monkeypatch.delenv("P4BS_TEST_SECRET")
+    with pytest.raises(LookupError, match=r"\$P4BS_TEST_SECRET is not set"):
+        SecretRef(env="P4BS_TEST_SECRET").resolve()
+
+
+def test_cli_check_exit_codes(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["config", "check", str(repo / "config" / "testbed.toml")]) == 0
+    assert "r1:eth1" in capsys.readouterr().out
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[kafka]\nbootstrap = 12\n")
+    assert main(["config", "check", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "kafka.bootstrap: must be a non-empty string" in err
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[kafka\n")
+    assert main(["config", "check", str(broken)]) == 1
+    assert "not valid TOML" in capsys.readouterr().err

@@ -1,0 +1,99 @@
+"""Records through the real broker: encoded, keyed by link, decoded; bad ones dead-lettered."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Producer
+from p4bs.bus import Received, RecordConsumer, RecordProducer
+from p4bs_infra.stack import Stack
+from p4bs_schemas.codec import FINGERPRINT_HEADER, RecordError, codec
+
+RTT = {
+    "link_id": "r1:eth1",
+    "ts_ns": 1_700_000_000_000_000_000,
+    "src_ip": "10.0.1.2",
+    "dst_ip": "10.0.2.2",
+    "src_port": 40000,
+    "dst_port": 5201,
+    "protocol": 6,
+    "rtt_ns": 20_000_000,
+}
+
+
+def _drain(consumer: RecordConsumer, want: int, timeout_s: float = 60.0) -> list[Received]:
+    """Polls until `want` records arrived or the timeout passed."""
+    got = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < want and time.monotonic() < deadline:
+        received = consumer.poll(1.0)
+        if received is not None:
+            got.append(received)
+    return got
+
+
+def test_record_produced_consumed_and_decoded(stack: Stack, topics: dict[str, str]) -> None:
+    producer = RecordProducer(stack.kafka.bootstrap, topics)
+    producer.produce("rtt_samples", RTT)
+    producer.produce("rtt_samples", {**RTT, "link_id": "r2:eth0", "rtt_ns": 7})
+    assert producer.flush(30) == 0
+    assert producer.stats.delivered == 2
+
+    consumer = RecordConsumer(stack.kafka.bootstrap, "test-roundtrip", ["rtt_samples"], topics)
+    try:
+        got = _drain(consumer, 2)
+    finally:
+        consumer.close()
+    assert sorted((r.key, r.record["rtt_ns"]) for r in got) == [
+        ("r1:eth1", 20_000_000),
+        ("r2:eth0", 7),
+    ]
+    assert {r.record["link_id"] for r in got} == {r.key for r in got}
+
+
+def test_malformed_record_goes_to_dead_letters_and_consumer_keeps_going(
+    stack: Stack, topics: dict[str, str]
+) -> None:
+    topic = topics["rtt_samples"]
+    raw = Producer({"bootstrap.servers": stack.kafka.bootstrap})
+    good = codec("RttSample").encode(RTT)
+    garbage = b"\xff\xfe not avro"
+    # One partition (same key) keeps the order: good, garbage, wrong fingerprint, good.
+    raw.produce(topic, good, b"r1:eth1")
+    raw.produce(topic, garbage, b"r1:eth1")
+    raw.produce(topic, good, b"r1:eth1", headers=[(FINGERPRINT_HEADER, b"deadbeefdeadbeef")])
+    raw.produce(topic, codec("RttSample").encode({**RTT, "rtt_ns": 99}), b"r1:eth1")
+    assert raw.flush(30) == 0
+
+    consumer = RecordConsumer(stack.kafka.bootstrap, "test-dlq", ["rtt_samples"], topics)
+    try:
+        got = _drain(consumer, 2)
+    finally:
+        consumer.close()
+    assert [r.record["rtt_ns"] for r in got] == [20_000_000, 99]
+    assert consumer.stats.malformed == 2
+
+    letters_reader = RecordConsumer(
+        stack.kafka.bootstrap, "test-dlq-read", ["dead_letters"], topics
+    )
+    try:
+        letters = [r.record for r in _drain(letters_reader, 2)]
+    finally:
+        letters_reader.close()
+    assert len(letters) == 2
+    assert {letter["source_offset"] for letter in letters} == {1, 2}
+    by_offset = {letter["source_offset"]: letter for letter in letters}
+    assert by_offset[1]["value"] == garbage and "undecodable" in by_offset[1]["error"]
+    assert "unknown writer schema fingerprint deadbeefdeadbeef" in by_offset[2]["error"]
+    assert all(letter["source_topic"] == topic for letter in letters)
+    assert all(letter["consumer"] == "test-dlq" for letter in letters)
+
+
+def test_producer_refuses_a_malformed_record_before_sending(
+    stack: Stack, topics: dict[str, str]
+) -> None:
+    producer = RecordProducer(stack.kafka.bootstrap, topics)
+    with pytest.raises(RecordError, match="rtt_ns"):
+        producer.produce("rtt_samples", {**RTT, "rtt_ns": "slow"})
+    assert producer.stats.sent == 0

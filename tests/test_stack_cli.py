@@ -1,0 +1,125 @@
+"""`p4bs stack up|status|down` as an operator runs it: ready, healthy, and nothing left behind."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from p4bs_infra.procs import free_ports, port_open, running_pid
+
+
+def _p4bs(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "p4bs.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def test_stack_up_then_down_leaves_no_process_and_no_port(repo: Path, tmp_path: Path) -> None:
+    kafka, controller, influx, rpc = free_ports(4)
+    config = tmp_path / "p4bs.toml"
+    config.write_text(
+        (repo / "config" / "testbed.toml")
+        .read_text()
+        .replace("127.0.0.1:9092", f"127.0.0.1:{kafka}")
+        .replace("127.0.0.1:8086", f"127.0.0.1:{influx}")
+    )
+    state = tmp_path / "state"
+    ports = (kafka, controller, influx, rpc)
+    pidfiles = [state / "kafka" / "kafka.pid", state / "influxdb" / "influxdb.pid"]
+    try:
+        up = _p4bs(
+            "stack",
+            "up",
+            "--config",
+            str(config),
+            "--state-dir",
+            str(state),
+            "--kafka-controller-port",
+            str(controller),
+            "--influx-rpc-port",
+            str(rpc),
+        )
+        assert up.returncode == 0, up.stderr + up.stdout
+        assert "stack ready in" in up.stdout
+        pids = [running_pid(p) for p in pidfiles]
+        assert all(pids), pids
+        assert port_open("127.0.0.1", kafka) and port_open("127.0.0.1", influx)
+
+        status = _p4bs("stack", "status", "--state-dir", str(state))
+        assert status.returncode == 0, status.stdout
+        assert status.stdout.count(" ready ") == 2
+        assert "p4bs.rtt-samples" in status.stdout
+
+        again = _p4bs(
+            "stack",
+            "up",
+            "--config",
+            str(config),
+            "--state-dir",
+            str(state),
+            "--kafka-controller-port",
+            str(controller),
+            "--influx-rpc-port",
+            str(rpc),
+        )
+        assert again.returncode == 0, again.stderr  # idempotent: same processes kept
+        assert [running_pid(p) for p in pidfiles] == pids
+    finally:
+        down = _p4bs("stack", "down", "--state-dir", str(state))
+    assert down.returncode == 0, down.stderr
+    assert "stopped: influxdb, kafka" in down.stdout
+    for pid in pids:
+        assert pid is not None and not _alive(pid)
+    assert not any(port_open("127.0.0.1", p) for p in ports)
+    assert _p4bs("stack", "status", "--state-dir", str(state)).returncode == 1
+
+
+def _alive(pid: int) -> bool:
+    """Running and not a zombie awaiting its reaper."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_stack_up_refuses_a_busy_port_and_starts_nothing(repo: Path, tmp_path: Path) -> None:
+    kafka, controller, influx, rpc = free_ports(4)
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", influx))
+        squatter.listen()
+        config = tmp_path / "p4bs.toml"
+        config.write_text(
+            (repo / "config" / "testbed.toml")
+            .read_text()
+            .replace("127.0.0.1:9092", f"127.0.0.1:{kafka}")
+            .replace("127.0.0.1:8086", f"127.0.0.1:{influx}")
+        )
+        up = _p4bs(
+            "stack",
+            "up",
+            "--config",
+            str(config),
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--kafka-controller-port",
+            str(controller),
+            "--influx-rpc-port",
+            str(rpc),
+        )
+    assert up.returncode == 1
+    assert f"influxdb port {influx} on 127.0.0.1 is already in use" in up.stderr
+    assert not (tmp_path / "state" / "kafka" / "kafka.pid").exists()
+
+
+def test_stack_commands_without_a_started_stack_say_so(tmp_path: Path) -> None:
+    result = _p4bs("stack", "down", "--state-dir", str(tmp_path))
+    assert result.returncode == 1
+    assert "no stack was started in" in result.stderr
+    assert os.listdir(tmp_path) == []
