@@ -12,20 +12,22 @@ PY      := $(VENV)/bin/python
 STAMPS  := $(CACHE)/stamps
 GO_ENV  := GOPATH=$(CURDIR)/$(CACHE)/go GOBIN=$(CURDIR)/$(CACHE)/bin GOFLAGS=-modcacherw
 MVN     := mvn -q -B -f infra/jars/pom.xml -Dmaven.repo.local=$(CURDIR)/$(CACHE)/m2
+CARGO   := CARGO_HOME=$(CURDIR)/$(CACHE)/cargo cargo
+CRATES  := infra/delay-wire
 
-APT_PACKAGES := iproute2 iperf3 tshark tcpdump ethtool procps curl \
+APT_PACKAGES := iproute2 iperf3 tshark tcpdump ethtool procps curl iputils-ping \
                 openjdk-17-jre-headless maven python3-venv
 INFLUXDB_VERSION := v1.8.10
 GNMI_VERSION     := v0.14.1
 PYTHON_SOURCES   := core schemas infra streaming-jobs tests
 
-.PHONY: help setup apt python jars tools test lint format clean-stack
+.PHONY: help setup apt python jars tools build test lint format clean-stack
 help:
 	@echo "make setup   install system packages, the venv, the JVM jars and the Go tools"
 	@echo "make test    lint, type-check and run the tests (starts Kafka/InfluxDB itself)"
 	@echo "make format  apply ruff's formatting and fixes"
 
-setup: apt python jars tools
+setup: apt python jars tools build
 	@echo "setup done: $$(du -sh $(VENV) | cut -f1) venv, $$(du -sh $(CACHE) | cut -f1) cache"
 
 # System packages; installed only when one is missing.
@@ -66,16 +68,33 @@ $(CACHE)/bin/influxd:
 $(CACHE)/bin/gnmi_cli:
 	$(GO_ENV) go install github.com/openconfig/gnmi/cmd/gnmi_cli@$(GNMI_VERSION)
 
+# The compiled parts (Rust), built into .cache/target/release/.
+build:
+	for crate in $(CRATES); do \
+	  $(CARGO) build -q --release --locked --manifest-path $$crate/Cargo.toml \
+	    --target-dir $(CURDIR)/$(CACHE)/target; \
+	done
+
 lint:
+	for crate in $(CRATES); do \
+	  $(CARGO) fmt --check --manifest-path $$crate/Cargo.toml; \
+	  $(CARGO) clippy -q --release --locked --manifest-path $$crate/Cargo.toml \
+	    --target-dir $(CURDIR)/$(CACHE)/target -- -D warnings; \
+	done
 	$(VENV)/bin/ruff check $(PYTHON_SOURCES)
 	$(VENV)/bin/ruff format --check $(PYTHON_SOURCES)
 	$(VENV)/bin/mypy
 
 format:
+	for crate in $(CRATES); do $(CARGO) fmt --manifest-path $$crate/Cargo.toml; done
 	$(VENV)/bin/ruff format $(PYTHON_SOURCES)
 	$(VENV)/bin/ruff check --fix $(PYTHON_SOURCES)
 
-test: lint
+test: lint build
+	for crate in $(CRATES); do \
+	  $(CARGO) test -q --release --locked --manifest-path $$crate/Cargo.toml \
+	    --target-dir $(CURDIR)/$(CACHE)/target; \
+	done
 	$(VENV)/bin/pytest -ra
 
 # Stops a stack left by `p4bs stack up` in the default state folder.

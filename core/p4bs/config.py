@@ -41,6 +41,7 @@ POLICIES = (
 ROUTER_DRIVERS = ("gnmi", "netconf", "netconf-junos", "linux-tc")
 SWITCH_TARGETS = ("model", "tofino")
 FLINK_MODES = ("embedded", "remote")
+CCAS = ("cubic", "bbr", "reno")
 TOFINO_MAX_PORT = 511
 
 T = TypeVar("T")
@@ -148,6 +149,29 @@ class LinkConfig:
 
 
 @dataclass(frozen=True)
+class FlowGroup:
+    """Long flows of one kind in the emulated testbed, sent from their own address."""
+
+    name: str
+    flows: int
+    cca: str
+    start_ns: int  # after the traffic starts
+    rtt_ns: int | None  # fixed base RTT of the group; None: testbed base + per-flow extra
+
+
+@dataclass(frozen=True)
+class TestbedConfig:
+    """The emulated testbed that plays one link's router (infra/)."""
+
+    name: str  # prefix of its network namespaces
+    link: str  # id of the link whose router it emulates
+    buffer_bytes: int  # router buffer at start
+    base_rtt_ns: int
+    extra_delay_max_ns: int  # per-flow extra RTT, uniform in [0, this] by 5-tuple hash
+    groups: tuple[FlowGroup, ...]
+
+
+@dataclass(frozen=True)
 class Config:
     kafka: KafkaConfig
     influxdb: InfluxConfig
@@ -155,6 +179,7 @@ class Config:
     switches: tuple[SwitchConfig, ...]
     routers: tuple[RouterConfig, ...]
     links: tuple[LinkConfig, ...]
+    testbed: TestbedConfig | None = None
 
     def link(self, link_id: str) -> LinkConfig:
         for link in self.links:
@@ -270,6 +295,16 @@ def _positive(parse: Callable[[Any], int], what: str) -> Callable[[Any], int]:
         result = parse(value)
         if result <= 0:
             raise ValueError(f"{what} must be positive, got {value!r}")
+        return result
+
+    return convert
+
+
+def _non_negative(parse: Callable[[Any], int], what: str) -> Callable[[Any], int]:
+    def convert(value: Any) -> int:
+        result = parse(value)
+        if result < 0:
+            raise ValueError(f"{what} must not be negative, got {value!r}")
         return result
 
     return convert
@@ -475,6 +510,60 @@ def _read_link(r: _Reader, data: dict[str, Any]) -> LinkConfig | None:
     )
 
 
+def _namespace_prefix(value: Any) -> str:
+    text = _text(value)
+    if not (text.isascii() and text.replace("-", "").isalnum() and len(text) <= 8):
+        raise ValueError(f"must be up to 8 letters, digits or '-', got {value!r}")
+    return text
+
+
+def _read_group(r: _Reader, data: dict[str, Any]) -> FlowGroup | None:
+    r.unknown(data, {"name", "flows", "cca", "start", "rtt"})
+    name = r.get(data, "name", _text, required=True)
+    flows = r.get(data, "flows", _int_in(0, 1000), required=True)
+    cca = r.get(data, "cca", _one_of(CCAS), "cubic")
+    start = r.get(data, "start", _non_negative(parse_duration_ns, "the start"), 0)
+    rtt = r.get(data, "rtt", _positive(parse_duration_ns, "the RTT"))
+    if name is None or flows is None or cca is None or start is None:
+        return None
+    return FlowGroup(name=name, flows=flows, cca=cca, start_ns=start, rtt_ns=rtt)
+
+
+def _read_testbed(
+    r: _Reader, data: dict[str, Any], links: tuple[LinkConfig, ...]
+) -> TestbedConfig | None:
+    r.unknown(data, {"name", "link", "buffer", "base_rtt", "extra_delay_max", "groups"})
+    link_id = r.get(data, "link", _text, required=True)
+    link = next((x for x in links if x.id == link_id), None)
+    if link_id is not None and link is None:
+        r.problem("link", f"no link {link_id!r} in [[links]] (ids are router:interface)")
+    capacity = link.capacity_bps if link else None
+    buffer = r.get(data, "buffer", _buffer_value(capacity), None)
+    base_rtt = r.get(data, "base_rtt", _positive(parse_duration_ns, "the base RTT"), 20_000_000)
+    extra = r.get(
+        data, "extra_delay_max", _non_negative(parse_duration_ns, "the delay"), 15_000_000
+    )
+    groups = []
+    for i, item in enumerate(r.tables(data, "groups")):
+        with r.at(f"groups[{i}]"):
+            group = _read_group(r, item)
+        if group is not None:
+            groups.append(group)
+    names = [g.name for g in groups]
+    if len(set(names)) != len(names):
+        r.problem("groups", "group names must be unique")
+    if link is None or base_rtt is None or extra is None:
+        return None
+    return TestbedConfig(
+        name=r.get(data, "name", _namespace_prefix, "p4bs") or "p4bs",
+        link=link.id,
+        buffer_bytes=buffer or bytes_for_duration(200_000_000, link.capacity_bps),
+        base_rtt_ns=base_rtt,
+        extra_delay_max_ns=extra,
+        groups=tuple(groups) or (FlowGroup("all", 10, "cubic", 0, None),),
+    )
+
+
 def _check_references(r: _Reader, config: Config) -> None:
     switches = {s.name: s for s in config.switches}
     routers = {x.name for x in config.routers}
@@ -509,7 +598,7 @@ def _check_references(r: _Reader, config: Config) -> None:
 
 def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
     r = _Reader()
-    r.unknown(data, {"kafka", "influxdb", "flink", "switches", "routers", "links"})
+    r.unknown(data, {"kafka", "influxdb", "flink", "switches", "routers", "links", "testbed"})
     with r.at("kafka"):
         kafka = _read_kafka(r, r.table(data, "kafka"))
     with r.at("influxdb"):
@@ -526,13 +615,19 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
                 out.append(value)
         return tuple(out)
 
+    links = each("links", _read_link)
+    testbed = None
+    if "testbed" in data:
+        with r.at("testbed"):
+            testbed = _read_testbed(r, r.table(data, "testbed"), links)
     config = Config(
         kafka=kafka,
         influxdb=influx,
         flink=flink,
         switches=each("switches", _read_switch),
         routers=each("routers", _read_router),
-        links=each("links", _read_link),
+        links=links,
+        testbed=testbed,
     )
     if not config.links and not r.problems:
         r.problem("links", "at least one [[links]] entry is required")

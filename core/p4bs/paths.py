@@ -29,6 +29,11 @@ def tool(name: str) -> Path:
     return cache_dir() / "bin" / name
 
 
+def built(name: str) -> Path:
+    """A binary of the project's own compiled parts (cargo build --release)."""
+    return cache_dir() / "target" / "release" / name
+
+
 def default_state_dir() -> Path:
     override = os.environ.get("P4BS_STATE_DIR")
     return Path(override) if override else home() / ".run" / "stack"

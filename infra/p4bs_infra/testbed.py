@@ -1,0 +1,466 @@
+"""`p4bs testbed up|down|status`: the emulated network around one Linux "legacy router".
+
+    senders ──eth0═wl── [delay wire] ──wr═rin── router ──<egress>═eth0── receivers
+    (<name>-snd)         (<name>-wire)          (<name>-rtr)             (<name>-rcv)
+
+The router forwards between `rin` and the link's interface (e.g. eth1), whose output is an htb
+shaper at the link capacity feeding a bfifo whose byte limit is the router buffer. The delay
+wire adds each flow's round-trip delay, half per direction. Taps for the data plane live in
+`<name>-tap`: `<before>` carries copies of what enters the router (both directions, before any
+queue; clsact ingress mirrors on rin and the egress interface) and `<after>` copies of what left
+it (data direction: mirrored at the receivers' eth0 ingress, i.e. after the bottleneck queue;
+ACK direction: the clsact egress hook on rin, which has no queue). Each copy arrives with the
+kernel's nanosecond receive timestamp at the tap.
+All addresses live only inside these namespaces.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from p4bs import paths
+from p4bs.config import Config, FlowGroup
+
+from p4bs_infra import procs
+
+SENDER_NET = "10.201.1"
+RECEIVER_NET = "10.201.2"
+ROUTER_INGRESS = "rin"
+HTB_ROOT, HTB_LINK_CLASS, DEFAULT_QUEUE_CLASS = "1:", "1:1", "1:10"
+DEFAULT_QUEUE_QDISC = "10:"
+MTU_FRAME = 1514
+
+
+class TestbedError(RuntimeError):
+    pass
+
+
+@dataclass
+class SenderGroup:
+    name: str
+    address: str
+    flows: int
+    cca: str
+    start_ns: int
+    rtt_ns: int | None
+
+
+@dataclass
+class TestbedPlan:
+    """Everything `up` builds, derived from the config; saved so `down` needs no config."""
+
+    name: str
+    state_dir: Path
+    link_id: str
+    egress: str
+    tap_before: str
+    tap_after: str
+    rate_bps: int
+    buffer_bytes: int
+    base_rtt_ns: int
+    extra_delay_max_ns: int
+    groups: list[SenderGroup]
+
+    @property
+    def namespaces(self) -> dict[str, str]:
+        return {role: f"{self.name}-{role}" for role in ("snd", "wire", "rtr", "rcv", "tap")}
+
+    @property
+    def receiver(self) -> str:
+        return f"{RECEIVER_NET}.2"
+
+    @classmethod
+    def from_config(cls, config: Config, state_dir: Path | None = None) -> TestbedPlan:
+        if config.testbed is None:
+            raise TestbedError("the config has no [testbed] section")
+        tb = config.testbed
+        link = config.link(tb.link)
+        for tap in (link.tap_before, link.tap_after):
+            if not isinstance(tap, str) or len(tap) > 15:
+                raise TestbedError(f"testbed taps must be interface names (<= 15 chars): {tap!r}")
+        if link.interface == ROUTER_INGRESS or len(link.interface) > 15:
+            raise TestbedError(f"the router interface cannot be named {link.interface!r}")
+        return cls(
+            name=tb.name,
+            state_dir=state_dir or paths.home() / ".run" / "testbed" / tb.name,
+            link_id=link.id,
+            egress=link.interface,
+            tap_before=str(link.tap_before),
+            tap_after=str(link.tap_after),
+            rate_bps=link.capacity_bps,
+            buffer_bytes=tb.buffer_bytes,
+            base_rtt_ns=tb.base_rtt_ns,
+            extra_delay_max_ns=tb.extra_delay_max_ns,
+            groups=[_sender_group(i, g) for i, g in enumerate(tb.groups)],
+        )
+
+    def save(self) -> None:
+        data = asdict(self)
+        data["state_dir"] = str(self.state_dir)
+        (self.state_dir / "testbed.json").write_text(json.dumps(data, indent=2) + "\n")
+
+    @classmethod
+    def load(cls, state_dir: Path) -> TestbedPlan:
+        try:
+            data = json.loads((state_dir / "testbed.json").read_text())
+        except OSError as exc:
+            raise TestbedError(f"no testbed was built from {state_dir} ({exc.strerror})") from exc
+        data["state_dir"] = Path(data["state_dir"])
+        data["groups"] = [SenderGroup(**g) for g in data["groups"]]
+        return cls(**data)
+
+
+def _sender_group(index: int, group: FlowGroup) -> SenderGroup:
+    if index >= 200:
+        raise TestbedError("at most 200 sender groups")
+    return SenderGroup(
+        group.name,
+        f"{SENDER_NET}.{10 + index}",
+        group.flows,
+        group.cca,
+        group.start_ns,
+        group.rtt_ns,
+    )
+
+
+def run(argv: Sequence[str], timeout_s: float = 30.0) -> str:
+    """Runs a setup command; raises TestbedError with its own message when it fails."""
+    result = subprocess.run(
+        list(argv), capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+    if result.returncode != 0:
+        raise TestbedError(f"{' '.join(argv)}: {result.stderr.strip() or result.stdout.strip()}")
+    return result.stdout
+
+
+def in_ns(ns: str, *argv: str) -> list[str]:
+    return ["ip", "netns", "exec", ns, *argv]
+
+
+class Testbed:
+    def __init__(self, plan: TestbedPlan) -> None:
+        self.plan = plan
+        self.ns = plan.namespaces
+        self.wire_pidfile = plan.state_dir / "delay-wire.pid"
+        self.wire_stats = plan.state_dir / "delay-wire.json"
+        self.wire_log = plan.state_dir / "delay-wire.log"
+
+    # ---- building -----------------------------------------------------------------------
+    def up(self, timeout_s: float = 30.0) -> float:
+        """Builds the topology and starts the delay wire; returns the seconds it took.
+
+        On failure tears down whatever it built and raises TestbedError.
+        """
+        began = time.monotonic()
+        self._check_prerequisites()
+        existing = set(self._existing_namespaces())
+        if existing & set(self.ns.values()):
+            raise TestbedError(
+                f"namespaces {sorted(existing & set(self.ns.values()))} exist already: "
+                f"run `p4bs testbed down` first"
+            )
+        self.plan.state_dir.mkdir(parents=True, exist_ok=True)
+        self.plan.save()
+        try:
+            self._namespaces()
+            self._links()
+            self._addresses()
+            self._bottleneck()
+            self._taps()
+            self._start_wire(began + timeout_s)
+            self._wait_connected(began + timeout_s)
+        except BaseException:
+            self.down()
+            raise
+        return time.monotonic() - began
+
+    def _check_prerequisites(self) -> None:
+        if os.geteuid() != 0:
+            raise TestbedError("the testbed needs root (network namespaces, tc)")
+        if not paths.built("delay-wire").exists():
+            raise TestbedError(f"{paths.built('delay-wire')} is missing: run `make setup`")
+        for tool in ("ip", "tc", "ethtool", "iperf3", "ss", "ping"):
+            if shutil.which(tool) is None:
+                raise TestbedError(f"{tool} is not installed: run `make setup`")
+
+    @staticmethod
+    def _existing_namespaces() -> list[str]:
+        return [line.split()[0] for line in run(["ip", "netns", "list"]).splitlines() if line]
+
+    def _namespaces(self) -> None:
+        for role, ns in self.ns.items():
+            run(["ip", "netns", "add", ns])
+            sysctls = {
+                "net.ipv6.conf.all.disable_ipv6": "1",
+                "net.ipv6.conf.default.disable_ipv6": "1",
+            }
+            if role == "rtr":
+                sysctls["net.ipv4.ip_forward"] = "1"
+            if role in ("snd", "rcv"):
+                # Room for 200 ms of 100 Mbit/s and more; no cached ssthresh between flows.
+                sysctls |= {
+                    "net.ipv4.tcp_rmem": "4096 131072 67108864",
+                    "net.ipv4.tcp_wmem": "4096 65536 67108864",
+                    "net.ipv4.tcp_no_metrics_save": "1",
+                }
+            run(in_ns(ns, "sysctl", "-q", "-w", *(f"{k}={v}" for k, v in sysctls.items())))
+            run(["ip", "-n", ns, "link", "set", "lo", "up"])
+
+    def _veth(self, ns_a: str, name_a: str, ns_b: str, name_b: str) -> None:
+        run(
+            [
+                "ip",
+                "link",
+                "add",
+                "name",
+                name_a,
+                "netns",
+                ns_a,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                name_b,
+                "netns",
+                ns_b,
+            ]
+        )
+        for ns, name in ((ns_a, name_a), (ns_b, name_b)):
+            # Real frames on the wire: no offloads merging packets into 64 KB, and checksums
+            # filled in by the sender (the delay wire forwards frames as they are).
+            run(
+                in_ns(
+                    ns, "ethtool", "-K", name, "tx", "off", "tso", "off", "gso", "off", "gro", "off"
+                )
+            )
+            run(["ip", "-n", ns, "link", "set", name, "up"])
+
+    def _links(self) -> None:
+        ns, p = self.ns, self.plan
+        self._veth(ns["snd"], "eth0", ns["wire"], "wl")
+        self._veth(ns["wire"], "wr", ns["rtr"], ROUTER_INGRESS)
+        self._veth(ns["rtr"], p.egress, ns["rcv"], "eth0")
+        self._veth(ns["rtr"], "tb", ns["tap"], p.tap_before)
+        self._veth(ns["rtr"], "ta", ns["tap"], "af-rev")
+        self._veth(ns["rcv"], "ta", ns["tap"], "af-fwd")
+        self._veth(ns["tap"], p.tap_after, ns["tap"], "af-in")
+
+    def _addresses(self) -> None:
+        ns, p = self.ns, self.plan
+        addr = [
+            ("snd", "eth0", f"{SENDER_NET}.2"),
+            ("rtr", ROUTER_INGRESS, f"{SENDER_NET}.1"),
+            ("rtr", p.egress, f"{RECEIVER_NET}.1"),
+            ("rcv", "eth0", p.receiver),
+        ]
+        addr += [("snd", "eth0", g.address) for g in p.groups]
+        for role, dev, ip in addr:
+            run(["ip", "-n", ns[role], "addr", "add", f"{ip}/24", "dev", dev])
+        run(["ip", "-n", ns["snd"], "route", "add", "default", "via", f"{SENDER_NET}.1"])
+        run(["ip", "-n", ns["rcv"], "route", "add", "default", "via", f"{RECEIVER_NET}.1"])
+
+    def _bottleneck(self) -> None:
+        """htb at the link rate over one default queue: a bfifo holding `buffer_bytes`."""
+        rtr, dev, rate = self.ns["rtr"], self.plan.egress, f"{self.plan.rate_bps}bit"
+        tc = ["tc", "-n", rtr]
+        run([*tc, "qdisc", "add", "dev", dev, "root", "handle", HTB_ROOT, "htb", "default", "10"])
+        run(
+            [
+                *tc,
+                "class",
+                "add",
+                "dev",
+                dev,
+                "parent",
+                HTB_ROOT,
+                "classid",
+                HTB_LINK_CLASS,
+                "htb",
+                "rate",
+                rate,
+                "ceil",
+                rate,
+                "quantum",
+                str(MTU_FRAME),
+            ]
+        )
+        run(
+            [
+                *tc,
+                "class",
+                "add",
+                "dev",
+                dev,
+                "parent",
+                HTB_LINK_CLASS,
+                "classid",
+                DEFAULT_QUEUE_CLASS,
+                "htb",
+                "rate",
+                rate,
+                "ceil",
+                rate,
+                "quantum",
+                str(MTU_FRAME),
+            ]
+        )
+        run(
+            [
+                *tc,
+                "qdisc",
+                "add",
+                "dev",
+                dev,
+                "parent",
+                DEFAULT_QUEUE_CLASS,
+                "handle",
+                DEFAULT_QUEUE_QDISC,
+                "bfifo",
+                "limit",
+                str(self.plan.buffer_bytes),
+            ]
+        )
+
+    def _mirror(self, ns: str, dev: str, hook: str, target: str, action: str = "mirror") -> None:
+        run(
+            [
+                "tc",
+                "-n",
+                ns,
+                "filter",
+                "add",
+                "dev",
+                dev,
+                hook,
+                "protocol",
+                "all",
+                "prio",
+                "1",
+                "u32",
+                "match",
+                "u32",
+                "0",
+                "0",
+                "action",
+                "mirred",
+                "egress",
+                action,
+                "dev",
+                target,
+            ]
+        )
+
+    def _taps(self) -> None:
+        ns, p = self.ns, self.plan
+        for role, dev in (
+            ("rtr", ROUTER_INGRESS),
+            ("rtr", p.egress),
+            ("rcv", "eth0"),
+            ("tap", "af-fwd"),
+            ("tap", "af-rev"),
+        ):
+            run(["tc", "-n", ns[role], "qdisc", "add", "dev", dev, "clsact"])
+        self._mirror(ns["rtr"], ROUTER_INGRESS, "ingress", "tb")  # before: data direction
+        self._mirror(ns["rtr"], p.egress, "ingress", "tb")  # before: ACK direction
+        self._mirror(ns["rtr"], ROUTER_INGRESS, "egress", "ta")  # after: ACKs (no queue there)
+        self._mirror(ns["rcv"], "eth0", "ingress", "ta")  # after: data, past the queue
+        for dev in ("af-fwd", "af-rev"):  # both after-copies arrive on one tap interface
+            self._mirror(ns["tap"], dev, "ingress", "af-in", action="redirect")
+
+    def _start_wire(self, deadline: float) -> None:
+        p = self.plan
+        argv = [
+            str(paths.built("delay-wire")),
+            "--left",
+            "wl",
+            "--right",
+            "wr",
+            "--delay-ns",
+            str(p.base_rtt_ns),
+            "--extra-max-ns",
+            str(p.extra_delay_max_ns),
+            "--stats",
+            str(self.wire_stats),
+            "--stats-interval-ms",
+            "500",
+        ]
+        for g in p.groups:
+            if g.rtt_ns is not None:
+                argv += ["--group", f"{g.address}/32={g.rtt_ns}"]
+        self.wire_stats.unlink(missing_ok=True)
+        procs.start_detached(in_ns(self.ns["wire"], *argv), self.wire_pidfile, self.wire_log)
+
+        def started() -> bool:
+            if procs.running_pid(self.wire_pidfile) is None:
+                raise TestbedError(f"delay-wire exited: {procs.log_tail(self.wire_log)}")
+            return self.wire_stats.exists()
+
+        if not procs.wait_until(started, max(0.0, deadline - time.monotonic())):
+            raise TestbedError(f"delay-wire did not start: {procs.log_tail(self.wire_log)}")
+
+    def _wait_connected(self, deadline: float) -> None:
+        def reachable() -> bool:
+            ping = in_ns(self.ns["snd"], "ping", "-c", "1", "-W", "1", "-q", self.plan.receiver)
+            return subprocess.run(ping, capture_output=True, check=False).returncode == 0
+
+        if not procs.wait_until(reachable, max(0.0, deadline - time.monotonic()), 0.05):
+            raise TestbedError("senders cannot reach the receivers through the router")
+
+    # ---- tearing down -------------------------------------------------------------------
+    def down(self) -> list[str]:
+        """Stops every process in the testbed's namespaces and deletes them; returns them."""
+        procs.stop(self.wire_pidfile)
+        removed = []
+        existing = set(self._existing_namespaces())
+        for ns in self.ns.values():
+            if ns not in existing:
+                continue
+            self._kill_processes_in(ns)
+            run(["ip", "netns", "del", ns])
+            removed.append(ns)
+        return removed
+
+    @staticmethod
+    def _kill_processes_in(ns: str) -> None:
+        """Whatever still runs in our namespace was started by us: TERM, then KILL."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            pids = [int(p) for p in run(["ip", "netns", "pids", ns]).split()]
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            if not pids or procs.wait_until(
+                lambda: not run(["ip", "netns", "pids", ns]).strip(), 5
+            ):
+                return
+
+    # ---- looking at it ------------------------------------------------------------------
+    def wire_report(self) -> dict[str, object]:
+        """The delay wire's own counters: frames, drops, lateness percentiles per direction."""
+        try:
+            report: dict[str, object] = json.loads(self.wire_stats.read_text())
+        except (OSError, ValueError):
+            return {}
+        return report
+
+    def status(self) -> dict[str, object]:
+        existing = set(self._existing_namespaces())
+        qdisc = ""
+        if self.ns["rtr"] in existing:
+            qdisc = run(
+                ["tc", "-n", self.ns["rtr"], "-s", "qdisc", "show", "dev", self.plan.egress]
+            )
+        return {
+            "namespaces": {ns: ns in existing for ns in self.ns.values()},
+            "delay_wire_pid": procs.running_pid(self.wire_pidfile),
+            "wire": self.wire_report(),
+            "qdisc": qdisc,
+        }
