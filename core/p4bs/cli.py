@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from pathlib import Path
 
 from p4bs_infra.services import StackError
 from p4bs_infra.stack import Stack, StackSettings
+from p4bs_infra.testbed import Testbed, TestbedError, TestbedPlan
+from p4bs_infra.traffic import Scenario, ShortFlows, TrafficRun, Voip
 
 from p4bs import paths
 from p4bs.config import ConfigError, load_config
@@ -82,6 +85,72 @@ def cmd_stack_status(args: argparse.Namespace) -> int:
     return 0 if _print_health(stack) else 1
 
 
+def _testbed(args: argparse.Namespace, from_config: bool) -> Testbed:
+    if from_config:
+        return Testbed(TestbedPlan.from_config(load_config(args.config), args.state_dir))
+    state = args.state_dir or paths.home() / ".run" / "testbed" / args.name
+    return Testbed(TestbedPlan.load(state))
+
+
+def cmd_testbed_up(args: argparse.Namespace) -> int:
+    try:
+        testbed = _testbed(args, from_config=True)
+        took = testbed.up()
+    except (ConfigError, TestbedError) as exc:
+        print(f"p4bs testbed up: {exc}", file=sys.stderr)
+        return 1
+    p = testbed.plan
+    print(f"testbed {p.name} up in {took:.1f} s (state in {p.state_dir})")
+    print(f"  router {p.link_id}: {p.rate_bps / 1e6:g} Mbit/s, buffer {p.buffer_bytes} B")
+    print(
+        f"  RTT {p.base_rtt_ns / 1e6:g} ms + per-flow extra up to {p.extra_delay_max_ns / 1e6:g} ms"
+    )
+    print(f"  namespaces: {', '.join(testbed.ns.values())}")
+    print(
+        f"  taps in {testbed.ns['tap']}: {p.tap_before} (before the router), {p.tap_after} (after)"
+    )
+    return 0
+
+
+def cmd_testbed_down(args: argparse.Namespace) -> int:
+    try:
+        removed = _testbed(args, from_config=False).down()
+    except TestbedError as exc:
+        print(f"p4bs testbed down: {exc}", file=sys.stderr)
+        return 1
+    print("removed: " + (", ".join(removed) if removed else "nothing was up"))
+    return 0
+
+
+def cmd_testbed_status(args: argparse.Namespace) -> int:
+    try:
+        status = _testbed(args, from_config=False).status()
+    except TestbedError as exc:
+        print(f"p4bs testbed status: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(status, indent=2))
+    namespaces = status["namespaces"]
+    assert isinstance(namespaces, dict)
+    return 0 if all(namespaces.values()) and status["delay_wire_pid"] else 1
+
+
+def cmd_testbed_run(args: argparse.Namespace) -> int:
+    try:
+        testbed = _testbed(args, from_config=False)
+        scenario = Scenario(
+            duration_s=args.duration,
+            warmup_s=args.warmup,
+            short_flows=ShortFlows(rate_per_s=args.short_flows) if args.short_flows else None,
+            voip=Voip() if args.voip else None,
+        )
+        summary = TrafficRun(testbed, args.out, scenario).run()
+    except TestbedError as exc:
+        print(f"p4bs testbed run: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="p4bs", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -112,6 +181,27 @@ def build_parser() -> argparse.ArgumentParser:
     down.set_defaults(func=cmd_stack_down)
     status = stack_sub.add_parser("status", parents=[state], help="health; exit 1 if unhealthy")
     status.set_defaults(func=cmd_stack_status)
+
+    testbed = sub.add_parser("testbed", help="the emulated network around a Linux router")
+    testbed_sub = testbed.add_subparsers(dest="action", required=True)
+    where = argparse.ArgumentParser(add_help=False)
+    where.add_argument("--state-dir", type=Path, help="default: .run/testbed/<name>")
+    named = argparse.ArgumentParser(add_help=False, parents=[where])
+    named.add_argument("--name", default="p4bs", help="the testbed's name (default: %(default)s)")
+    up = testbed_sub.add_parser("up", parents=[where], help="build it from the config's [testbed]")
+    up.add_argument("--config", type=Path, default=_default_config(), help="default: %(default)s")
+    up.set_defaults(func=cmd_testbed_up)
+    down = testbed_sub.add_parser("down", parents=[named], help="remove namespaces and processes")
+    down.set_defaults(func=cmd_testbed_down)
+    status = testbed_sub.add_parser("status", parents=[named], help="namespaces, wire, queue")
+    status.set_defaults(func=cmd_testbed_status)
+    run = testbed_sub.add_parser("run", parents=[named], help="run traffic, record ground truth")
+    run.add_argument("--duration", type=float, default=30.0, help="seconds (default: %(default)s)")
+    run.add_argument("--warmup", type=float, default=10.0, help="seconds left out of the summary")
+    run.add_argument("--short-flows", type=float, metavar="PER_S", help="Poisson short flows")
+    run.add_argument("--voip", action="store_true", help="add a VoIP-like UDP stream")
+    run.add_argument("--out", type=Path, required=True, help="run directory (must be new)")
+    run.set_defaults(func=cmd_testbed_run)
     return parser
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from p4bs import paths
 from p4bs.config import Config, FlowGroup
+from p4bs.units import bytes_for_duration
 
 from p4bs_infra import procs
 
@@ -38,6 +39,7 @@ ROUTER_INGRESS = "rin"
 HTB_ROOT, HTB_LINK_CLASS, DEFAULT_QUEUE_CLASS = "1:", "1:1", "1:10"
 DEFAULT_QUEUE_QDISC = "10:"
 MTU_FRAME = 1514
+HTB_BURST_NS = 5_000_000
 
 
 class TestbedError(RuntimeError):
@@ -213,154 +215,73 @@ class Testbed:
                     "net.ipv4.tcp_no_metrics_save": "1",
                 }
             run(in_ns(ns, "sysctl", "-q", "-w", *(f"{k}={v}" for k, v in sysctls.items())))
-            run(["ip", "-n", ns, "link", "set", "lo", "up"])
+            self._ip(role, "link set lo up")
 
-    def _veth(self, ns_a: str, name_a: str, ns_b: str, name_b: str) -> None:
-        run(
-            [
-                "ip",
-                "link",
-                "add",
-                "name",
-                name_a,
-                "netns",
-                ns_a,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                name_b,
-                "netns",
-                ns_b,
-            ]
-        )
-        for ns, name in ((ns_a, name_a), (ns_b, name_b)):
+    def _ip(self, role: str, command: str) -> None:
+        run(["ip", "-n", self.ns[role], *command.split()])
+
+    def _tc(self, role: str, command: str) -> None:
+        run(["tc", "-n", self.ns[role], *command.split()])
+
+    def _veth(self, role_a: str, name_a: str, role_b: str, name_b: str) -> None:
+        ns_a, ns_b = self.ns[role_a], self.ns[role_b]
+        veth = f"ip link add name {name_a} netns {ns_a} type veth peer name {name_b} netns {ns_b}"
+        run(veth.split())
+        for role, name in ((role_a, name_a), (role_b, name_b)):
             # Real frames on the wire: no offloads merging packets into 64 KB, and checksums
             # filled in by the sender (the delay wire forwards frames as they are).
-            run(
-                in_ns(
-                    ns, "ethtool", "-K", name, "tx", "off", "tso", "off", "gso", "off", "gro", "off"
-                )
-            )
-            run(["ip", "-n", ns, "link", "set", name, "up"])
+            run(in_ns(self.ns[role], *f"ethtool -K {name} tx off tso off gso off gro off".split()))
+            self._ip(role, f"link set {name} up")
 
     def _links(self) -> None:
-        ns, p = self.ns, self.plan
-        self._veth(ns["snd"], "eth0", ns["wire"], "wl")
-        self._veth(ns["wire"], "wr", ns["rtr"], ROUTER_INGRESS)
-        self._veth(ns["rtr"], p.egress, ns["rcv"], "eth0")
-        self._veth(ns["rtr"], "tb", ns["tap"], p.tap_before)
-        self._veth(ns["rtr"], "ta", ns["tap"], "af-rev")
-        self._veth(ns["rcv"], "ta", ns["tap"], "af-fwd")
-        self._veth(ns["tap"], p.tap_after, ns["tap"], "af-in")
+        p = self.plan
+        self._veth("snd", "eth0", "wire", "wl")
+        self._veth("wire", "wr", "rtr", ROUTER_INGRESS)
+        self._veth("rtr", p.egress, "rcv", "eth0")
+        self._veth("rtr", "tb", "tap", p.tap_before)
+        self._veth("rtr", "ta", "tap", "af-rev")
+        self._veth("rcv", "ta", "tap", "af-fwd")
+        self._veth("tap", p.tap_after, "tap", "af-in")
 
     def _addresses(self) -> None:
-        ns, p = self.ns, self.plan
-        addr = [
-            ("snd", "eth0", f"{SENDER_NET}.2"),
-            ("rtr", ROUTER_INGRESS, f"{SENDER_NET}.1"),
-            ("rtr", p.egress, f"{RECEIVER_NET}.1"),
-            ("rcv", "eth0", p.receiver),
-        ]
-        addr += [("snd", "eth0", g.address) for g in p.groups]
-        for role, dev, ip in addr:
-            run(["ip", "-n", ns[role], "addr", "add", f"{ip}/24", "dev", dev])
-        run(["ip", "-n", ns["snd"], "route", "add", "default", "via", f"{SENDER_NET}.1"])
-        run(["ip", "-n", ns["rcv"], "route", "add", "default", "via", f"{RECEIVER_NET}.1"])
+        p = self.plan
+        self._ip("snd", f"addr add {SENDER_NET}.2/24 dev eth0")
+        for g in p.groups:
+            self._ip("snd", f"addr add {g.address}/24 dev eth0")
+        self._ip("rtr", f"addr add {SENDER_NET}.1/24 dev {ROUTER_INGRESS}")
+        self._ip("rtr", f"addr add {RECEIVER_NET}.1/24 dev {p.egress}")
+        self._ip("rcv", f"addr add {p.receiver}/24 dev eth0")
+        self._ip("snd", f"route add default via {SENDER_NET}.1")
+        self._ip("rcv", f"route add default via {RECEIVER_NET}.1")
 
     def _bottleneck(self) -> None:
         """htb at the link rate over one default queue: a bfifo holding `buffer_bytes`."""
-        rtr, dev, rate = self.ns["rtr"], self.plan.egress, f"{self.plan.rate_bps}bit"
-        tc = ["tc", "-n", rtr]
-        run([*tc, "qdisc", "add", "dev", dev, "root", "handle", HTB_ROOT, "htb", "default", "10"])
-        run(
-            [
-                *tc,
-                "class",
-                "add",
-                "dev",
-                dev,
-                "parent",
-                HTB_ROOT,
-                "classid",
-                HTB_LINK_CLASS,
-                "htb",
-                "rate",
-                rate,
-                "ceil",
-                rate,
-                "quantum",
-                str(MTU_FRAME),
-            ]
+        dev, rate = self.plan.egress, f"{self.plan.rate_bps}bit"
+        # Tokens for HTB_BURST_NS of line rate: a shaper woken late by a busy CPU catches up
+        # instead of losing the link's capacity (the default burst is a few frames).
+        burst = max(bytes_for_duration(HTB_BURST_NS, self.plan.rate_bps), 4 * MTU_FRAME)
+        shaping = f"htb rate {rate} ceil {rate} burst {burst} cburst {burst} quantum {MTU_FRAME}"
+        self._tc("rtr", f"qdisc add dev {dev} root handle {HTB_ROOT} htb default 10")
+        self._tc("rtr", f"class add dev {dev} parent {HTB_ROOT} classid {HTB_LINK_CLASS} {shaping}")
+        self._tc(
+            "rtr",
+            f"class add dev {dev} parent {HTB_LINK_CLASS} classid {DEFAULT_QUEUE_CLASS} {shaping}",
         )
-        run(
-            [
-                *tc,
-                "class",
-                "add",
-                "dev",
-                dev,
-                "parent",
-                HTB_LINK_CLASS,
-                "classid",
-                DEFAULT_QUEUE_CLASS,
-                "htb",
-                "rate",
-                rate,
-                "ceil",
-                rate,
-                "quantum",
-                str(MTU_FRAME),
-            ]
-        )
-        run(
-            [
-                *tc,
-                "qdisc",
-                "add",
-                "dev",
-                dev,
-                "parent",
-                DEFAULT_QUEUE_CLASS,
-                "handle",
-                DEFAULT_QUEUE_QDISC,
-                "bfifo",
-                "limit",
-                str(self.plan.buffer_bytes),
-            ]
+        self._tc(
+            "rtr",
+            f"qdisc add dev {dev} parent {DEFAULT_QUEUE_CLASS} handle {DEFAULT_QUEUE_QDISC} "
+            f"bfifo limit {self.plan.buffer_bytes}",
         )
 
-    def _mirror(self, ns: str, dev: str, hook: str, target: str, action: str = "mirror") -> None:
-        run(
-            [
-                "tc",
-                "-n",
-                ns,
-                "filter",
-                "add",
-                "dev",
-                dev,
-                hook,
-                "protocol",
-                "all",
-                "prio",
-                "1",
-                "u32",
-                "match",
-                "u32",
-                "0",
-                "0",
-                "action",
-                "mirred",
-                "egress",
-                action,
-                "dev",
-                target,
-            ]
+    def _mirror(self, role: str, dev: str, hook: str, target: str, action: str = "mirror") -> None:
+        self._tc(
+            role,
+            f"filter add dev {dev} {hook} protocol all prio 1 u32 match u32 0 0 "
+            f"action mirred egress {action} dev {target}",
         )
 
     def _taps(self) -> None:
-        ns, p = self.ns, self.plan
+        p = self.plan
         for role, dev in (
             ("rtr", ROUTER_INGRESS),
             ("rtr", p.egress),
@@ -368,13 +289,13 @@ class Testbed:
             ("tap", "af-fwd"),
             ("tap", "af-rev"),
         ):
-            run(["tc", "-n", ns[role], "qdisc", "add", "dev", dev, "clsact"])
-        self._mirror(ns["rtr"], ROUTER_INGRESS, "ingress", "tb")  # before: data direction
-        self._mirror(ns["rtr"], p.egress, "ingress", "tb")  # before: ACK direction
-        self._mirror(ns["rtr"], ROUTER_INGRESS, "egress", "ta")  # after: ACKs (no queue there)
-        self._mirror(ns["rcv"], "eth0", "ingress", "ta")  # after: data, past the queue
+            self._tc(role, f"qdisc add dev {dev} clsact")
+        self._mirror("rtr", ROUTER_INGRESS, "ingress", "tb")  # before: data direction
+        self._mirror("rtr", p.egress, "ingress", "tb")  # before: ACK direction
+        self._mirror("rtr", ROUTER_INGRESS, "egress", "ta")  # after: ACKs (no queue there)
+        self._mirror("rcv", "eth0", "ingress", "ta")  # after: data, past the queue
         for dev in ("af-fwd", "af-rev"):  # both after-copies arrive on one tap interface
-            self._mirror(ns["tap"], dev, "ingress", "af-in", action="redirect")
+            self._mirror("tap", dev, "ingress", "af-in", action="redirect")
 
     def _start_wire(self, deadline: float) -> None:
         p = self.plan

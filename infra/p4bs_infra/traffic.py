@@ -1,0 +1,399 @@
+"""Running traffic through the testbed and recording the ground truth of a scenario.
+
+`TrafficRun(testbed, run_dir, scenario).run()` starts the recorders (the router's FIFO at
+`qdisc_hz` over netlink, the senders' per-flow TCP state with `ss` at `ss_hz`), the long-flow
+groups (iperf3, each group from its own address with its congestion control, joining at its
+start time), optional short flows (Poisson arrivals, FCT per flow) and an optional VoIP-like
+UDP stream, waits for the scenario's duration, stops everything it started and writes
+`summary.json` next to the raw files:
+
+    qdisc.jsonl  ss.jsonl  iperf3-<group>-<k>.json  fct.jsonl  voip-recv.jsonl  voip-send.jsonl
+    delay-wire.json  summary.json
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from p4bs_infra import procs
+from p4bs_infra.testbed import SENDER_NET, Testbed, TestbedError, in_ns
+
+IPERF_BASE_PORT = 5201
+IPERF_MAX_PARALLEL = 100
+FCT_PORT = 8080
+VOIP_PORT = 4000
+SHORT_FLOW_SOURCE = f"{SENDER_NET}.2"
+
+
+@dataclass
+class ShortFlows:
+    rate_per_s: float = 5.0
+    min_size_bytes: int = 15_000
+    max_size_bytes: int = 2_500_000
+
+
+@dataclass
+class Voip:
+    pps: float = 50.0
+    size_bytes: int = 172
+
+
+@dataclass
+class Scenario:
+    duration_s: float
+    long_flows: bool = True
+    short_flows: ShortFlows | None = None
+    voip: Voip | None = None
+    qdisc_hz: float = 50.0
+    ss_hz: float = 5.0
+    warmup_s: float = 0.0  # left out of summary.json (slow start, the queue filling)
+
+
+@dataclass
+class _Started:
+    name: str
+    pidfile: Path
+    waits: bool = False  # ends by itself (a client); the rest is stopped at the end
+
+
+@dataclass
+class TrafficRun:
+    testbed: Testbed
+    run_dir: Path
+    scenario: Scenario
+    _started: list[_Started] = field(default_factory=list)
+
+    def _start(self, role: str, name: str, argv: list[str], waits: bool = False) -> None:
+        pidfile = self.run_dir / "pids" / f"{name}.pid"
+        pidfile.parent.mkdir(parents=True, exist_ok=True)
+        procs.start_detached(
+            in_ns(self.testbed.ns[role], *argv), pidfile, self.run_dir / "logs" / f"{name}.log"
+        )
+        self._started.append(_Started(name, pidfile, waits))
+
+    def _tool(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "p4bs_infra.trafficgen", *args]
+
+    def _wait_listening(self, port: int, udp: bool = False) -> None:
+        flag = "-Hlun" if udp else "-Hltn"
+
+        def listening() -> bool:
+            out = subprocess.run(
+                in_ns(self.testbed.ns["rcv"], "ss", flag, f"sport = :{port}"),
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout
+            return bool(out.strip())
+
+        if not procs.wait_until(listening, 15):
+            raise TestbedError(f"nothing listens on receiver port {port}; see {self.run_dir}/logs")
+
+    def _long_flow_batches(self) -> Iterator[tuple[str, int, Any]]:
+        port = IPERF_BASE_PORT
+        for group in self.testbed.plan.groups:
+            remaining, k = group.flows, 0
+            while remaining > 0:
+                batch = min(remaining, IPERF_MAX_PARALLEL)
+                yield f"{group.name}-{k}", port, (group, batch)
+                remaining -= batch
+                port += 1
+                k += 1
+
+    def run(self, progress: Callable[[str], None] = print) -> dict[str, Any]:
+        """Runs the scenario to its end; always stops what it started."""
+        s, p = self.scenario, self.testbed.plan
+        if self.run_dir.exists() and any(self.run_dir.iterdir()):
+            raise TestbedError(f"run directory {self.run_dir} is not empty")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "scenario.json").write_text(json.dumps(asdict(s), indent=2))
+        try:
+            self._start(
+                "rtr",
+                "qdisc-log",
+                self._tool(
+                    "qdisc-log",
+                    "--dev",
+                    p.egress,
+                    "--hz",
+                    str(s.qdisc_hz),
+                    "--out",
+                    str(self.run_dir / "qdisc.jsonl"),
+                ),
+            )
+            self._start(
+                "snd",
+                "ss-log",
+                self._tool(
+                    "ss-log",
+                    "--dst",
+                    p.receiver,
+                    "--hz",
+                    str(s.ss_hz),
+                    "--out",
+                    str(self.run_dir / "ss.jsonl"),
+                ),
+            )
+            batches = list(self._long_flow_batches()) if s.long_flows else []
+            for name, port, _ in batches:
+                self._start("rcv", f"iperf3-server-{name}", ["iperf3", "-s", "-1", "-p", str(port)])
+            if s.short_flows:
+                self._start("rcv", "fct-server", self._tool("fct-server", "--port", str(FCT_PORT)))
+            if s.voip:
+                self._start(
+                    "rcv",
+                    "voip-recv",
+                    self._tool(
+                        "voip-recv",
+                        "--port",
+                        str(VOIP_PORT),
+                        "--out",
+                        str(self.run_dir / "voip-recv.jsonl"),
+                    ),
+                )
+            for _, port, _ in batches:
+                self._wait_listening(port)
+            if s.short_flows:
+                self._wait_listening(FCT_PORT)
+            if s.voip:
+                self._wait_listening(VOIP_PORT, udp=True)
+
+            began = time.monotonic()
+            self._write_timeline(time.time_ns())
+            pending = sorted(batches, key=lambda b: b[2][0].start_ns)
+            self._start_side_traffic(began)
+            while pending:
+                name, port, (group, flows) = pending[0]
+                at = began + group.start_ns / 1e9
+                if at >= began + s.duration_s:
+                    progress(f"group {group.name} starts after the scenario's end: skipped")
+                    pending.pop(0)
+                    continue
+                time.sleep(max(0.0, at - time.monotonic()))  # the scenario's own schedule
+                pending.pop(0)
+                left = began + s.duration_s - time.monotonic()
+                progress(
+                    f"t={time.monotonic() - began:5.1f}s: {flows} {group.cca} flows of "
+                    f"group {group.name} start for {left:.1f}s"
+                )
+                self._start(
+                    "snd",
+                    f"iperf3-{name}",
+                    [
+                        "iperf3",
+                        "-c",
+                        p.receiver,
+                        "-p",
+                        str(port),
+                        "-B",
+                        group.address,
+                        "-P",
+                        str(flows),
+                        "-C",
+                        group.cca,
+                        "-t",
+                        f"{max(1.0, left):.1f}",
+                        "-J",
+                        "--logfile",
+                        str(self.run_dir / f"iperf3-{name}.json"),
+                    ],
+                    waits=True,
+                )
+            self._wait_clients(began + s.duration_s + 30)
+        finally:
+            for started in reversed(self._started):
+                procs.stop(started.pidfile, timeout_s=5)
+            if self.testbed.wire_stats.exists():
+                shutil.copy(self.testbed.wire_stats, self.run_dir / "delay-wire.json")
+        summary = summarise(self.run_dir, p.rate_bps)
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return summary
+
+    def _write_timeline(self, start_ns: int) -> None:
+        s = self.scenario
+        timeline = {
+            "traffic_start_ns": start_ns,
+            "steady_from_ns": start_ns + round(s.warmup_s * 1e9),
+            "end_ns": start_ns + round(s.duration_s * 1e9),
+        }
+        (self.run_dir / "timeline.json").write_text(json.dumps(timeline, indent=2) + "\n")
+
+    def _start_side_traffic(self, began: float) -> None:
+        s, p = self.scenario, self.testbed.plan
+        if s.short_flows:
+            self._start(
+                "snd",
+                "fct-client",
+                self._tool(
+                    "fct-client",
+                    "--server",
+                    p.receiver,
+                    "--port",
+                    str(FCT_PORT),
+                    "--bind",
+                    SHORT_FLOW_SOURCE,
+                    "--rate",
+                    str(s.short_flows.rate_per_s),
+                    "--min-size",
+                    str(s.short_flows.min_size_bytes),
+                    "--max-size",
+                    str(s.short_flows.max_size_bytes),
+                    "--duration",
+                    str(s.duration_s),
+                    "--out",
+                    str(self.run_dir / "fct.jsonl"),
+                ),
+                waits=True,
+            )
+        if s.voip:
+            self._start(
+                "snd",
+                "voip-send",
+                self._tool(
+                    "voip-send",
+                    "--dst",
+                    p.receiver,
+                    "--port",
+                    str(VOIP_PORT),
+                    "--bind",
+                    SHORT_FLOW_SOURCE,
+                    "--pps",
+                    str(s.voip.pps),
+                    "--size",
+                    str(s.voip.size_bytes),
+                    "--duration",
+                    str(s.duration_s),
+                    "--out",
+                    str(self.run_dir / "voip-send.jsonl"),
+                ),
+                waits=True,
+            )
+
+    def _wait_clients(self, deadline: float) -> None:
+        clients = [c for c in self._started if c.waits]
+
+        def finished() -> bool:
+            return all(procs.running_pid(c.pidfile) is None for c in clients)
+
+        procs.wait_until(finished, max(0.0, deadline - time.monotonic()), 0.2)
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def jain_index(values: list[float]) -> float | None:
+    """Jain's fairness index: (sum x)^2 / (n * sum x^2); 1 when all are equal."""
+    if not values or not any(values):
+        return None
+    return sum(values) ** 2 / (len(values) * sum(v * v for v in values))
+
+
+def summarise(run_dir: Path, rate_bps: int) -> dict[str, Any]:
+    """The scenario's steady-state figures from its raw files: what tests and reports read.
+
+    Time series (router, ss, VoIP) count from the end of the warm-up on; iperf3, FCT and delay
+    wire figures cover the whole run.
+    """
+    timeline = json.loads((run_dir / "timeline.json").read_text())
+    steady = timeline["steady_from_ns"]
+    out: dict[str, Any] = {"timeline": timeline}
+    qdisc = [q for q in _jsonl(run_dir / "qdisc.jsonl") if q["ts_ns"] >= steady]
+    if len(qdisc) >= 2:
+        first, last = qdisc[0], qdisc[-1]
+        seconds = (last["ts_ns"] - first["ts_ns"]) / 1e9
+        backlog = [q["backlog_bytes"] for q in qdisc]
+        out["router"] = {
+            "samples": len(qdisc),
+            "sample_hz": (len(qdisc) - 1) / seconds if seconds else None,
+            "throughput_bps": (last["sent_bytes"] - first["sent_bytes"]) * 8 / seconds,
+            "drops": last["drops"] - first["drops"],
+            "backlog_mean_bytes": statistics.fmean(backlog),
+            "queue_delay_mean_ns": statistics.fmean(backlog) * 8e9 / rate_bps,
+            "limit_bytes": sorted({q["limit_bytes"] for q in qdisc}),
+        }
+    ss = [r for r in _jsonl(run_dir / "ss.jsonl") if r["ts_ns"] >= steady]
+    # iperf3's control connection shares the port: a long flow is one that moved data.
+    bulk = {(r["src"], r["sport"]) for r in ss if r.get("bytes_acked", 0) >= 1_000_000}
+    long_flows: dict[tuple[str, int], list[int]] = defaultdict(list)
+    min_rtt: dict[tuple[str, int], int] = {}
+    retrans: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for r in ss:
+        if r.get("rtt_ns") and (r["src"], r["sport"]) in bulk and r["dport"] < FCT_PORT:
+            flow = (r["src"], r["sport"])
+            long_flows[flow].append(r["rtt_ns"])
+            retrans[flow].append(r["retrans"])
+            if "minrtt_ns" in r:
+                min_rtt[flow] = r["minrtt_ns"]
+    if long_flows:
+        per_flow = [statistics.fmean(v) for v in long_flows.values()]
+        out["long_flows"] = {
+            "flows_seen": len(per_flow),
+            "rtt_mean_ns": statistics.fmean(per_flow),
+            "rtt_p50_ns": _percentile([x for v in long_flows.values() for x in v], 0.5),
+            # The lowest RTT each flow ever saw: its propagation delay, the "base RTT".
+            "min_rtt_mean_ns": statistics.fmean(min_rtt.values()) if min_rtt else None,
+            "retransmissions": sum(v[-1] - v[0] for v in retrans.values()),
+        }
+    streams: list[float] = []
+    groups = {}
+    for path in sorted(run_dir.glob("iperf3-*.json")):
+        result = json.loads(path.read_text() or "{}")
+        end = result.get("end", {})
+        if "sum_received" in end:
+            groups[path.stem.removeprefix("iperf3-")] = end["sum_received"]["bits_per_second"]
+            streams += [st["receiver"]["bits_per_second"] for st in end.get("streams", [])]
+        elif "error" in result:
+            groups[path.stem.removeprefix("iperf3-")] = f"error: {result['error']}"
+    if groups:
+        out["iperf3"] = {"groups_bps": groups, "streams": len(streams), "jain": jain_index(streams)}
+    fct = _jsonl(run_dir / "fct.jsonl")
+    if fct:
+        ok = [f["fct_ns"] for f in fct if f.get("ok")]
+        out["short_flows"] = {
+            "flows": len(fct),
+            "completed": len(ok),
+            "fct_p50_ns": _percentile(ok, 0.5),
+            "fct_p99_ns": _percentile(ok, 0.99),
+        }
+    received = [r for r in _jsonl(run_dir / "voip-recv.jsonl") if r["send_ns"] >= steady]
+    sent = _jsonl(run_dir / "voip-send.jsonl")
+    if received or sent:
+        delays = [r["recv_ns"] - r["send_ns"] for r in sorted(received, key=lambda r: r["seq"])]
+        jitter = 0.0
+        for a, b in itertools.pairwise(delays):  # RFC 3550 interarrival jitter
+            jitter += (abs(b - a) - jitter) / 16
+        total = sent[-1]["sent"] if sent else None
+        out["voip"] = {
+            "sent": total,
+            "received": len(received),
+            "loss": 1 - len(received) / total if total else None,
+            "delay_p50_ns": _percentile(delays, 0.5),
+            "delay_p99_ns": _percentile(delays, 0.99),
+            "jitter_ns": jitter,
+        }
+    wire = run_dir / "delay-wire.json"
+    if wire.exists():
+        out["delay_wire"] = json.loads(wire.read_text())["directions"]
+    return out

@@ -1,0 +1,295 @@
+"""Traffic and measurement programs that run inside the testbed's namespaces.
+
+    python -m p4bs_infra.trafficgen fct-server --port P
+    python -m p4bs_infra.trafficgen fct-client --server IP --port P --bind IP --rate FLOWS_PER_S
+        --min-size B --max-size B --duration S --out FILE [--seed N]
+    python -m p4bs_infra.trafficgen voip-recv --port P --out FILE
+    python -m p4bs_infra.trafficgen voip-send --dst IP --port P --bind IP --pps N --size B
+        --duration S --out FILE
+    python -m p4bs_infra.trafficgen qdisc-log --dev IF --hz N --out FILE
+    python -m p4bs_infra.trafficgen ss-log --dst IP --hz N --out FILE
+
+Short flows: the client asks the server for SIZE bytes (8-byte request) and times the flow
+from connect() to the server's close: the flow completion time. Sizes are log-uniform between
+the bounds (web-like: many small, some large); arrivals are Poisson. VoIP: constant-rate UDP
+datagrams carrying their sequence number and send time; sender and receiver share this host's
+clock, so one-way delay is exact. Every program writes JSON lines and stops cleanly on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import re
+import signal
+import socket
+import struct
+import subprocess
+import threading
+import time
+from typing import IO, Any
+
+from p4bs_infra.netlink_tc import Rtnetlink
+
+REQUEST = struct.Struct("!Q")
+VOIP_HEADER = struct.Struct("!QQ")  # sequence number, send time (ns, realtime)
+CHUNK = b"\0" * (1 << 16)
+
+stop = threading.Event()
+
+
+def _on_term(*_: object) -> None:
+    stop.set()
+
+
+def _writer(path: str) -> IO[str]:
+    return open(path, "a", buffering=1)  # line-buffered: every record is on disk at once
+
+
+def _emit(out: IO[str], record: dict[str, Any]) -> None:
+    out.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+
+# ---- short flows -------------------------------------------------------------------------
+async def _serve_flow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        (size,) = REQUEST.unpack(await reader.readexactly(REQUEST.size))
+        while size > 0:
+            chunk = CHUNK[: min(size, len(CHUNK))]
+            writer.write(chunk)
+            size -= len(chunk)
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
+async def fct_server(args: argparse.Namespace) -> None:
+    server = await asyncio.start_server(_serve_flow, args.bind, args.port, reuse_address=True)
+    async with server:
+        while not stop.is_set():
+            await asyncio.sleep(0.1)
+
+
+async def _one_flow(args: argparse.Namespace, size: int, out: IO[str]) -> None:
+    began = time.time_ns()
+    record: dict[str, Any] = {"start_ns": began, "size_bytes": size, "src": args.bind}
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(args.server, args.port, local_addr=(args.bind, 0)), 30
+        )
+        writer.write(REQUEST.pack(size))
+        received = 0
+        while True:
+            data = await asyncio.wait_for(reader.read(1 << 16), 60)
+            if not data:
+                break
+            received += len(data)
+        writer.close()
+        record |= {"fct_ns": time.time_ns() - began, "ok": received == size}
+    except (OSError, TimeoutError) as exc:
+        record |= {"fct_ns": None, "ok": False, "error": str(exc)}
+    _emit(out, record)
+
+
+async def fct_client(args: argparse.Namespace) -> None:
+    rng = random.Random(args.seed)
+    out = _writer(args.out)
+    flows: set[asyncio.Task[None]] = set()
+    end = time.monotonic() + args.duration
+    next_start = time.monotonic()
+    while not stop.is_set() and next_start < end:
+        await asyncio.sleep(max(0.0, next_start - time.monotonic()))
+        low, high = args.min_size, args.max_size
+        size = round(low * (high / low) ** rng.random())
+        task = asyncio.create_task(_one_flow(args, size, out))
+        flows.add(task)
+        task.add_done_callback(flows.discard)
+        next_start += rng.expovariate(args.rate)
+    if flows:
+        await asyncio.wait(flows, timeout=60)
+
+
+# ---- VoIP-like stream --------------------------------------------------------------------
+def voip_recv(args: argparse.Namespace) -> None:
+    out = _writer(args.out)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind((args.bind, args.port))
+    sock.settimeout(0.2)
+    while not stop.is_set():
+        try:
+            data = sock.recv(2048)
+        except TimeoutError:
+            continue
+        now = time.time_ns()
+        seq, sent = VOIP_HEADER.unpack_from(data)
+        _emit(out, {"seq": seq, "send_ns": sent, "recv_ns": now})
+
+
+def voip_send(args: argparse.Namespace) -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind((args.bind, 0))
+    padding = b"\0" * max(0, args.size - VOIP_HEADER.size)
+    interval = 1.0 / args.pps
+    began = time.monotonic()
+    seq = 0
+    while not stop.is_set() and seq < args.duration * args.pps:
+        due = began + seq * interval  # absolute schedule: no drift from send times
+        time.sleep(max(0.0, due - time.monotonic()))
+        sock.sendto(VOIP_HEADER.pack(seq, time.time_ns()) + padding, (args.dst, args.port))
+        seq += 1
+    with _writer(args.out) as out:
+        _emit(out, {"sent": seq, "pps": args.pps, "size_bytes": args.size})
+
+
+# ---- ground truth ------------------------------------------------------------------------
+def qdisc_log(args: argparse.Namespace) -> None:
+    """The FIFO behind the bottleneck: limit, backlog, drops, bytes sent, every 1/hz s."""
+    ifindex = socket.if_nametoindex(args.dev)
+    out = _writer(args.out)
+    period = 1.0 / args.hz
+    with Rtnetlink() as nl:
+        next_at = time.monotonic()
+        while not stop.is_set():
+            ts = time.time_ns()
+            for q in nl.qdiscs(ifindex):
+                if q.kind == "bfifo":
+                    _emit(
+                        out,
+                        {
+                            "ts_ns": ts,
+                            "handle": q.handle,
+                            "limit_bytes": q.limit,
+                            "backlog_bytes": q.backlog,
+                            "qlen": q.qlen,
+                            "drops": q.drops,
+                            "sent_bytes": q.bytes,
+                            "sent_packets": q.packets,
+                        },
+                    )
+            next_at += period
+            time.sleep(max(0.0, next_at - time.monotonic()))
+
+
+_SS_FIELDS = {
+    "cwnd": re.compile(r"\bcwnd:(\d+)"),
+    "retrans": re.compile(r"\bretrans:\d+/(\d+)"),
+    "bytes_acked": re.compile(r"\bbytes_acked:(\d+)"),
+}
+_SS_RTT = re.compile(r"\brtt:([0-9.]+)/([0-9.]+)")
+_SS_MINRTT = re.compile(r"\bminrtt:([0-9.]+)")
+_SS_ENDPOINTS = re.compile(r"(\S+):(\d+)\s+(\S+):(\d+)\s+(.*)$")
+_SS_CCA = re.compile(r"^\s*(cubic|bbr|reno)\b")
+
+
+def parse_ss(text: str, ts_ns: int) -> list[dict[str, Any]]:
+    """`ss -tinHO` lines (one per connection) -> records; times in ns."""
+    records = []
+    for line in text.splitlines():
+        m = _SS_ENDPOINTS.search(line)
+        if m is None:
+            continue
+        info = m.group(5)
+        cca = _SS_CCA.search(info)
+        record: dict[str, Any] = {
+            "ts_ns": ts_ns,
+            "src": m.group(1),
+            "sport": int(m.group(2)),
+            "dst": m.group(3),
+            "dport": int(m.group(4)),
+            "cca": cca.group(1) if cca else None,
+        }
+        if rtt := _SS_RTT.search(info):
+            record["rtt_ns"] = round(float(rtt.group(1)) * 1e6)
+            record["rttvar_ns"] = round(float(rtt.group(2)) * 1e6)
+        if minrtt := _SS_MINRTT.search(info):
+            record["minrtt_ns"] = round(float(minrtt.group(1)) * 1e6)
+        for name, pattern in _SS_FIELDS.items():
+            found = pattern.search(info)
+            record[name] = int(found.group(1)) if found else 0
+        records.append(record)
+    return records
+
+
+def ss_log(args: argparse.Namespace) -> None:
+    """Per-flow RTT, cwnd and retransmissions seen by the senders' TCP stacks."""
+    out = _writer(args.out)
+    period = 1.0 / args.hz
+    next_at = time.monotonic()
+    while not stop.is_set():
+        ts = time.time_ns()
+        text = subprocess.run(
+            ["ss", "-tinHO", "state", "established", "dst", args.dst],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+        for record in parse_ss(text, ts):
+            _emit(out, record)
+        next_at += period
+        time.sleep(max(0.0, next_at - time.monotonic()))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="p4bs_infra.trafficgen",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("fct-server")
+    p.add_argument("--bind", default="0.0.0.0")
+    p.add_argument("--port", type=int, required=True)
+    p = sub.add_parser("fct-client")
+    p.add_argument("--server", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--bind", required=True)
+    p.add_argument("--rate", type=float, required=True, help="flows per second (Poisson)")
+    p.add_argument("--min-size", type=int, required=True)
+    p.add_argument("--max-size", type=int, required=True)
+    p.add_argument("--duration", type=float, required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--seed", type=int, default=1)
+    p = sub.add_parser("voip-recv")
+    p.add_argument("--bind", default="0.0.0.0")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("voip-send")
+    p.add_argument("--dst", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--bind", required=True)
+    p.add_argument("--pps", type=float, default=50.0)
+    p.add_argument("--size", type=int, default=172, help="bytes of UDP payload (G.711: 160+12)")
+    p.add_argument("--duration", type=float, required=True)
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("qdisc-log")
+    p.add_argument("--dev", required=True)
+    p.add_argument("--hz", type=float, default=50.0)
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("ss-log")
+    p.add_argument("--dst", required=True)
+    p.add_argument("--hz", type=float, default=5.0)
+    p.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _on_term)
+    signal.signal(signal.SIGINT, _on_term)
+    programs = {
+        "fct-server": fct_server,
+        "fct-client": fct_client,
+        "voip-recv": voip_recv,
+        "voip-send": voip_send,
+        "qdisc-log": qdisc_log,
+        "ss-log": ss_log,
+    }
+    program = programs[args.command]
+    if asyncio.iscoroutinefunction(program):
+        asyncio.run(program(args))
+    else:
+        program(args)
+
+
+if __name__ == "__main__":
+    main()
