@@ -60,6 +60,8 @@ class SenderGroup:
 class TestbedPlan:
     """Everything `up` builds, derived from the config; saved so `down` needs no config."""
 
+    __test__ = False  # not a pytest class, despite its name
+
     name: str
     state_dir: Path
     link_id: str
@@ -149,6 +151,8 @@ def in_ns(ns: str, *argv: str) -> list[str]:
 
 
 class Testbed:
+    __test__ = False  # not a pytest class, despite its name
+
     def __init__(self, plan: TestbedPlan) -> None:
         self.plan = plan
         self.ns = plan.namespaces

@@ -377,14 +377,17 @@ def summarise(run_dir: Path, rate_bps: int) -> dict[str, Any]:
             "fct_p50_ns": _percentile(ok, 0.5),
             "fct_p99_ns": _percentile(ok, 0.99),
         }
-    received = [r for r in _jsonl(run_dir / "voip-recv.jsonl") if r["send_ns"] >= steady]
     sent = _jsonl(run_dir / "voip-send.jsonl")
-    if received or sent:
+    if sent:
+        # The sender keeps an absolute schedule: sequence numbers tell what was due when.
+        stream = sent[-1]
+        first = max(0, math.ceil((steady - stream["start_ns"]) * stream["pps"] / 1e9))
+        received = [r for r in _jsonl(run_dir / "voip-recv.jsonl") if r["seq"] >= first]
         delays = [r["recv_ns"] - r["send_ns"] for r in sorted(received, key=lambda r: r["seq"])]
         jitter = 0.0
         for a, b in itertools.pairwise(delays):  # RFC 3550 interarrival jitter
             jitter += (abs(b - a) - jitter) / 16
-        total = sent[-1]["sent"] if sent else None
+        total = stream["sent"] - first
         out["voip"] = {
             "sent": total,
             "received": len(received),

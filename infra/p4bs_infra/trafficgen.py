@@ -135,6 +135,7 @@ def voip_send(args: argparse.Namespace) -> None:
     padding = b"\0" * max(0, args.size - VOIP_HEADER.size)
     interval = 1.0 / args.pps
     began = time.monotonic()
+    start_ns = time.time_ns()
     seq = 0
     while not stop.is_set() and seq < args.duration * args.pps:
         due = began + seq * interval  # absolute schedule: no drift from send times
@@ -142,7 +143,7 @@ def voip_send(args: argparse.Namespace) -> None:
         sock.sendto(VOIP_HEADER.pack(seq, time.time_ns()) + padding, (args.dst, args.port))
         seq += 1
     with _writer(args.out) as out:
-        _emit(out, {"sent": seq, "pps": args.pps, "size_bytes": args.size})
+        _emit(out, {"sent": seq, "pps": args.pps, "size_bytes": args.size, "start_ns": start_ns})
 
 
 # ---- ground truth ------------------------------------------------------------------------

@@ -1,0 +1,251 @@
+"""The emulated testbed, really built: namespaces, the delay wire, taps, the bottleneck, traffic.
+
+Needs root (network namespaces) like the rest of the suite on these machines. Every testbed
+here has its own name and is torn down by the fixture, whatever the test did.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from p4bs import paths
+from p4bs.config import load_config
+from p4bs_infra import procs
+from p4bs_infra.testbed import Testbed, TestbedPlan, in_ns, run
+from p4bs_infra.traffic import Scenario, ShortFlows, TrafficRun, Voip, jain_index
+from p4bs_infra.trafficgen import parse_ss
+
+MakeTestbed = Callable[..., Testbed]
+
+
+@pytest.fixture
+def make_testbed(repo: Path, tmp_path: Path) -> Iterator[MakeTestbed]:
+    built: list[Testbed] = []
+
+    def make(**changes: object) -> Testbed:
+        plan = TestbedPlan.from_config(load_config(repo / "config" / "testbed.toml"))
+        name = f"t{uuid.uuid4().hex[:6]}"
+        plan = dataclasses.replace(plan, name=name, state_dir=tmp_path / name, **changes)
+        testbed = Testbed(plan)
+        built.append(testbed)
+        testbed.up()
+        return testbed
+
+    yield make
+    for testbed in built:
+        testbed.down()
+
+
+def _namespaces() -> set[str]:
+    return {line.split()[0] for line in run(["ip", "netns", "list"]).splitlines() if line}
+
+
+def _root_links() -> str:
+    return run(["ip", "-o", "link", "show"])
+
+
+def test_up_then_down_leaves_no_namespace_link_or_process(make_testbed: MakeTestbed) -> None:
+    links_before = _root_links()
+    testbed = make_testbed()
+    assert set(testbed.ns.values()) <= _namespaces()
+    wire_pid = procs.running_pid(testbed.wire_pidfile)
+    assert wire_pid is not None
+    qdisc = run(["tc", "-n", testbed.ns["rtr"], "qdisc", "show", "dev", testbed.plan.egress])
+    assert f"bfifo 10: parent 1:10 limit {testbed.plan.buffer_bytes}b" in qdisc
+    # A process left running inside a namespace must be found and stopped by down().
+    sleeper = subprocess.Popen(in_ns(testbed.ns["rcv"], "sleep", "300"))
+
+    removed = testbed.down()
+    assert sorted(removed) == sorted(testbed.ns.values())
+    assert not set(testbed.ns.values()) & _namespaces()
+    assert sleeper.wait(timeout=10) is not None
+    assert procs.running_pid(testbed.wire_pidfile) is None
+    assert _root_links() == links_before
+    assert testbed.down() == []  # twice is harmless
+
+
+def _ping_rtts_ms(testbed: Testbed, count: int) -> list[float]:
+    out = run(
+        in_ns(testbed.ns["snd"], "ping", "-c", str(count), "-i", "0.02", testbed.plan.receiver),
+        timeout_s=60,
+    )
+    return [float(part.split("=")[1]) for part in out.split() if part.startswith("time=")]
+
+
+def test_delay_wire_adds_the_configured_delay_and_reports_lateness(
+    make_testbed: MakeTestbed,
+) -> None:
+    testbed = make_testbed(base_rtt_ns=20_000_000, extra_delay_max_ns=0)
+    rtts = _ping_rtts_ms(testbed, 100)
+    assert len(rtts) == 100
+    assert abs(statistics.median(rtts) - 20.0) <= 1.0, rtts
+
+    def counted() -> bool:
+        dirs = testbed.wire_report().get("directions", {})
+        return isinstance(dirs, dict) and all(d["frames"] >= 100 for d in dirs.values())
+
+    assert procs.wait_until(counted, 10), testbed.wire_report()
+    report = testbed.wire_report()["directions"]
+    assert isinstance(report, dict)
+    for direction in report.values():
+        assert direction["dropped_queue_full"] == 0
+        assert direction["kernel_drops"] == 0
+        assert direction["send_errors"] == 0
+        assert direction["late_max_ns"] > 0
+        assert direction["late_p50_ns"] < 1_000_000
+
+
+def test_group_delay_is_fixed_per_sender_address(make_testbed: MakeTestbed) -> None:
+    plan_groups = [dataclasses.replace(g, rtt_ns=50_000_000) for g in _example_plan().groups]
+    testbed = make_testbed(groups=plan_groups, extra_delay_max_ns=0)
+    source = testbed.plan.groups[0].address
+    out = run(
+        in_ns(
+            testbed.ns["snd"], "ping", "-c", "20", "-i", "0.02", "-I", source, testbed.plan.receiver
+        ),
+        timeout_s=30,
+    )
+    rtts = [float(p.split("=")[1]) for p in out.split() if p.startswith("time=")]
+    assert abs(statistics.median(rtts) - 50.0) <= 1.0
+
+
+def _example_plan() -> TestbedPlan:
+    repo = Path(__file__).resolve().parents[1]
+    return TestbedPlan.from_config(load_config(repo / "config" / "testbed.toml"))
+
+
+def _capture(testbed: Testbed, interface: str) -> subprocess.Popen[str]:
+    capture = subprocess.Popen(
+        in_ns(testbed.ns["tap"], "tcpdump", "-l", "-n", "-e", "-i", interface, "-c", "4", "icmp"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert capture.stderr is not None
+    for _ in range(3):  # tcpdump says it listens once the capture is armed
+        if "listening on" in capture.stderr.readline():
+            return capture
+    raise AssertionError("tcpdump did not start listening")
+
+
+def test_taps_see_both_directions_before_and_after_the_router(make_testbed: MakeTestbed) -> None:
+    testbed = make_testbed()
+    before = _capture(testbed, testbed.plan.tap_before)
+    after = _capture(testbed, testbed.plan.tap_after)
+    run(in_ns(testbed.ns["snd"], "ping", "-c", "2", "-i", "0.2", testbed.plan.receiver))
+    seen_before, _ = before.communicate(timeout=20)
+    seen_after, _ = after.communicate(timeout=20)
+    for seen in (seen_before, seen_after):
+        assert seen.count("echo request") == 2, seen
+        assert seen.count("echo reply") == 2, seen
+    router_out_mac = run(
+        ["ip", "-n", testbed.ns["rtr"], "-br", "link", "show", testbed.plan.egress]
+    ).split()[2]
+    # After the router, requests carry its egress MAC as source; before, the sender's.
+    requests_after = [line for line in seen_after.splitlines() if "echo request" in line]
+    assert all(line.split()[1] == router_out_mac for line in requests_after)
+    requests_before = [line for line in seen_before.splitlines() if "echo request" in line]
+    assert all(line.split()[1] != router_out_mac for line in requests_before)
+
+
+def _run(testbed: Testbed, run_dir: Path) -> dict:  # type: ignore[type-arg]
+    scenario = Scenario(
+        duration_s=30, warmup_s=10, short_flows=ShortFlows(rate_per_s=2.0), voip=Voip()
+    )
+    return TrafficRun(testbed, run_dir, scenario).run(progress=lambda _: None)
+
+
+def test_rtt_utilisation_fct_and_voip_follow_the_buffer(
+    make_testbed: MakeTestbed, tmp_path: Path
+) -> None:
+    """200 ms of buffer: RTT ~ base + buffer delay. BDP/sqrt(N): RTT ~ base. Both keep the
+    link busy; short flows and VoIP wait longer behind the big buffer."""
+    example = _example_plan()
+    flows = sum(g.flows for g in example.groups)
+    rate = example.rate_bps
+    mean_base_ns = example.base_rtt_ns + example.extra_delay_max_ns / 2
+    stanford = int(rate * mean_base_ns / 8e9 / math.sqrt(flows))
+    results = {}
+    for label, buffer in (("bloated", example.buffer_bytes), ("stanford", stanford)):
+        testbed = make_testbed(buffer_bytes=buffer)
+        results[label] = (buffer, _run(testbed, tmp_path / label))
+        testbed.down()
+
+    for label, (buffer, summary) in results.items():
+        router, lf, wire = summary["router"], summary["long_flows"], summary["delay_wire"]
+        assert router["sample_hz"] >= 20
+        assert router["limit_bytes"] == [buffer]
+        assert router["throughput_bps"] / rate >= 0.90, (label, router)
+        assert lf["flows_seen"] == flows
+        base_ns = lf["min_rtt_mean_ns"]
+        if label == "bloated":
+            expected = base_ns + buffer * 8e9 / rate
+            assert abs(lf["rtt_mean_ns"] - expected) / expected <= 0.15, (lf, expected)
+        else:
+            assert lf["rtt_mean_ns"] <= 1.25 * base_ns, lf
+        for direction in wire.values():
+            assert direction["dropped_queue_full"] == 0 and direction["kernel_drops"] == 0
+            assert direction["late_p50_ns"] < 1_000_000
+        assert summary["short_flows"]["completed"] >= 10
+        assert summary["voip"]["received"] > 0 and summary["voip"]["loss"] < 0.05
+    big, small = results["bloated"][1], results["stanford"][1]
+    assert big["short_flows"]["fct_p50_ns"] > small["short_flows"]["fct_p50_ns"]
+    assert big["voip"]["delay_p50_ns"] > small["voip"]["delay_p50_ns"] + 50_000_000
+
+
+def test_ss_lines_parse_into_flow_records() -> None:
+    line = (
+        "0 0 10.201.1.10:45678 10.201.2.2:5201 cubic wscale:7,7 rto:428 rtt:227.091/3.5 "
+        "ato:40 mss:1448 cwnd:183 ssthresh:120 bytes_acked:12345 send 9.3Mbps "
+        "delivery_rate 9.1Mbps retrans:0/12 minrtt:27.25"
+    )
+    (record,) = parse_ss(line + "\nnot a connection line\n", 5)
+    assert record == {
+        "ts_ns": 5,
+        "src": "10.201.1.10",
+        "sport": 45678,
+        "dst": "10.201.2.2",
+        "dport": 5201,
+        "cca": "cubic",
+        "rtt_ns": 227_091_000,
+        "rttvar_ns": 3_500_000,
+        "minrtt_ns": 27_250_000,
+        "cwnd": 183,
+        "retrans": 12,
+        "bytes_acked": 12345,
+    }
+
+
+def test_jain_index() -> None:
+    assert jain_index([5.0, 5.0, 5.0]) == pytest.approx(1.0)
+    assert jain_index([1.0, 0.0, 0.0, 0.0]) == pytest.approx(0.25)
+    assert jain_index([]) is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "--left is required"),
+        (["--left", "a", "--right", "b", "--delay-ns", "x"], "--delay-ns: not a number"),
+        (["--left", "a", "--right", "b", "--group", "10.0.0.0/40=5"], "prefix length"),
+        (["--left", "nosuchif0", "--right", "b"], "nosuchif0: no such interface"),
+        (["--bogus"], "unknown argument"),
+    ],
+)
+def test_delay_wire_rejects_bad_arguments(argv: list[str], message: str) -> None:
+    result = subprocess.run(
+        [str(paths.built("delay-wire")), *argv],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
+    assert result.returncode in (1, 2)
+    assert message in result.stderr
