@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import random
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from p4bs import paths
 from p4bs.bus import ensure_topics
+from p4bs.config import load_config
 from p4bs_infra.procs import free_ports
 from p4bs_infra.stack import Stack, StackSettings
+from p4bs_infra.testbed import TestbedPlan
 from p4bs_schemas.registry import STREAMS
 
 
@@ -47,3 +53,36 @@ def topics(stack: Stack) -> dict[str, str]:
 @pytest.fixture
 def repo() -> Path:
     return Path(__file__).resolve().parents[1]
+
+
+ROUTER_USER, ROUTER_PASSWORD = "p4bs-test", "not-a-real-secret-42"
+
+
+@pytest.fixture(scope="session")
+def router_credentials() -> Iterator[tuple[str, str]]:
+    """The credentials the example config names by reference ($P4BS_ROUTER_*), for tests."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("P4BS_ROUTER_USER", ROUTER_USER)
+    patch.setenv("P4BS_ROUTER_PASSWORD", ROUTER_PASSWORD)
+    yield ROUTER_USER, ROUTER_PASSWORD
+    patch.undo()
+
+
+@pytest.fixture(scope="session")
+def unique_plan(
+    router_credentials: tuple[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Callable[..., TestbedPlan]:
+    """The example testbed under a fresh name and management /30, so tests never collide
+    with each other or with a testbed a developer has up."""
+
+    def make(**changes: object) -> TestbedPlan:
+        plan = TestbedPlan.from_config(load_config(paths.home() / "config" / "testbed.toml"))
+        name = f"t{uuid.uuid4().hex[:6]}"
+        block = random.randrange(1, 16_000)  # a /30 in 10.204.0.0/16
+        address = f"10.204.{block // 64}.{(block % 64) * 4 + 2}"
+        state = tmp_path_factory.mktemp(name)
+        return dataclasses.replace(
+            plan, name=name, state_dir=state, router_address=address, **changes
+        )
+
+    return make

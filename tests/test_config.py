@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from p4bs.cli import main
 from p4bs.config import ConfigError, SecretRef, load_config, parse_config
 

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from influxdb_client import InfluxDBClient, Point, WritePrecision
 from influxdb_client.client.write_api import SYNCHRONOUS
+
 from p4bs_infra.stack import Stack
 
 

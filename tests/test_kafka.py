@@ -6,6 +6,7 @@ import time
 
 import pytest
 from confluent_kafka import Producer
+
 from p4bs.bus import Received, RecordConsumer, RecordProducer
 from p4bs_infra.stack import Stack
 from p4bs_schemas.codec import FINGERPRINT_HEADER, RecordError, codec

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from fastavro import parse_schema, schemaless_writer
+
 from p4bs_schemas.codec import FINGERPRINT_HEADER, Codec, RecordError, codec, schema_fingerprint
 from p4bs_schemas.compat import check_backward
 from p4bs_schemas.registry import STREAMS, Schema, current_schema, released_schemas, schema_names

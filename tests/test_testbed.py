@@ -10,11 +10,11 @@ import dataclasses
 import math
 import statistics
 import subprocess
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
 from p4bs import paths
 from p4bs.config import load_config
 from p4bs_infra import procs
@@ -26,14 +26,11 @@ MakeTestbed = Callable[..., Testbed]
 
 
 @pytest.fixture
-def make_testbed(repo: Path, tmp_path: Path) -> Iterator[MakeTestbed]:
+def make_testbed(unique_plan: Callable[..., TestbedPlan]) -> Iterator[MakeTestbed]:
     built: list[Testbed] = []
 
     def make(**changes: object) -> Testbed:
-        plan = TestbedPlan.from_config(load_config(repo / "config" / "testbed.toml"))
-        name = f"t{uuid.uuid4().hex[:6]}"
-        plan = dataclasses.replace(plan, name=name, state_dir=tmp_path / name, **changes)
-        testbed = Testbed(plan)
+        testbed = Testbed(unique_plan(**changes))
         built.append(testbed)
         testbed.up()
         return testbed

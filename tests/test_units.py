@@ -1,4 +1,5 @@
 import pytest
+
 from p4bs.units import (
     UnitError,
     bytes_for_duration,

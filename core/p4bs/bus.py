@@ -16,6 +16,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
 from p4bs_schemas.codec import RecordError, codec
 from p4bs_schemas.registry import STREAMS
 

@@ -8,13 +8,12 @@ import logging
 import sys
 from pathlib import Path
 
+from p4bs import paths
+from p4bs.config import ConfigError, load_config
 from p4bs_infra.services import StackError
 from p4bs_infra.stack import Stack, StackSettings
 from p4bs_infra.testbed import Testbed, TestbedError, TestbedPlan
 from p4bs_infra.traffic import Scenario, ShortFlows, TrafficRun, Voip
-
-from p4bs import paths
-from p4bs.config import ConfigError, load_config
 
 
 def _default_config() -> Path:

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from p4bs_schemas.registry import STREAMS, default_topic
-
 from p4bs.units import (
     UnitError,
     bytes_for_duration,
@@ -25,6 +23,7 @@ from p4bs.units import (
     parse_rate_bps,
     parse_size_bytes,
 )
+from p4bs_schemas.registry import STREAMS, default_topic
 
 POLICIES = (
     "static",
@@ -530,12 +529,12 @@ def _read_group(r: _Reader, data: dict[str, Any]) -> FlowGroup | None:
 
 
 def _read_testbed(
-    r: _Reader, data: dict[str, Any], links: tuple[LinkConfig, ...]
+    r: _Reader, data: dict[str, Any], links: tuple[LinkConfig, ...], link_ids: set[str]
 ) -> TestbedConfig | None:
     r.unknown(data, {"name", "link", "buffer", "base_rtt", "extra_delay_max", "groups"})
     link_id = r.get(data, "link", _text, required=True)
     link = next((x for x in links if x.id == link_id), None)
-    if link_id is not None and link is None:
+    if link_id is not None and link_id not in link_ids:  # a listed but broken link is reported
         r.problem("link", f"no link {link_id!r} in [[links]] (ids are router:interface)")
     capacity = link.capacity_bps if link else None
     buffer = r.get(data, "buffer", _buffer_value(capacity), None)
@@ -606,20 +605,26 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
     with r.at("flink"):
         flink = _read_flink(r, r.table(data, "flink"))
 
+    tables = {name: r.tables(data, name) for name in ("switches", "routers", "links")}
+
     def each(name: str, read: Callable[[_Reader, dict[str, Any]], T | None]) -> tuple[T, ...]:
         out = []
-        for i, item in enumerate(r.tables(data, name)):
+        for i, item in enumerate(tables[name]):
             with r.at(f"{name}[{i}]"):
                 value = read(r, item)
             if value is not None:
                 out.append(value)
         return tuple(out)
 
+    raw_links = tables["links"]
+    if not raw_links:
+        r.problem("links", "at least one [[links]] entry is required")
     links = each("links", _read_link)
     testbed = None
-    if "testbed" in data:
+    if "testbed" in data and raw_links:
+        link_ids = {f"{x.get('router')}:{x.get('interface')}" for x in raw_links}
         with r.at("testbed"):
-            testbed = _read_testbed(r, r.table(data, "testbed"), links)
+            testbed = _read_testbed(r, r.table(data, "testbed"), links, link_ids)
     config = Config(
         kafka=kafka,
         influxdb=influx,
@@ -629,8 +634,6 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
         links=links,
         testbed=testbed,
     )
-    if not config.links and not r.problems:
-        r.problem("links", "at least one [[links]] entry is required")
     _check_references(r, config)
     if r.problems:
         raise ConfigError(source, r.problems)

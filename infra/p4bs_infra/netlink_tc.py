@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 RTM_NEWQDISC = 36
 RTM_GETQDISC = 38
+RTM_GETTCLASS = 42
 NLMSG_ERROR = 2
 NLMSG_DONE = 3
 NLM_F_REQUEST = 0x1
@@ -25,6 +26,8 @@ TCA_OPTIONS = 2
 TCA_STATS2 = 7
 TCA_STATS_BASIC = 1
 TCA_STATS_QUEUE = 3
+TCA_HTB_PARMS = 1
+TCA_HTB_RATE64 = 6
 
 _NLMSG = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 _TCMSG = struct.Struct("=BxxxiIII")  # family, ifindex, handle, parent, info
@@ -48,6 +51,14 @@ class QdiscStats:
     backlog: int  # bytes queued now
     drops: int
     overlimits: int
+
+
+@dataclass(frozen=True)
+class HtbClass:
+    ifindex: int
+    handle: int
+    parent: int
+    rate_bps: int  # the class's guaranteed rate
 
 
 def _align(n: int) -> int:
@@ -162,4 +173,24 @@ class Rtnetlink:
                     overlimits,
                 )
             )
+        return out
+
+    def htb_classes(self, ifindex: int) -> list[HtbClass]:
+        body = _TCMSG.pack(socket.AF_UNSPEC, ifindex, 0, 0, 0)
+        out = []
+        for _, payload in self._request(RTM_GETTCLASS, NLM_F_REQUEST | NLM_F_DUMP, body):
+            _, index, chandle, parent, _ = _TCMSG.unpack_from(payload)
+            kind, rate = "", 0
+            for attr, value in _attrs(payload[_TCMSG.size :]):
+                if attr == TCA_KIND:
+                    kind = value.rstrip(b"\0").decode()
+                elif attr == TCA_OPTIONS:
+                    for sub, option in _attrs(value):
+                        if sub == TCA_HTB_PARMS and not rate:
+                            # struct tc_htb_opt starts with tc_ratespec rate: bytes/s at +8.
+                            rate = struct.unpack_from("=I", option, 8)[0]
+                        elif sub == TCA_HTB_RATE64:
+                            rate = struct.unpack_from("=Q", option)[0]
+            if kind == "htb" and index == ifindex:
+                out.append(HtbClass(index, chandle, parent, rate * 8))
         return out

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Protocol
 
 from p4bs import paths
-
 from p4bs_infra import procs
 
 LOOPBACK = "127.0.0.1"

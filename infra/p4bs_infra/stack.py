@@ -17,7 +17,6 @@ from pathlib import Path
 
 from p4bs.bus import ensure_topics
 from p4bs.config import Config
-
 from p4bs_infra import procs
 from p4bs_infra.services import LOOPBACK, Health, InfluxDB, KafkaBroker, Service, StackError
 

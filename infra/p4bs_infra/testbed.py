@@ -17,21 +17,23 @@ All addresses live only inside these namespaces.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from p4bs import paths
-from p4bs.config import Config, FlowGroup
+from p4bs.config import Config, FlowGroup, SecretRef
 from p4bs.units import bytes_for_duration
-
 from p4bs_infra import procs
+from p4bs_infra.agent.tls import make_test_pki
 
 SENDER_NET = "10.201.1"
 RECEIVER_NET = "10.201.2"
@@ -39,6 +41,8 @@ ROUTER_INGRESS = "rin"
 HTB_ROOT, HTB_LINK_CLASS, DEFAULT_QUEUE_CLASS = "1:", "1:1", "1:10"
 DEFAULT_QUEUE_QDISC = "10:"
 MTU_FRAME = 1514
+NETCONF_PORT = 830
+MANAGEMENT = "mgmt0"
 HTB_BURST_NS = 5_000_000
 
 
@@ -73,6 +77,10 @@ class TestbedPlan:
     base_rtt_ns: int
     extra_delay_max_ns: int
     groups: list[SenderGroup]
+    router_address: str  # the agent's management address, inside the router namespace
+    gnmi_port: int
+    username: SecretRef
+    password: SecretRef
 
     @property
     def namespaces(self) -> dict[str, str]:
@@ -93,6 +101,12 @@ class TestbedPlan:
                 raise TestbedError(f"testbed taps must be interface names (<= 15 chars): {tap!r}")
         if link.interface == ROUTER_INGRESS or len(link.interface) > 15:
             raise TestbedError(f"the router interface cannot be named {link.interface!r}")
+        router = next(r for r in config.routers if r.name == link.router)
+        if router.driver != "gnmi" or router.address is None:
+            raise TestbedError(f"router {router.name}: the testbed's agent is driven over gnmi")
+        if router.username is None or router.password is None:
+            raise TestbedError(f"router {router.name}: credentials are required")
+        host, _, port = router.address.rpartition(":")
         return cls(
             name=tb.name,
             state_dir=state_dir or paths.home() / ".run" / "testbed" / tb.name,
@@ -105,7 +119,16 @@ class TestbedPlan:
             base_rtt_ns=tb.base_rtt_ns,
             extra_delay_max_ns=tb.extra_delay_max_ns,
             groups=[_sender_group(i, g) for i, g in enumerate(tb.groups)],
+            router_address=_management_address(host),
+            gnmi_port=int(port),
+            username=router.username,
+            password=router.password,
         )
+
+    @property
+    def management_peer(self) -> str:
+        """The address on this host's side of the management link."""
+        return str(ipaddress.ip_address(self.router_address) - 1)
 
     def save(self) -> None:
         data = asdict(self)
@@ -120,7 +143,23 @@ class TestbedPlan:
             raise TestbedError(f"no testbed was built from {state_dir} ({exc.strerror})") from exc
         data["state_dir"] = Path(data["state_dir"])
         data["groups"] = [SenderGroup(**g) for g in data["groups"]]
+        data["username"] = SecretRef(**data["username"])
+        data["password"] = SecretRef(**data["password"])
         return cls(**data)
+
+
+def _management_address(host: str) -> str:
+    """The router's side of a /30 management link: the second address of its block."""
+    try:
+        address = ipaddress.IPv4Address(host)
+    except ValueError:
+        raise TestbedError(f"the router's address must be an IPv4 address, got {host!r}") from None
+    if int(address) % 4 != 2:
+        raise TestbedError(
+            f"router address {host} must be the second host of a /30 (x.x.x.4k+2): the "
+            "testbed links it to this host's x.x.x.4k+1"
+        )
+    return str(address)
 
 
 def _sender_group(index: int, group: FlowGroup) -> SenderGroup:
@@ -159,6 +198,9 @@ class Testbed:
         self.wire_pidfile = plan.state_dir / "delay-wire.pid"
         self.wire_stats = plan.state_dir / "delay-wire.json"
         self.wire_log = plan.state_dir / "delay-wire.log"
+        self.agent_pidfile = plan.state_dir / "agent.pid"
+        self.agent_log = plan.state_dir / "agent.log"
+        self.pki = plan.state_dir / "pki"
 
     # ---- building -----------------------------------------------------------------------
     def up(self, timeout_s: float = 30.0) -> float:
@@ -182,7 +224,9 @@ class Testbed:
             self._addresses()
             self._bottleneck()
             self._taps()
+            self._management()
             self._start_wire(began + timeout_s)
+            self._start_agent(began + timeout_s)
             self._wait_connected(began + timeout_s)
         except BaseException:
             self.down()
@@ -301,6 +345,59 @@ class Testbed:
         for dev in ("af-fwd", "af-rev"):  # both after-copies arrive on one tap interface
             self._mirror("tap", dev, "ingress", "af-in", action="redirect")
 
+    def _management(self) -> None:
+        """A /30 between this host and the router: how operators reach its agent."""
+        p = self.plan
+        host_side = f"{p.name}-m"
+        veth = (
+            f"ip link add name {host_side} type veth peer name {MANAGEMENT} netns {self.ns['rtr']}"
+        )
+        run(veth.split())
+        run(["ip", "addr", "add", f"{p.management_peer}/30", "dev", host_side])
+        run(["ip", "link", "set", host_side, "up"])
+        self._ip("rtr", f"addr add {p.router_address}/30 dev {MANAGEMENT}")
+        self._ip("rtr", f"link set {MANAGEMENT} up")
+
+    def _start_agent(self, deadline: float) -> None:
+        """The router agent in the router namespace, credentials passed by environment."""
+        p = self.plan
+        try:
+            env = {
+                "P4BS_ROUTER_USER": p.username.resolve(),
+                "P4BS_ROUTER_PASSWORD": p.password.resolve(),
+            }
+        except LookupError as exc:
+            raise TestbedError(f"router agent credentials: {exc}") from exc
+        pki = make_test_pki(self.pki, p.router_address)
+        argv = [
+            sys.executable,
+            "-m",
+            "p4bs_infra.agent",
+            "--interface",
+            p.egress,
+            "--gnmi",
+            f"{p.router_address}:{p.gnmi_port}",
+            "--netconf-port",
+            str(NETCONF_PORT),
+            "--tls-cert",
+            str(pki["server.pem"]),
+            "--tls-key",
+            str(pki["server-key.pem"]),
+            "--ssh-host-key",
+            str(pki["ssh-host-key"]),
+        ]
+        procs.start_detached(in_ns(self.ns["rtr"], *argv), self.agent_pidfile, self.agent_log, env)
+
+        def serving() -> bool:
+            if procs.running_pid(self.agent_pidfile) is None:
+                raise TestbedError(f"the router agent exited: {procs.log_tail(self.agent_log)}")
+            return procs.port_open(p.router_address, p.gnmi_port) and procs.port_open(
+                p.router_address, NETCONF_PORT
+            )
+
+        if not procs.wait_until(serving, max(0.0, deadline - time.monotonic())):
+            raise TestbedError(f"the router agent is not serving: {procs.log_tail(self.agent_log)}")
+
     def _start_wire(self, deadline: float) -> None:
         p = self.plan
         argv = [
@@ -343,7 +440,13 @@ class Testbed:
     # ---- tearing down -------------------------------------------------------------------
     def down(self) -> list[str]:
         """Stops every process in the testbed's namespaces and deletes them; returns them."""
+        procs.stop(self.agent_pidfile)
         procs.stop(self.wire_pidfile)
+        # The host's end of the management link: deleted now, not whenever the kernel
+        # gets round to cleaning up the router's namespace.
+        subprocess.run(
+            ["ip", "link", "del", f"{self.plan.name}-m"], capture_output=True, check=False
+        )
         removed = []
         existing = set(self._existing_namespaces())
         for ns in self.ns.values():
@@ -386,6 +489,9 @@ class Testbed:
         return {
             "namespaces": {ns: ns in existing for ns in self.ns.values()},
             "delay_wire_pid": procs.running_pid(self.wire_pidfile),
+            "agent_pid": procs.running_pid(self.agent_pidfile),
+            "agent": f"gNMI {self.plan.router_address}:{self.plan.gnmi_port} (TLS, CA "
+            f"{self.pki / 'ca.pem'}), NETCONF {self.plan.router_address}:{NETCONF_PORT}",
             "wire": self.wire_report(),
             "qdisc": qdisc,
         }

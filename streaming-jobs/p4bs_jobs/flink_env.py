@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from p4bs import paths
-from p4bs_schemas.registry import STREAMS, current_schema
 from pyflink.common import Configuration
 from pyflink.table import EnvironmentSettings, TableEnvironment
+
+from p4bs import paths
+from p4bs_schemas.registry import STREAMS, current_schema
 
 _SQL_TYPES = {
     "string": "STRING",

@@ -1,0 +1,6 @@
+"""The router agent: gNMI and NETCONF management for a Linux router's output queues.
+
+Runs inside the router's network namespace (`python -m p4bs_infra.agent`). Both servers read
+and write one model, `model.RouterQos`, a subset of OpenConfig QoS mapped onto htb classes
+with a bfifo each (see model.py).
+"""

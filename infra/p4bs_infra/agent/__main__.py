@@ -1,0 +1,80 @@
+"""`python -m p4bs_infra.agent`: the router agent, run inside the router's namespace.
+
+Credentials come from environment variables named on the command line (never from argv).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from concurrent import futures
+
+import grpc
+from pygnmi.spec.v080 import gnmi_pb2_grpc as pb_grpc
+
+from p4bs_infra.agent import netconf_server
+from p4bs_infra.agent.gnmi import Gnmi
+from p4bs_infra.agent.model import AgentError, RouterQos
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="p4bs_infra.agent", description=__doc__)
+    parser.add_argument("--interface", action="append", required=True, help="managed interface")
+    parser.add_argument("--max-buffer-bytes", type=int, default=256 * 1024 * 1024)
+    parser.add_argument("--gnmi", default="0.0.0.0:9339", help="address:port for gNMI")
+    parser.add_argument("--netconf-port", type=int, default=830)
+    parser.add_argument("--tls-cert", required=True)
+    parser.add_argument("--tls-key", required=True)
+    parser.add_argument("--ssh-host-key", required=True)
+    parser.add_argument("--username-env", default="P4BS_ROUTER_USER")
+    parser.add_argument("--password-env", default="P4BS_ROUTER_PASSWORD")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    log = logging.getLogger("p4bs_infra.agent")
+    username = os.environ.get(args.username_env)
+    password = os.environ.get(args.password_env)
+    if not username or not password:
+        log.error(
+            "set $%s and $%s: the agent serves no one without credentials",
+            args.username_env,
+            args.password_env,
+        )
+        return 2
+    try:
+        model = RouterQos(args.interface, args.max_buffer_bytes)
+    except AgentError as err:
+        log.error("%s", err)
+        return 2
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+    pb_grpc.add_gNMIServicer_to_server(Gnmi(model, username, password), server)
+    with open(args.tls_key, "rb") as key, open(args.tls_cert, "rb") as cert:
+        credentials = grpc.ssl_server_credentials([(key.read(), cert.read())])
+    server.add_secure_port(args.gnmi, credentials)
+    server.start()
+    netconf = netconf_server.serve(model, args.netconf_port, args.ssh_host_key, username, password)
+    log.info(
+        "serving gNMI on %s (TLS) and NETCONF on port %d for %s",
+        args.gnmi,
+        args.netconf_port,
+        ", ".join(args.interface),
+    )
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop.wait()
+    netconf.close()
+    server.stop(grace=2).wait()
+    log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,315 @@
+"""The router agent in a real testbed: gNMI (pygnmi and gnmi_cli, a client nobody here wrote)
+and NETCONF (ncclient) read and change the router's buffer; bad requests change nothing."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pexpect
+import pytest
+from ncclient import manager
+from ncclient.operations.rpc import RPCError
+from pygnmi.client import gNMIclient
+from pygnmi.create_gnmi_path import gnmi_path_generator
+from pygnmi.spec.v080 import gnmi_pb2 as pb
+from pygnmi.spec.v080 import gnmi_pb2_grpc as pb_grpc
+
+from conftest import ROUTER_PASSWORD, ROUTER_USER
+from p4bs import paths
+from p4bs_infra.procs import wait_until
+from p4bs_infra.testbed import NETCONF_PORT, Testbed, TestbedPlan, run
+from p4bs_infra.traffic import Scenario, TrafficRun
+
+USER, PASSWORD = ROUTER_USER, ROUTER_PASSWORD
+PROFILE = "/qos/buffer-allocation-profiles/buffer-allocation-profile[name=eth1]"
+BUFFER = f"{PROFILE}/queues/queue[name=q0]/config/dedicated-buffer"
+TEMPORAL = f"{PROFILE}/queues/queue[name=q0]/config/dedicated-buffer-temporal"
+OC_QOS = "http://openconfig.net/yang/qos"
+
+
+@pytest.fixture(scope="module")
+def testbed(unique_plan: Callable[..., TestbedPlan]) -> Iterator[Testbed]:
+    built = Testbed(unique_plan())
+    built.up()
+    yield built
+    built.down()
+
+
+def _kernel_limit(testbed: Testbed) -> int:
+    out = run(["tc", "-j", "-n", testbed.ns["rtr"], "qdisc", "show", "dev", testbed.plan.egress])
+    (fifo,) = [q for q in json.loads(out) if q["kind"] == "bfifo"]
+    return int(fifo["options"]["limit"])
+
+
+def _gnmi(testbed: Testbed, password: str = PASSWORD) -> gNMIclient:
+    return gNMIclient(
+        target=(testbed.plan.router_address, testbed.plan.gnmi_port),
+        username=USER,
+        password=password,
+        path_cert=str(testbed.pki / "ca.pem"),
+    )
+
+
+def _get_leaf(client: gNMIclient, path: str) -> Any:
+    reply = client.get(path=[path], encoding="json_ietf")
+    (notification,) = reply["notification"]
+    (update,) = notification["update"]
+    return update["val"]
+
+
+def test_pygnmi_gets_and_sets_the_buffer_in_the_kernel(testbed: Testbed) -> None:
+    with _gnmi(testbed) as client:
+        assert int(_get_leaf(client, BUFFER)) == testbed.plan.buffer_bytes == _kernel_limit(testbed)
+        assert int(_get_leaf(client, TEMPORAL)) == 200_000  # 200 ms of 100 Mbit/s, in µs
+        client.set(update=[(BUFFER, 300_000)], encoding="json_ietf")
+        assert _kernel_limit(testbed) == 300_000
+        client.set(update=[(TEMPORAL, 50_000)], encoding="json_ietf")  # 50 ms
+        assert _kernel_limit(testbed) == 625_000
+        assert int(_get_leaf(client, BUFFER)) == 625_000
+        caps = client.capabilities()
+    assert any(m["name"] == "openconfig-qos" for m in caps["supported_models"])
+
+
+def _gnmi_cli(testbed: Testbed, *args: str) -> str:
+    """gnmi_cli prompts for the username and password on its terminal, like for a person."""
+    cli = pexpect.spawn(
+        str(paths.tool("gnmi_cli")),
+        [
+            "-address",
+            f"{testbed.plan.router_address}:{testbed.plan.gnmi_port}",
+            "-ca_crt",
+            str(testbed.pki / "ca.pem"),
+            "-with_user_pass",
+            "-timeout",
+            "10s",
+            *args,
+        ],
+        encoding="utf-8",
+        timeout=30,
+    )
+    cli.expect("username:")
+    cli.sendline(USER)
+    cli.expect("password:")
+    cli.sendline(PASSWORD)
+    cli.expect(pexpect.EOF)
+    cli.close()
+    assert cli.exitstatus == 0, cli.before
+    return str(cli.before)
+
+
+def _proto_path(path: str) -> str:
+    elems = []
+    for part in path.strip("/").split("/"):
+        name, _, key = part.partition("[")
+        keys = ""
+        if key:
+            k, v = key.rstrip("]").split("=")
+            keys = f' key: <key: "{k}" value: "{v}">'
+        elems.append(f'elem: <name: "{name}"{keys}>')
+    return "path: <" + " ".join(elems) + ">"
+
+
+def test_gnmi_cli_gets_and_sets_the_buffer(testbed: Testbed) -> None:
+    out = _gnmi_cli(testbed, "-get", "-proto", f"{_proto_path(BUFFER)} encoding: JSON_IETF")
+    assert str(_kernel_limit(testbed)) in out
+    _gnmi_cli(testbed, "-set", "-proto", f"update: <{_proto_path(BUFFER)} val: <uint_val: 444444>>")
+    assert _kernel_limit(testbed) == 444_444
+    out = _gnmi_cli(testbed, "-capabilities")
+    assert "openconfig-qos" in out
+
+
+@pytest.mark.parametrize(
+    ("update", "code", "message"),
+    [
+        (
+            [(f"{PROFILE}/queues/queue[name=q9]/config/dedicated-buffer", 100_000)],
+            grpc.StatusCode.NOT_FOUND,
+            "no queue 'q9'",
+        ),
+        ([("/qos/nonsense/leaf", 1)], grpc.StatusCode.NOT_FOUND, "not a writable path"),
+        ([(BUFFER, 10)], grpc.StatusCode.INVALID_ARGUMENT, "outside [1514"),
+        ([(BUFFER, "lots")], grpc.StatusCode.INVALID_ARGUMENT, "expected an unsigned integer"),
+        ([(BUFFER, 500_000), (TEMPORAL, 1)], grpc.StatusCode.INVALID_ARGUMENT, "conflicts"),
+        (
+            [(BUFFER, 500_000), (f"{PROFILE}/queues/queue[name=q0]/state/dedicated-buffer", 7)],
+            grpc.StatusCode.NOT_FOUND,
+            "not a writable path",
+        ),
+    ],
+)
+def test_invalid_gnmi_sets_fail_and_change_nothing(
+    testbed: Testbed, update: list[tuple[str, Any]], code: grpc.StatusCode, message: str
+) -> None:
+    before = _kernel_limit(testbed)
+    channel = grpc.secure_channel(
+        f"{testbed.plan.router_address}:{testbed.plan.gnmi_port}",
+        grpc.ssl_channel_credentials((testbed.pki / "ca.pem").read_bytes()),
+    )
+
+    def typed(value: Any) -> pb.TypedValue:
+        return (
+            pb.TypedValue(uint_val=value)
+            if isinstance(value, int)
+            else pb.TypedValue(json_ietf_val=json.dumps(value).encode())
+        )
+
+    request = pb.SetRequest(
+        update=[pb.Update(path=gnmi_path_generator(p), val=typed(v)) for p, v in update]
+    )
+    with pytest.raises(grpc.RpcError) as err:
+        pb_grpc.gNMIStub(channel).Set(
+            request, metadata=[("username", USER), ("password", PASSWORD)]
+        )
+    assert err.value.code() == code
+    assert message in str(err.value.details())
+    assert _kernel_limit(testbed) == before
+
+
+def test_bad_credentials_and_deletes_are_refused(testbed: Testbed) -> None:
+    before = _kernel_limit(testbed)
+    with (
+        pytest.raises(Exception, match=r"UNAUTHENTICATED|bad username"),
+        _gnmi(testbed, password="wrong") as client,
+    ):
+        client.set(update=[(BUFFER, 100_000)], encoding="json_ietf")
+    with _gnmi(testbed) as client, pytest.raises(Exception, match="not supported"):
+        client.set(delete=[BUFFER], encoding="json_ietf")
+    assert _kernel_limit(testbed) == before
+    agent_log = (testbed.agent_log).read_text()
+    assert PASSWORD not in agent_log and "wrong" not in agent_log
+
+
+def test_subscribe_sample_and_on_change(testbed: Testbed) -> None:
+    state = "/qos/interfaces/interface[interface-id=eth1]/output/queues/queue[name=q0]/state"
+    with _gnmi(testbed) as client:
+        samples = client.subscribe2(
+            subscribe={
+                "subscription": [
+                    {
+                        "path": f"{state}/transmit-pkts",
+                        "mode": "sample",
+                        "sample_interval": 200_000_000,
+                    }
+                ],
+                "mode": "stream",
+                "encoding": "json_ietf",
+            }
+        )
+        # pygnmi hands the initial values up to the sync as one update, then each sample.
+        seen = [samples.get_update(timeout=10) for _ in range(3)]
+        samples.close()
+        assert all(s["update"]["update"] for s in seen)
+        stamps = [s["update"]["timestamp"] for s in seen]
+        assert stamps == sorted(stamps) and stamps[2] - stamps[1] >= 100_000_000
+        changes = client.subscribe2(
+            subscribe={
+                "subscription": [{"path": BUFFER, "mode": "on_change"}],
+                "mode": "stream",
+                "encoding": "json_ietf",
+            }
+        )
+        initial = changes.get_update(timeout=10)
+        assert int(initial["update"]["update"][0]["val"]) == _kernel_limit(testbed)
+        threading.Timer(0.3, lambda: _set_buffer(testbed, 777_000)).start()
+        changed = changes.get_update(timeout=10)
+        changes.close()
+    values = [u["val"] for u in changed["update"]["update"]]
+    assert int(values[0]) == 777_000
+
+
+def _set_buffer(testbed: Testbed, size: int) -> None:
+    with _gnmi(testbed) as client:
+        client.set(update=[(BUFFER, size)], encoding="json_ietf")
+
+
+def _netconf(testbed: Testbed, password: str = PASSWORD) -> manager.Manager:
+    return manager.connect(
+        host=testbed.plan.router_address,
+        port=NETCONF_PORT,
+        username=USER,
+        password=password,
+        hostkey_verify=False,
+        look_for_keys=False,
+        allow_agent=False,
+        timeout=20,
+    )
+
+
+def _edit(size: str, queue: str = "q0") -> str:
+    return (
+        f'<config><qos xmlns="{OC_QOS}"><buffer-allocation-profiles><buffer-allocation-profile>'
+        f"<name>eth1</name><queues><queue><name>{queue}</name><config>"
+        f"<dedicated-buffer>{size}</dedicated-buffer></config></queue></queues>"
+        f"</buffer-allocation-profile></buffer-allocation-profiles></qos></config>"
+    )
+
+
+def test_ncclient_reads_and_edits_the_buffer(testbed: Testbed) -> None:
+    with _netconf(testbed) as nc:
+        reply = nc.get_config(
+            source="running",
+            filter=("subtree", f'<qos xmlns="{OC_QOS}"><buffer-allocation-profiles/></qos>'),
+        )
+        assert f"<dedicated-buffer>{_kernel_limit(testbed)}</dedicated-buffer>" in reply.xml
+        assert "current-queue-len" not in reply.xml  # config only
+        nc.edit_config(target="running", config=_edit("555000"))
+        assert _kernel_limit(testbed) == 555_000
+        state = nc.get(filter=("subtree", f'<qos xmlns="{OC_QOS}"><interfaces/></qos>'))
+        assert "<transmit-pkts>" in state.xml
+        for bad, message in (("5", "outside"), ("many", "unsigned integer")):
+            with pytest.raises(RPCError, match=message):
+                nc.edit_config(target="running", config=_edit(bad))
+        with pytest.raises(RPCError, match="no queue 'q7'"):
+            nc.edit_config(target="running", config=_edit("100000", queue="q7"))
+    assert _kernel_limit(testbed) == 555_000
+
+
+def test_netconf_refuses_bad_credentials(testbed: Testbed) -> None:
+    with pytest.raises(Exception, match=r"[Aa]uthentication"):
+        _netconf(testbed, password="wrong")
+
+
+def test_buffer_changes_under_load_keep_flows_and_queue(testbed: Testbed, tmp_path: Path) -> None:
+    """Set while 10 Cubic flows run: no flow resets, the FIFO is changed, not replaced."""
+    _set_buffer(testbed, testbed.plan.buffer_bytes)
+    run_dir = tmp_path / "load"
+    result: dict[str, Any] = {}
+    traffic = threading.Thread(
+        target=lambda: result.update(
+            TrafficRun(testbed, run_dir, Scenario(duration_s=16)).run(progress=lambda _: None)
+        )
+    )
+    traffic.start()
+    changes = []
+    try:
+
+        def queue_filled() -> bool:
+            lines = (
+                (run_dir / "qdisc.jsonl").read_text().splitlines()
+                if (run_dir / "qdisc.jsonl").exists()
+                else []
+            )
+            return bool(lines) and json.loads(lines[-1])["backlog_bytes"] > 500_000
+
+        assert wait_until(queue_filled, 12)
+        for size in (1_800_000, 2_200_000):
+            _set_buffer(testbed, size)
+            changes.append(size)
+            assert _kernel_limit(testbed) == size
+    finally:
+        traffic.join(timeout=60)
+    qdisc = [json.loads(line) for line in (run_dir / "qdisc.jsonl").read_text().splitlines()]
+    sent = [q["sent_bytes"] for q in qdisc]
+    assert sent == sorted(sent), "counters restarted: the FIFO was replaced"
+    assert {q["handle"] for q in qdisc} == {0x100000}
+    assert {q["limit_bytes"] for q in qdisc} >= set(changes)
+    after_change = [q for q in qdisc if q["limit_bytes"] == changes[0]]
+    assert after_change[0]["backlog_bytes"] > 0  # the queue was not flushed
+    streams = json.loads(next(run_dir.glob("iperf3-*.json")).read_text())
+    assert "error" not in streams
+    assert len(streams["end"]["streams"]) == 10
