@@ -22,7 +22,7 @@ from pygnmi.spec.v080 import gnmi_pb2_grpc as pb_grpc
 from conftest import ROUTER_PASSWORD, ROUTER_USER
 from p4bs import paths
 from p4bs_infra.procs import wait_until
-from p4bs_infra.testbed import NETCONF_PORT, Testbed, TestbedPlan, run
+from p4bs_infra.testbed import NETCONF_PORT, Testbed, TestbedPlan, in_ns, run
 from p4bs_infra.traffic import Scenario, TrafficRun
 
 USER, PASSWORD = ROUTER_USER, ROUTER_PASSWORD
@@ -177,7 +177,10 @@ def test_bad_credentials_and_deletes_are_refused(testbed: Testbed) -> None:
         _gnmi(testbed, password="wrong") as client,
     ):
         client.set(update=[(BUFFER, 100_000)], encoding="json_ietf")
-    with _gnmi(testbed) as client, pytest.raises(Exception, match="not supported"):
+    with (
+        _gnmi(testbed) as client,
+        pytest.raises(Exception, match="only classifier terms and added queues can be deleted"),
+    ):
         client.set(delete=[BUFFER], encoding="json_ietf")
     assert _kernel_limit(testbed) == before
     agent_log = (testbed.agent_log).read_text()
@@ -313,3 +316,68 @@ def test_buffer_changes_under_load_keep_flows_and_queue(testbed: Testbed, tmp_pa
     streams = json.loads(next(run_dir.glob("iperf3-*.json")).read_text())
     assert "error" not in streams
     assert len(streams["end"]["streams"]) == 10
+
+
+def _queue_packets(testbed: Testbed, queue: str) -> int:
+    out = run(
+        ["tc", "-j", "-s", "-n", testbed.ns["rtr"], "qdisc", "show", "dev", testbed.plan.egress]
+    )
+    handle = f"{0x10 + int(queue[1:]):x}:"
+    (fifo,) = [q for q in json.loads(out) if q["kind"] == "bfifo" and q["handle"] == handle]
+    return int(fifo["packets"])
+
+
+def test_queues_and_classifier_terms_steer_flows(testbed: Testbed) -> None:
+    """A second queue and a term sending one sender address into it, then both removed."""
+    group = testbed.plan.groups[0].address
+    queue_path = "/qos/interfaces/interface[interface-id=eth1]/output/queues/queue[name=q1]"
+    term_path = "/qos/classifiers/classifier[name=eth1]/terms/term[id=5]"
+    term = {
+        "config": {"id": "5"},
+        "conditions": {"ipv4": {"config": {"source-address": f"{group}/32"}}},
+        "actions": {"config": {"target-group": "q1"}},
+    }
+    q1_buffer = f"{PROFILE}/queues/queue[name=q1]/config/dedicated-buffer"
+    with _gnmi(testbed) as client:
+        with pytest.raises(Exception, match="no queue 'q1' to target"):
+            client.set(update=[(term_path, term)], encoding="json_ietf")
+        client.set(
+            update=[(f"{queue_path}/config/name", "q1"), (q1_buffer, 120_000), (term_path, term)],
+            encoding="json_ietf",
+        )
+        assert int(_get_leaf(client, q1_buffer)) == 120_000
+        # Two queues share the link: q1 is guaranteed 50 Mbit/s, so 120 kB is 19.2 ms.
+        temporal = f"{PROFILE}/queues/queue[name=q1]/config/dedicated-buffer-temporal"
+        assert int(_get_leaf(client, temporal)) == 19_200
+        before = _queue_packets(testbed, "q1"), _queue_packets(testbed, "q0")
+        run(
+            in_ns(
+                testbed.ns["snd"],
+                "ping",
+                "-c",
+                "5",
+                "-i",
+                "0.05",
+                "-I",
+                group,
+                testbed.plan.receiver,
+            )
+        )
+        run(in_ns(testbed.ns["snd"], "ping", "-c", "5", "-i", "0.05", testbed.plan.receiver))
+        after = _queue_packets(testbed, "q1"), _queue_packets(testbed, "q0")
+        assert after[0] - before[0] == 5  # the group's echo requests, through q1
+        assert after[1] - before[1] >= 5  # the rest, through q0
+        with pytest.raises(Exception, match="the default queue stays"):
+            client.set(
+                delete=[
+                    "/qos/interfaces/interface[interface-id=eth1]/output/queues/queue[name=q0]"
+                ],
+                encoding="json_ietf",
+            )
+        client.set(delete=[term_path, queue_path], encoding="json_ietf")
+        classifiers = client.get(path=["/qos/classifiers"], encoding="json_ietf")
+    assert "target-group" not in json.dumps(classifiers)
+    qdiscs = run(["tc", "-n", testbed.ns["rtr"], "qdisc", "show", "dev", testbed.plan.egress])
+    assert "bfifo 11:" not in qdiscs
+    filters = run(["tc", "-n", testbed.ns["rtr"], "filter", "show", "dev", testbed.plan.egress])
+    assert "flowid" not in filters

@@ -31,19 +31,17 @@ from pathlib import Path
 
 from p4bs import paths
 from p4bs.config import Config, FlowGroup, SecretRef
-from p4bs.units import bytes_for_duration
 from p4bs_infra import procs
 from p4bs_infra.agent.tls import make_test_pki
+from p4bs_infra.netlink_tc import htb_shaping
 
 SENDER_NET = "10.201.1"
 RECEIVER_NET = "10.201.2"
 ROUTER_INGRESS = "rin"
 HTB_ROOT, HTB_LINK_CLASS, DEFAULT_QUEUE_CLASS = "1:", "1:1", "1:10"
 DEFAULT_QUEUE_QDISC = "10:"
-MTU_FRAME = 1514
 NETCONF_PORT = 830
 MANAGEMENT = "mgmt0"
-HTB_BURST_NS = 5_000_000
 
 
 class TestbedError(RuntimeError):
@@ -304,11 +302,8 @@ class Testbed:
 
     def _bottleneck(self) -> None:
         """htb at the link rate over one default queue: a bfifo holding `buffer_bytes`."""
-        dev, rate = self.plan.egress, f"{self.plan.rate_bps}bit"
-        # Tokens for HTB_BURST_NS of line rate: a shaper woken late by a busy CPU catches up
-        # instead of losing the link's capacity (the default burst is a few frames).
-        burst = max(bytes_for_duration(HTB_BURST_NS, self.plan.rate_bps), 4 * MTU_FRAME)
-        shaping = f"htb rate {rate} ceil {rate} burst {burst} cburst {burst} quantum {MTU_FRAME}"
+        dev, rate = self.plan.egress, self.plan.rate_bps
+        shaping = htb_shaping(rate, rate)
         self._tc("rtr", f"qdisc add dev {dev} root handle {HTB_ROOT} htb default 10")
         self._tc("rtr", f"class add dev {dev} parent {HTB_ROOT} classid {HTB_LINK_CLASS} {shaping}")
         self._tc(
@@ -385,6 +380,8 @@ class Testbed:
             str(pki["server-key.pem"]),
             "--ssh-host-key",
             str(pki["ssh-host-key"]),
+            "--state-file",
+            str(p.state_dir / "agent-terms.json"),
         ]
         procs.start_detached(in_ns(self.ns["rtr"], *argv), self.agent_pidfile, self.agent_log, env)
 

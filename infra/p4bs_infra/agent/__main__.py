@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 from concurrent import futures
+from pathlib import Path
 
 import grpc
 from pygnmi.spec.v080 import gnmi_pb2_grpc as pb_grpc
@@ -30,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tls-cert", required=True)
     parser.add_argument("--tls-key", required=True)
     parser.add_argument("--ssh-host-key", required=True)
+    parser.add_argument("--state-file", type=Path, help="where classifier terms are kept")
     parser.add_argument("--username-env", default="P4BS_ROUTER_USER")
     parser.add_argument("--password-env", default="P4BS_ROUTER_PASSWORD")
     args = parser.parse_args(argv)
@@ -47,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        model = RouterQos(args.interface, args.max_buffer_bytes)
+        model = RouterQos(args.interface, args.max_buffer_bytes, args.state_file)
     except AgentError as err:
         log.error("%s", err)
         return 2

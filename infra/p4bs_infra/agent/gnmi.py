@@ -60,9 +60,14 @@ def typed(value: Any, encoding: int) -> pb.TypedValue:
 def value_of(value: pb.TypedValue) -> Any:
     kind = value.WhichOneof("value")
     if kind in ("json_val", "json_ietf_val"):
+        raw = getattr(value, kind)
         try:
-            return json.loads(getattr(value, kind))
+            return json.loads(raw)
         except ValueError as exc:
+            # Some clients (pygnmi) send a bare string leaf unquoted: take it as that string.
+            text = raw.decode(errors="replace").strip()
+            if text and text[0] not in "{[" and '"' not in text:
+                return text
             raise AgentError(AgentError.INVALID, f"the JSON value does not parse: {exc}") from exc
     if kind in ("uint_val", "int_val", "string_val", "bool_val", "double_val", "float_val"):
         return getattr(value, kind)

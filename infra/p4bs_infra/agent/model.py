@@ -8,23 +8,38 @@ buffer-allocation-profile per interface, named like the interface, is bound to i
       dedicated-buffer           bytes: the bfifo's limit                          (writable)
       dedicated-buffer-temporal  microseconds of the queue's guaranteed htb rate   (writable)
   /qos/interfaces/interface[interface-id=IF]/output/config/buffer-allocation-profile   (= IF)
+  /qos/interfaces/interface[interface-id=IF]/output/queues/queue[name=Q]/config/name
+      setting q1..q15 creates the queue: an htb class beside the others, each guaranteed an
+      equal share of the link and free to borrow all of it, with its own bfifo; deleting
+      the queue removes it
   /qos/interfaces/interface[interface-id=IF]/output/queues/queue[name=Q]/state/
       transmit-pkts transmit-octets dropped-pkts current-queue-len (p4bs: backlog in bytes)
+  /qos/classifiers/classifier[name=IF]/terms/term[id=N]/   (N in 1..999: its tc priority)
+      conditions/ipv4/config/{source-address,destination-address,protocol}
+      conditions/transport/config/{source-port,destination-port}
+      actions/config/target-group   the queue the matching packets go to (the forwarding
+                                    group is the queue of the same name)
+      each term is a u32 filter on the interface's htb root; deleting the term removes it
 
-Values follow RFC 7951 (64-bit integers as strings). A change is validated as a whole first
-(paths, types, bounds), then applied as in-place netlink changes of the FIFOs (never a
-replace, which would flush the queue) and rolled back if any of them fails.
+Values follow RFC 7951 (64-bit integers as strings). A request is validated as a whole first
+(paths, types, bounds, references), then applied: buffer sizes as in-place netlink changes of
+the FIFOs (never a replace, which would flush the queue), queues and terms with tc. If the
+kernel refuses a step, the buffers are restored and what the request added is removed.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import socket
+import subprocess
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from p4bs_infra.netlink_tc import NetlinkError, Rtnetlink
+from p4bs_infra.netlink_tc import NetlinkError, Rtnetlink, htb_shaping
 
 PathElems = list[tuple[str, dict[str, str]]]
 
@@ -88,9 +103,13 @@ def _uint(value: Any, where: str) -> int:
 
 
 class RouterQos:
-    def __init__(self, interfaces: list[str], max_buffer_bytes: int) -> None:
+    def __init__(
+        self, interfaces: list[str], max_buffer_bytes: int, state_file: Path | None = None
+    ) -> None:
         self.interfaces = interfaces
         self.max_buffer_bytes = max_buffer_bytes
+        self.state_file = state_file
+        self.terms = self._load()  # classifier terms, as tc cannot give them back as written
         self._lock = threading.Lock()  # one change at a time; reads see whole changes
         for name in interfaces:
             try:
@@ -150,31 +169,40 @@ class RouterQos:
                 "queues": {"queue": profile_queues},
             }
             output: dict[str, Any] = {"config": {"buffer-allocation-profile": interface}}
+            out_queues = [{"name": q.name, "config": {"name": q.name}} for q in mine]
+            output["queues"] = {"queue": out_queues}
             if not config_only:
-                profile["state"] = {"name": interface}
                 output["state"] = {"buffer-allocation-profile": interface}
-                output["queues"] = {
-                    "queue": [
-                        {
-                            "name": q.name,
-                            "state": {
-                                "name": q.name,
-                                "transmit-pkts": str(q.transmit_pkts),
-                                "transmit-octets": str(q.transmit_octets),
-                                "dropped-pkts": str(q.dropped_pkts),
-                                "current-queue-len": str(q.backlog_bytes),
-                            },
-                        }
-                        for q in mine
-                    ]
-                }
+                for entry, q in zip(out_queues, mine, strict=True):
+                    entry["state"] = {
+                        "name": q.name,
+                        "transmit-pkts": str(q.transmit_pkts),
+                        "transmit-octets": str(q.transmit_octets),
+                        "dropped-pkts": str(q.dropped_pkts),
+                        "current-queue-len": str(q.backlog_bytes),
+                    }
             profiles.append(profile)
             interfaces.append(
                 {"interface-id": interface, "config": {"interface-id": interface}, "output": output}
             )
+        classifiers = []
+        for interface in self.interfaces:
+            terms = [
+                _term_tree(term_id, term)
+                for (owner, term_id), term in sorted(self.terms.items())
+                if owner == interface
+            ]
+            classifiers.append(
+                {
+                    "name": interface,
+                    "config": {"name": interface, "type": "IPV4"},
+                    "terms": {"term": terms},
+                }
+            )
         return {
             "buffer-allocation-profiles": {"buffer-allocation-profile": profiles},
             "interfaces": {"interface": interfaces},
+            "classifiers": {"classifier": classifiers},
         }
 
     def get(self, path: PathElems, config_only: bool = False) -> list[tuple[PathElems, Any]]:
@@ -187,103 +215,357 @@ class RouterQos:
 
     # ---- writing ---------------------------------------------------------------------------
     def set(self, updates: list[tuple[PathElems, Any]], deletes: list[PathElems]) -> None:
-        """Validates every update, then applies all of them or none."""
-        if deletes:
-            raise AgentError(
-                AgentError.READ_ONLY,
-                f"{format_path(deletes[0])}: deleting buffer configuration is not supported; "
-                "set a size instead",
-            )
+        """Validates the whole request first, then applies all of it or (undoing) none."""
         with self._lock:
             queues = {(q.interface, q.name): q for q in self.queues()}
-            targets = self._validate(updates, queues)
-            self._apply(targets, queues)
+            plan = _Plan(queues=queues, terms={k: dict(v) for k, v in self.terms.items()})
+            for path in deletes:
+                self._plan_delete(plan, [("qos", {}), *_strip_root(path)])
+            for path, value in updates:
+                for leaf_path, leaf in _flatten([("qos", {}), *_strip_root(path)], value):
+                    self._plan_leaf(plan, leaf_path, leaf)
+            self._check(plan)
+            self._apply(plan)
 
-    def _validate(
-        self, updates: list[tuple[PathElems, Any]], queues: dict[tuple[str, str], Queue]
-    ) -> dict[tuple[str, str], int]:
-        targets: dict[tuple[str, str], int] = {}
-        for path, value in updates:
-            for leaf_path, leaf in _flatten([("qos", {}), *_strip_root(path)], value):
-                key, size = self._leaf_target(leaf_path, leaf, queues)
-                if key is None:
-                    continue
-                where = format_path(leaf_path)
-                if key in targets and targets[key] != size:
-                    raise AgentError(
-                        AgentError.INVALID,
-                        f"{where}: conflicts with another value for the same queue in this "
-                        f"request ({targets[key]} B vs {size} B)",
-                    )
-                if not MIN_BUFFER_BYTES <= size <= self.max_buffer_bytes:
-                    raise AgentError(
-                        AgentError.INVALID,
-                        f"{where}: {size} B is outside [{MIN_BUFFER_BYTES}, "
-                        f"{self.max_buffer_bytes}] B",
-                    )
-                targets[key] = size
-        return targets
-
-    def _leaf_target(
-        self, path: PathElems, value: Any, queues: dict[tuple[str, str], Queue]
-    ) -> tuple[tuple[str, str] | None, int]:
+    def _plan_delete(self, plan: _Plan, path: PathElems) -> None:
         where = format_path(path)
         names = [name for name, _ in path]
-        if names[:5] == ["qos", "interfaces", "interface", "output", "config"] and len(path) == 6:
-            interface = path[2][1].get("interface-id", "")
-            if interface not in self.interfaces:
-                raise AgentError(AgentError.NOT_FOUND, f"{where}: no interface {interface!r}")
-            if names[5] != "buffer-allocation-profile" or value != interface:
-                raise AgentError(
-                    AgentError.READ_ONLY,
-                    f"{where}: the output binding is fixed (profile {interface!r})",
-                )
-            return None, 0
-        shape = [
-            "qos",
-            "buffer-allocation-profiles",
-            "buffer-allocation-profile",
-            "queues",
-            "queue",
-            "config",
-        ]
-        if names[:6] != shape or len(path) != 7:
-            raise AgentError(AgentError.NOT_FOUND, f"{where}: not a writable path")
-        profile = path[2][1].get("name", "")
-        queue = path[4][1].get("name", "")
-        if (profile, queue) not in queues:
-            raise AgentError(AgentError.NOT_FOUND, f"{where}: no queue {queue!r} in {profile!r}")
-        leaf = names[6]
-        if leaf == "name":
-            if value != queue:
-                raise AgentError(AgentError.INVALID, f"{where}: the name is the key {queue!r}")
-            return None, 0
-        if leaf == "dedicated-buffer":
-            return (profile, queue), _uint(value, where)
-        if leaf == "dedicated-buffer-temporal":
-            rate = queues[(profile, queue)].rate_bps
-            return (profile, queue), _uint(value, where) * rate // 8_000_000
-        raise AgentError(AgentError.NOT_FOUND, f"{where}: unknown or read-only leaf {leaf!r}")
+        if names == ["qos", "classifiers", "classifier", "terms", "term"]:
+            key = (path[2][1].get("name", ""), _term_id(path[4][1].get("id", ""), where))
+            if key not in plan.terms:
+                raise AgentError(AgentError.NOT_FOUND, f"{where}: no such term")
+            del plan.terms[key]
+            return
+        if names == ["qos", "interfaces", "interface", "output", "queues", "queue"]:
+            queue = (path[2][1].get("interface-id", ""), path[5][1].get("name", ""))
+            if queue not in plan.queues or queue in plan.dropped:
+                raise AgentError(AgentError.NOT_FOUND, f"{where}: no such queue")
+            if queue[1] == DEFAULT_QUEUE:
+                raise AgentError(AgentError.READ_ONLY, f"{where}: the default queue stays")
+            plan.dropped.add(queue)
+            return
+        raise AgentError(
+            AgentError.READ_ONLY,
+            f"{where}: only classifier terms and added queues can be deleted; "
+            "set a buffer size instead",
+        )
 
-    def _apply(
-        self, targets: dict[tuple[str, str], int], queues: dict[tuple[str, str], Queue]
-    ) -> None:
-        done: list[Queue] = []
+    def _plan_leaf(self, plan: _Plan, path: PathElems, value: Any) -> None:
+        where = format_path(path)
+        names = tuple(name for name, _ in path)
+        keys = [k for _, k in path]
+        if names[:3] == ("qos", "interfaces", "interface"):
+            interface = self._interface(keys[2].get("interface-id", ""), where)
+            if names[3:] == ("config", "interface-id"):
+                _same(value, interface, where)
+            elif names[3:] == ("output", "config", "buffer-allocation-profile"):
+                if value != interface:
+                    raise AgentError(
+                        AgentError.READ_ONLY,
+                        f"{where}: the output binding is fixed (profile {interface!r})",
+                    )
+            elif names[3:] == ("output", "queues", "queue", "config", "name"):
+                queue = keys[5].get("name", "")
+                _same(value, queue, where)
+                if (interface, queue) not in plan.queues:
+                    if _queue_index(queue) is None:
+                        raise AgentError(
+                            AgentError.INVALID, f"{where}: queues are named q1..q{MAX_QUEUES - 1}"
+                        )
+                    plan.created.add((interface, queue))
+            else:
+                raise AgentError(AgentError.NOT_FOUND, f"{where}: not a writable path")
+            return
+        if names[:3] == ("qos", "buffer-allocation-profiles", "buffer-allocation-profile"):
+            interface = self._interface(keys[2].get("name", ""), where)
+            if names[3:] == ("config", "name"):
+                _same(value, interface, where)
+                return
+            if names[3:6] != ("queues", "queue", "config") or len(names) != 7:
+                raise AgentError(AgentError.NOT_FOUND, f"{where}: not a writable path")
+            queue = keys[4].get("name", "")
+            key = (interface, queue)
+            if key not in plan.queues and key not in plan.created:
+                raise AgentError(
+                    AgentError.NOT_FOUND, f"{where}: no queue {queue!r} in {interface!r}"
+                )
+            leaf = names[6]
+            if leaf == "name":
+                _same(value, queue, where)
+                return
+            if leaf == "dedicated-buffer":
+                size = _uint(value, where)
+            elif leaf == "dedicated-buffer-temporal":
+                size = _uint(value, where) * self._rate(plan, key) // 8_000_000
+            else:
+                raise AgentError(
+                    AgentError.NOT_FOUND, f"{where}: unknown or read-only leaf {leaf!r}"
+                )
+            if key in plan.buffers and plan.buffers[key] != size:
+                raise AgentError(
+                    AgentError.INVALID,
+                    f"{where}: conflicts with another value for the same queue in this "
+                    f"request ({plan.buffers[key]} B vs {size} B)",
+                )
+            if not MIN_BUFFER_BYTES <= size <= self.max_buffer_bytes:
+                raise AgentError(
+                    AgentError.INVALID,
+                    f"{where}: {size} B is outside [{MIN_BUFFER_BYTES}, {self.max_buffer_bytes}] B",
+                )
+            plan.buffers[key] = size
+            return
+        if names[:3] == ("qos", "classifiers", "classifier"):
+            interface = self._interface(keys[2].get("name", ""), where)
+            if names[3:] == ("config", "name"):
+                _same(value, interface, where)
+                return
+            if names[3:] == ("config", "type"):
+                _same(value, "IPV4", where)
+                return
+            if names[3:5] != ("terms", "term"):
+                raise AgentError(AgentError.NOT_FOUND, f"{where}: not a writable path")
+            term_id = _term_id(keys[4].get("id", ""), where)
+            term = plan.terms.setdefault((interface, term_id), {})
+            leaf_path = names[5:]
+            if leaf_path == ("config", "id"):
+                _same(str(value), str(term_id), where)
+            elif leaf_path in TERM_LEAVES:
+                field = TERM_LEAVES[leaf_path]
+                term[field] = _term_value(field, value, where)
+            else:
+                raise AgentError(AgentError.NOT_FOUND, f"{where}: not a writable path")
+            return
+        raise AgentError(AgentError.NOT_FOUND, f"{where}: not a writable path")
+
+    def _interface(self, name: str, where: str) -> str:
+        if name not in self.interfaces:
+            raise AgentError(AgentError.NOT_FOUND, f"{where}: no managed interface {name!r}")
+        return name
+
+    def _rate(self, plan: _Plan, key: tuple[str, str]) -> int:
+        """A queue's guaranteed rate once the request's queues exist: an equal share."""
+        interface = key[0]
+        count = len(plan.final_queues(interface))
+        return self._link_rate(interface) // max(1, count)
+
+    def _link_rate(self, interface: str) -> int:
         with Rtnetlink() as nl:
-            try:
-                for key, size in targets.items():
-                    q = queues[key]
-                    nl.change_fifo_limit(q.ifindex, q.qdisc, q.classid, size)
-                    done.append(q)
-            except NetlinkError as exc:
-                for q in reversed(done):
-                    nl.change_fifo_limit(q.ifindex, q.qdisc, q.classid, q.limit_bytes)
-                raise AgentError(AgentError.FAILED, f"the kernel refused a change: {exc}") from exc
-        # Read back: every applied change must be what the kernel now holds.
+            classes = nl.htb_classes(socket.if_nametoindex(interface))
+        return next((c.rate_bps for c in classes if c.handle == HTB_LINK_CLASS), 0)
+
+    def _check(self, plan: _Plan) -> None:
+        for interface in self.interfaces:
+            if len(plan.final_queues(interface)) > MAX_QUEUES:
+                raise AgentError(AgentError.INVALID, f"{interface}: at most {MAX_QUEUES} queues")
+        for (interface, term_id), term in plan.terms.items():
+            where = f"/qos/classifiers/classifier[name={interface}]/terms/term[id={term_id}]"
+            target = term.get("target-group")
+            if target is None:
+                raise AgentError(AgentError.INVALID, f"{where}: needs actions/config/target-group")
+            if target not in plan.final_queues(interface):
+                raise AgentError(AgentError.INVALID, f"{where}: no queue {target!r} to target")
+
+    def _apply(self, plan: _Plan) -> None:
+        undo: list[list[str]] = []
+        buffers_before = {k: q.limit_bytes for k, q in plan.queues.items()}
+        try:
+            touched = {k[0] for k in plan.created | plan.dropped}
+            for interface, queue in sorted(plan.created):
+                rate = self._link_rate(interface)
+                share = rate // len(plan.final_queues(interface))
+                classid, fifo = _class_of(queue), _fifo_of(queue)
+                default = plan.queues[(interface, DEFAULT_QUEUE)].limit_bytes
+                limit = plan.buffers.pop((interface, queue), default)
+                _tc(
+                    f"class add dev {interface} parent 1:1 classid {classid} "
+                    + htb_shaping(share, rate)
+                )
+                undo.append(f"class del dev {interface} classid {classid}".split())
+                _tc(f"qdisc add dev {interface} parent {classid} handle {fifo} bfifo limit {limit}")
+            self._set_buffers(plan)
+            for (interface, term_id), term in sorted(plan.terms.items()):
+                if self.terms.get((interface, term_id)) != term:
+                    _replace_filter(interface, term_id, term)
+                    undo.append(f"filter del dev {interface} parent 1: prio {term_id}".split())
+            for interface, term_id in set(self.terms) - set(plan.terms):
+                _tc(f"filter del dev {interface} parent 1: prio {term_id}")
+            for interface, queue in sorted(plan.dropped):
+                _tc(f"class del dev {interface} classid {_class_of(queue)}")
+            for interface in touched:
+                self._share_rates(interface)
+        except (NetlinkError, OSError, AgentError) as exc:
+            for command in reversed(undo):
+                subprocess.run(["tc", *command], capture_output=True, check=False)
+            self._restore_buffers(buffers_before)
+            raise AgentError(AgentError.FAILED, f"the kernel refused a change: {exc}") from exc
+        self.terms = plan.terms
+        self._save()
         now = {(q.interface, q.name): q.limit_bytes for q in self.queues()}
-        wrong = {k: v for k, v in targets.items() if now.get(k) != v}
+        wrong = {k: v for k, v in plan.buffers.items() if now.get(k) != v}
         if wrong:
             raise AgentError(AgentError.FAILED, f"read back differs from what was set: {wrong}")
+
+    def _set_buffers(self, plan: _Plan) -> None:
+        with Rtnetlink() as nl:
+            for key, size in plan.buffers.items():
+                q = plan.queues[key]
+                nl.change_fifo_limit(q.ifindex, q.qdisc, q.classid, size)
+
+    def _restore_buffers(self, limits: dict[tuple[str, str], int]) -> None:
+        current = {(q.interface, q.name): q for q in self.queues()}
+        with Rtnetlink() as nl:
+            for key, limit in limits.items():
+                q = current.get(key)
+                if q is not None and q.limit_bytes != limit:
+                    nl.change_fifo_limit(q.ifindex, q.qdisc, q.classid, limit)
+
+    def _share_rates(self, interface: str) -> None:
+        """Every queue of the interface guaranteed an equal share, each free to use it all."""
+        rate = self._link_rate(interface)
+        mine = [q for q in self.queues() if q.interface == interface]
+        for q in mine:
+            _tc(
+                f"class change dev {interface} parent 1:1 classid {_class_of(q.name)} "
+                + htb_shaping(rate // len(mine), rate)
+            )
+
+    def _save(self) -> None:
+        if self.state_file is None:
+            return
+        data = {f"{interface}/{term_id}": term for (interface, term_id), term in self.terms.items()}
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        tmp.replace(self.state_file)
+
+    def _load(self) -> dict[tuple[str, int], dict[str, Any]]:
+        if self.state_file is None or not self.state_file.exists():
+            return {}
+        data = json.loads(self.state_file.read_text())
+        out = {}
+        for key, term in data.items():
+            interface, _, term_id = key.rpartition("/")
+            out[(interface, int(term_id))] = term
+        return out
+
+
+DEFAULT_QUEUE = "q0"
+MAX_QUEUES = 16
+HTB_LINK_CLASS = 0x10001  # 1:1, the link's rate; queues are its children 1:10, 1:11, ...
+TERM_LEAVES = {
+    ("conditions", "ipv4", "config", "source-address"): "source-address",
+    ("conditions", "ipv4", "config", "destination-address"): "destination-address",
+    ("conditions", "ipv4", "config", "protocol"): "protocol",
+    ("conditions", "transport", "config", "source-port"): "source-port",
+    ("conditions", "transport", "config", "destination-port"): "destination-port",
+    ("actions", "config", "target-group"): "target-group",
+}
+
+
+@dataclass
+class _Plan:
+    """What a request would change, built and checked before anything is applied."""
+
+    queues: dict[tuple[str, str], Queue]
+    terms: dict[tuple[str, int], dict[str, Any]]
+    buffers: dict[tuple[str, str], int] = field(default_factory=dict)
+    created: set[tuple[str, str]] = field(default_factory=set)
+    dropped: set[tuple[str, str]] = field(default_factory=set)
+
+    def final_queues(self, interface: str) -> set[str]:
+        names = {q for i, q in self.queues if i == interface}
+        names |= {q for i, q in self.created if i == interface}
+        return names - {q for i, q in self.dropped if i == interface}
+
+
+def _term_tree(term_id: int, term: dict[str, Any]) -> dict[str, Any]:
+    ipv4 = {
+        k: str(term[k]) for k in ("source-address", "destination-address", "protocol") if k in term
+    }
+    transport = {k: str(term[k]) for k in ("source-port", "destination-port") if k in term}
+    return {
+        "id": str(term_id),
+        "config": {"id": str(term_id)},
+        "conditions": {"ipv4": {"config": ipv4}, "transport": {"config": transport}},
+        "actions": {"config": {"target-group": term["target-group"]}},
+    }
+
+
+def _same(value: Any, expected: str, where: str) -> None:
+    if str(value) != expected:
+        raise AgentError(AgentError.INVALID, f"{where}: must be {expected!r}, got {value!r}")
+
+
+def _queue_index(name: str) -> int | None:
+    digits = name[1:]
+    if name.startswith("q") and digits.isdigit() and 1 <= int(digits) < MAX_QUEUES:
+        return int(digits)
+    return None
+
+
+def _class_of(queue: str) -> str:
+    return f"1:{QUEUE_CLASS_BASE + int(queue[1:]):x}"
+
+
+def _fifo_of(queue: str) -> str:
+    return f"{QUEUE_CLASS_BASE + int(queue[1:]):x}:"
+
+
+def _term_id(text: str, where: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 999:
+        raise AgentError(AgentError.INVALID, f"{where}: term ids are integers 1..999")
+    return int(text)
+
+
+def _term_value(field: str, value: Any, where: str) -> Any:
+    if field in ("source-address", "destination-address"):
+        try:
+            return str(ipaddress.IPv4Network(str(value), strict=False))
+        except ValueError:
+            raise AgentError(
+                AgentError.INVALID, f"{where}: not an IPv4 prefix: {value!r}"
+            ) from None
+    if field == "protocol":
+        number = _uint(value, where)
+        if number > 255:
+            raise AgentError(AgentError.INVALID, f"{where}: protocol must be 0..255")
+        return number
+    if field in ("source-port", "destination-port"):
+        number = _uint(value, where)
+        if number > 65535:
+            raise AgentError(AgentError.INVALID, f"{where}: ports are 0..65535")
+        return number
+    return str(value)
+
+
+def _tc(command: str) -> None:
+    result = subprocess.run(["tc", *command.split()], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise OSError(f"tc {command}: {result.stderr.strip()}")
+
+
+def _replace_filter(interface: str, term_id: int, term: dict[str, Any]) -> None:
+    """The term as a u32 filter at priority `term_id` steering into its queue's class."""
+    subprocess.run(
+        ["tc", "filter", "del", "dev", interface, "parent", "1:", "prio", str(term_id)],
+        capture_output=True,
+        check=False,
+    )
+    matches = []
+    if "source-address" in term:
+        matches.append(f"match ip src {term['source-address']}")
+    if "destination-address" in term:
+        matches.append(f"match ip dst {term['destination-address']}")
+    if "protocol" in term:
+        matches.append(f"match ip protocol {term['protocol']} 0xff")
+    if "source-port" in term:
+        matches.append(f"match ip sport {term['source-port']} 0xffff")
+    if "destination-port" in term:
+        matches.append(f"match ip dport {term['destination-port']} 0xffff")
+    _tc(
+        f"filter add dev {interface} parent 1: protocol ip prio {term_id} u32 "
+        + (" ".join(matches) or "match u32 0 0")
+        + f" flowid {_class_of(term['target-group'])}"
+    )
 
 
 def _strip_root(path: PathElems) -> PathElems:
@@ -311,7 +593,13 @@ def _select(node: Any, path: PathElems, seen: PathElems) -> Iterator[tuple[PathE
     yield from _select(child, rest, [*seen, (name, keys)])
 
 
-LIST_KEYS = {"buffer-allocation-profile": "name", "queue": "name", "interface": "interface-id"}
+LIST_KEYS = {
+    "buffer-allocation-profile": "name",
+    "queue": "name",
+    "interface": "interface-id",
+    "classifier": "name",
+    "term": "id",
+}
 
 
 def _list_keys(name: str, entry: dict[str, Any]) -> dict[str, str]:
