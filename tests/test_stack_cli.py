@@ -21,54 +21,48 @@ def _p4bs(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+class _Ports:
+    """Free ports for one stack, and `p4bs stack up` on them from a copy of the example."""
+
+    def __init__(self, repo: Path, tmp_path: Path) -> None:
+        self.kafka, self.controller, self.influx, self.rpc = free_ports(4)
+        self.config = tmp_path / "p4bs.toml"
+        self.config.write_text(
+            (repo / "config" / "testbed.toml")
+            .read_text()
+            .replace("127.0.0.1:9092", f"127.0.0.1:{self.kafka}")
+            .replace("127.0.0.1:8086", f"127.0.0.1:{self.influx}")
+        )
+
+    def all(self) -> tuple[int, ...]:
+        return (self.kafka, self.controller, self.influx, self.rpc)
+
+    def up(self, state: Path) -> subprocess.CompletedProcess[str]:
+        return _p4bs(
+            *("stack", "up", "--config", str(self.config), "--state-dir", str(state)),
+            *("--kafka-controller-port", str(self.controller)),
+            *("--influx-rpc-port", str(self.rpc)),
+        )
+
+
 def test_stack_up_then_down_leaves_no_process_and_no_port(repo: Path, tmp_path: Path) -> None:
-    kafka, controller, influx, rpc = free_ports(4)
-    config = tmp_path / "p4bs.toml"
-    config.write_text(
-        (repo / "config" / "testbed.toml")
-        .read_text()
-        .replace("127.0.0.1:9092", f"127.0.0.1:{kafka}")
-        .replace("127.0.0.1:8086", f"127.0.0.1:{influx}")
-    )
+    ports = _Ports(repo, tmp_path)
     state = tmp_path / "state"
-    ports = (kafka, controller, influx, rpc)
     pidfiles = [state / "kafka" / "kafka.pid", state / "influxdb" / "influxdb.pid"]
     try:
-        up = _p4bs(
-            "stack",
-            "up",
-            "--config",
-            str(config),
-            "--state-dir",
-            str(state),
-            "--kafka-controller-port",
-            str(controller),
-            "--influx-rpc-port",
-            str(rpc),
-        )
+        up = ports.up(state)
         assert up.returncode == 0, up.stderr + up.stdout
         assert "stack ready in" in up.stdout
         pids = [running_pid(p) for p in pidfiles]
         assert all(pids), pids
-        assert port_open("127.0.0.1", kafka) and port_open("127.0.0.1", influx)
+        assert port_open("127.0.0.1", ports.kafka) and port_open("127.0.0.1", ports.influx)
 
         status = _p4bs("stack", "status", "--state-dir", str(state))
         assert status.returncode == 0, status.stdout
         assert status.stdout.count(" ready ") == 2
         assert "p4bs.rtt-samples" in status.stdout
 
-        again = _p4bs(
-            "stack",
-            "up",
-            "--config",
-            str(config),
-            "--state-dir",
-            str(state),
-            "--kafka-controller-port",
-            str(controller),
-            "--influx-rpc-port",
-            str(rpc),
-        )
+        again = ports.up(state)
         assert again.returncode == 0, again.stderr  # idempotent: same processes kept
         assert [running_pid(p) for p in pidfiles] == pids
     finally:
@@ -77,7 +71,7 @@ def test_stack_up_then_down_leaves_no_process_and_no_port(repo: Path, tmp_path: 
     assert "stopped: influxdb, kafka" in down.stdout
     for pid in pids:
         assert pid is not None and not _alive(pid)
-    assert not any(port_open("127.0.0.1", p) for p in ports)
+    assert not any(port_open("127.0.0.1", p) for p in ports.all())
     assert _p4bs("stack", "status", "--state-dir", str(state)).returncode == 1
 
 
@@ -90,31 +84,13 @@ def _alive(pid: int) -> bool:
 
 
 def test_stack_up_refuses_a_busy_port_and_starts_nothing(repo: Path, tmp_path: Path) -> None:
-    kafka, controller, influx, rpc = free_ports(4)
+    ports = _Ports(repo, tmp_path)
     with socket.socket() as squatter:
-        squatter.bind(("127.0.0.1", influx))
+        squatter.bind(("127.0.0.1", ports.influx))
         squatter.listen()
-        config = tmp_path / "p4bs.toml"
-        config.write_text(
-            (repo / "config" / "testbed.toml")
-            .read_text()
-            .replace("127.0.0.1:9092", f"127.0.0.1:{kafka}")
-            .replace("127.0.0.1:8086", f"127.0.0.1:{influx}")
-        )
-        up = _p4bs(
-            "stack",
-            "up",
-            "--config",
-            str(config),
-            "--state-dir",
-            str(tmp_path / "state"),
-            "--kafka-controller-port",
-            str(controller),
-            "--influx-rpc-port",
-            str(rpc),
-        )
+        up = ports.up(tmp_path / "state")
     assert up.returncode == 1
-    assert f"influxdb port {influx} on 127.0.0.1 is already in use" in up.stderr
+    assert f"influxdb port {ports.influx} on 127.0.0.1 is already in use" in up.stderr
     assert not (tmp_path / "state" / "kafka" / "kafka.pid").exists()
 
 
