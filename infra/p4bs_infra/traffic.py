@@ -1,13 +1,14 @@
 """Running traffic through the testbed and recording the ground truth of a scenario.
 
 `TrafficRun(testbed, run_dir, scenario).run()` starts the recorders (the router's FIFO at
-`qdisc_hz` over netlink, the senders' per-flow TCP state with `ss` at `ss_hz`), the long-flow
+`qdisc_hz` over netlink, the senders' per-flow TCP state with `ss` at `ss_hz`, a ping probe
+at `ping_hz` whose first `idle_pings` samples precede all traffic), the long-flow
 groups (iperf3, each group from its own address with its congestion control, joining at its
 start time), optional short flows (Poisson arrivals, FCT per flow) and an optional VoIP-like
 UDP stream, waits for the scenario's duration, stops everything it started and writes
 `summary.json` next to the raw files:
 
-    qdisc.jsonl  ss.jsonl  iperf3-<group>-<k>.json  fct.jsonl  voip-recv.jsonl  voip-send.jsonl
+    qdisc.jsonl  ss.jsonl  ping.jsonl  iperf3-<group>-<k>.json  fct.jsonl  voip-*.jsonl
     delay-wire.json  summary.json
 """
 
@@ -58,6 +59,8 @@ class Scenario:
     voip: Voip | None = None
     qdisc_hz: float = 50.0
     ss_hz: float = 5.0
+    ping_hz: float = 10.0
+    idle_pings: int = 10  # probe samples taken before any traffic: the idle RTT
     warmup_s: float = 0.0  # left out of summary.json (slow start, the queue filling)
 
 
@@ -146,6 +149,14 @@ class TrafficRun:
                     str(self.run_dir / "ss.jsonl"),
                 ),
             )
+            probe = self.run_dir / "ping.jsonl"
+            self._start(
+                "snd",
+                "ping-log",
+                self._tool(
+                    "ping-log", "--dst", p.receiver, "--hz", str(s.ping_hz), "--out", str(probe)
+                ),
+            )
             batches = list(self._long_flow_batches()) if s.long_flows else []
             for name, port, _ in batches:
                 self._start("rcv", f"iperf3-server-{name}", ["iperf3", "-s", "-1", "-p", str(port)])
@@ -169,6 +180,10 @@ class TrafficRun:
                 self._wait_listening(FCT_PORT)
             if s.voip:
                 self._wait_listening(VOIP_PORT, udp=True)
+            if not procs.wait_until(
+                lambda: _count_lines(probe) >= s.idle_pings, 10 + s.idle_pings / s.ping_hz
+            ):
+                raise TestbedError(f"the ping probe got no idle samples; see {self.run_dir}/logs")
 
             began = time.monotonic()
             self._write_timeline(time.time_ns())
@@ -290,6 +305,13 @@ class TrafficRun:
         procs.wait_until(finished, max(0.0, deadline - time.monotonic()), 0.2)
 
 
+def _count_lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except OSError:
+        return 0
+
+
 def _jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
@@ -355,6 +377,16 @@ def summarise(run_dir: Path, rate_bps: int) -> dict[str, Any]:
             # The lowest RTT each flow ever saw: its propagation delay, the "base RTT".
             "min_rtt_mean_ns": statistics.fmean(min_rtt.values()) if min_rtt else None,
             "retransmissions": sum(v[-1] - v[0] for v in retrans.values()),
+        }
+    probe = _jsonl(run_dir / "ping.jsonl")
+    idle = [r["rtt_ns"] for r in probe if r["ts_ns"] < timeline["traffic_start_ns"]]
+    loaded = [r["rtt_ns"] for r in probe if steady <= r["ts_ns"] <= timeline["end_ns"]]
+    if idle and loaded:
+        out["probe"] = {
+            "idle_rtt_ns": statistics.median(idle),
+            "loaded_rtt_mean_ns": statistics.fmean(loaded),
+            "loaded_rtt_p50_ns": statistics.median(loaded),
+            "loaded_samples": len(loaded),
         }
     streams: list[float] = []
     groups = {}

@@ -8,6 +8,7 @@
         --duration S --out FILE
     python -m p4bs_infra.trafficgen qdisc-log --dev IF --hz N --out FILE
     python -m p4bs_infra.trafficgen ss-log --dst IP --hz N --out FILE
+    python -m p4bs_infra.trafficgen ping-log --dst IP --hz N --out FILE
 
 Short flows: the client asks the server for SIZE bytes (8-byte request) and times the flow
 from connect() to the server's close: the flow completion time. Sizes are log-uniform between
@@ -215,6 +216,38 @@ def parse_ss(text: str, ts_ns: int) -> list[dict[str, Any]]:
     return records
 
 
+_PING_LINE = re.compile(r"^\[(\d+\.\d+)\].*icmp_seq=(\d+).*time=([0-9.]+) ms")
+
+
+def ping_log(args: argparse.Namespace) -> None:
+    """A ping probe: the RTT a packet sees through the router's queue, free of TCP's own
+    delays (delayed ACKs); its first samples, before any traffic, are the idle RTT."""
+    out = _writer(args.out)
+    ping = subprocess.Popen(
+        ["ping", "-D", "-n", "-i", str(1.0 / args.hz), "-W", "2", args.dst],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert ping.stdout is not None
+
+    def stop_ping() -> None:
+        stop.wait()
+        ping.terminate()
+
+    threading.Thread(target=stop_ping, daemon=True).start()
+    for line in ping.stdout:
+        if m := _PING_LINE.match(line):
+            _emit(
+                out,
+                {
+                    "ts_ns": round(float(m.group(1)) * 1e9),
+                    "seq": int(m.group(2)),
+                    "rtt_ns": round(float(m.group(3)) * 1e6),
+                },
+            )
+    ping.wait()
+
+
 def ss_log(args: argparse.Namespace) -> None:
     """Per-flow RTT, cwnd and retransmissions seen by the senders' TCP stacks."""
     out = _writer(args.out)
@@ -274,6 +307,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--dst", required=True)
     p.add_argument("--hz", type=float, default=5.0)
     p.add_argument("--out", required=True)
+    p = sub.add_parser("ping-log")
+    p.add_argument("--dst", required=True)
+    p.add_argument("--hz", type=float, default=10.0)
+    p.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGINT, _on_term)
@@ -284,6 +321,7 @@ def main(argv: list[str] | None = None) -> None:
         "voip-send": voip_send,
         "qdisc-log": qdisc_log,
         "ss-log": ss_log,
+        "ping-log": ping_log,
     }
     program = programs[args.command]
     if asyncio.iscoroutinefunction(program):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import statistics
 import tempfile
 import time
@@ -35,6 +36,8 @@ def example_plan(state: Path) -> TestbedPlan:
 
 
 def bench_up(repeat: int) -> None:
+    os.environ.setdefault("P4BS_ROUTER_USER", "bench")
+    os.environ.setdefault("P4BS_ROUTER_PASSWORD", "bench-password")
     times = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(repeat):
@@ -57,6 +60,8 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def bench_rtt(duration: float, ccas: list[str], flow_counts: list[int]) -> None:
+    os.environ.setdefault("P4BS_ROUTER_USER", "bench")
+    os.environ.setdefault("P4BS_ROUTER_PASSWORD", "bench-password")
     print(
         "| CCA | N | buffer | buffer B | RTT ms | reference ms | RTT/ref | util | "
         "wire late p99 ms | wire CPU % |"
