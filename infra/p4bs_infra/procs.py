@@ -36,7 +36,6 @@ def start_detached(
     pidfile: Path,
     logfile: Path,
     env: Mapping[str, str] | None = None,
-    cwd: Path | None = None,
 ) -> int:
     """Starts `argv` in its own session (it outlives the caller) and records its pid."""
     logfile.parent.mkdir(parents=True, exist_ok=True)
@@ -48,7 +47,6 @@ def start_detached(
             stderr=subprocess.STDOUT,
             start_new_session=True,
             env={**os.environ, **(env or {})},
-            cwd=cwd,
         )
     started = _start_time(proc.pid)
     pidfile.write_text(f"{proc.pid} {started}\n")

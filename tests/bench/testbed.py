@@ -63,10 +63,10 @@ def bench_rtt(duration: float, ccas: list[str], flow_counts: list[int]) -> None:
     os.environ.setdefault("P4BS_ROUTER_USER", "bench")
     os.environ.setdefault("P4BS_ROUTER_PASSWORD", "bench-password")
     print(
-        "| CCA | N | buffer | buffer B | RTT ms | reference ms | RTT/ref | util | "
-        "wire late p99 ms | wire CPU % |"
+        "| CCA | N | buffer | buffer B | probe RTT ms | reference ms | probe/ref | TCP RTT ms | "
+        "util | wire late p99 ms | wire CPU % |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for cca in ccas:
             for n in flow_counts:
@@ -91,13 +91,15 @@ def bench_rtt(duration: float, ccas: list[str], flow_counts: list[int]) -> None:
                         cpu = (_cpu_seconds(pid) - cpu0) / (time.monotonic() - t0)
                     finally:
                         testbed.down()
-                    lf, router = summary["long_flows"], summary["router"]
-                    base = lf["min_rtt_mean_ns"]
+                    lf, router, probe = (summary[k] for k in ("long_flows", "router", "probe"))
+                    base = probe["idle_rtt_ns"]
                     reference = base + (buffer * 8e9 / plan.rate_bps if label == "200ms" else 0)
+                    rtt = probe["loaded_rtt_mean_ns"]
                     late = max(d["late_p99_ns"] for d in summary["delay_wire"].values())
                     print(
-                        f"| {cca} | {n} | {label} | {buffer} | {lf['rtt_mean_ns'] / 1e6:.1f} | "
-                        f"{reference / 1e6:.1f} | {lf['rtt_mean_ns'] / reference:.2f} | "
+                        f"| {cca} | {n} | {label} | {buffer} | {rtt / 1e6:.1f} | "
+                        f"{reference / 1e6:.1f} | {rtt / reference:.2f} | "
+                        f"{lf['rtt_mean_ns'] / 1e6:.1f} | "
                         f"{router['throughput_bps'] / plan.rate_bps:.3f} | {late / 1e6:.1f} | "
                         f"{100 * cpu:.0f} |",
                         flush=True,
