@@ -13,7 +13,7 @@ STAMPS  := $(CACHE)/stamps
 GO_ENV  := GOPATH=$(CURDIR)/$(CACHE)/go GOBIN=$(CURDIR)/$(CACHE)/bin GOFLAGS=-modcacherw
 MVN     := mvn -q -B -f infra/jars/pom.xml -Dmaven.repo.local=$(CURDIR)/$(CACHE)/m2
 CARGO   := CARGO_HOME=$(CURDIR)/$(CACHE)/cargo cargo
-CRATES  := infra/delay-wire
+CRATES  := infra/delay-wire p4/model
 
 APT_PACKAGES := iproute2 iperf3 tshark tcpdump ethtool procps curl iputils-ping \
                 openjdk-17-jre-headless maven python3-venv
@@ -79,7 +79,7 @@ lint:
 	for crate in $(CRATES); do \
 	  $(CARGO) fmt --check --manifest-path $$crate/Cargo.toml; \
 	  $(CARGO) clippy -q --release --locked --manifest-path $$crate/Cargo.toml \
-	    --target-dir $(CURDIR)/$(CACHE)/target -- -D warnings; \
+	    --target-dir $(CURDIR)/$(CACHE)/target --all-targets -- -D warnings; \
 	done
 	$(VENV)/bin/ruff check $(PYTHON_SOURCES)
 	$(VENV)/bin/ruff format --check $(PYTHON_SOURCES)
