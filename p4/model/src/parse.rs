@@ -18,6 +18,31 @@ pub struct Tcp {
     pub ip_len: u16,
 }
 
+/// A flow key (SPEC §2): src, dst, sport, dport, protocol, big-endian: the bytes hashed.
+pub type FlowKey = [u8; 13];
+
+impl Tcp {
+    /// The key of this packet's own direction.
+    pub fn flow_key(&self) -> FlowKey {
+        key(self.src, self.dst, self.sport, self.dport)
+    }
+
+    /// The key of the opposite direction: what an ACK is matched against.
+    pub fn reverse_key(&self) -> FlowKey {
+        key(self.dst, self.src, self.dport, self.sport)
+    }
+}
+
+fn key(src: u32, dst: u32, sport: u16, dport: u16) -> FlowKey {
+    let mut k = [0u8; 13];
+    k[0..4].copy_from_slice(&src.to_be_bytes());
+    k[4..8].copy_from_slice(&dst.to_be_bytes());
+    k[8..10].copy_from_slice(&sport.to_be_bytes());
+    k[10..12].copy_from_slice(&dport.to_be_bytes());
+    k[12] = 6;
+    k
+}
+
 pub const FIN: u8 = 0x01;
 pub const SYN: u8 = 0x02;
 pub const RST: u8 = 0x04;
@@ -251,6 +276,15 @@ pub(crate) mod tests {
         let mut cut = good.clone();
         cut.truncate(ip + 30); // capture ended inside the TCP header
         assert_eq!(parse(&cut), Err(Skip::BadTcp));
+    }
+
+    #[test]
+    fn an_ack_carries_the_reverse_key_of_its_data() {
+        let data = parse(&frame(100, 0, 0, 0)).unwrap();
+        let mut ack = data;
+        (ack.src, ack.dst, ack.sport, ack.dport) = (data.dst, data.src, data.dport, data.sport);
+        assert_eq!(ack.reverse_key(), data.flow_key());
+        assert_eq!(&data.flow_key()[8..10], &40000u16.to_be_bytes());
     }
 
     #[test]
