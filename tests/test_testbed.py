@@ -41,7 +41,7 @@ def make_testbed(unique_plan: Callable[..., TestbedPlan]) -> Iterator[MakeTestbe
 
 
 def _namespaces() -> set[str]:
-    return {line.split()[0] for line in run(["ip", "netns", "list"]).splitlines() if line}
+    return set(Testbed._existing_namespaces())
 
 
 def _root_links() -> str:
@@ -68,9 +68,12 @@ def test_up_then_down_leaves_no_namespace_link_or_process(make_testbed: MakeTest
     assert testbed.down() == []  # twice is harmless
 
 
-def _ping_rtts_ms(testbed: Testbed, count: int) -> list[float]:
+def _ping_rtts_ms(testbed: Testbed, count: int, source: str | None = None) -> list[float]:
+    bind = ["-I", source] if source else []
     out = run(
-        in_ns(testbed.ns["snd"], "ping", "-c", str(count), "-i", "0.02", testbed.plan.receiver),
+        in_ns(
+            testbed.ns["snd"], "ping", "-c", str(count), "-i", "0.02", *bind, testbed.plan.receiver
+        ),
         timeout_s=60,
     )
     return [float(part.split("=")[1]) for part in out.split() if part.startswith("time=")]
@@ -102,14 +105,8 @@ def test_delay_wire_adds_the_configured_delay_and_reports_lateness(
 def test_group_delay_is_fixed_per_sender_address(make_testbed: MakeTestbed) -> None:
     plan_groups = [dataclasses.replace(g, rtt_ns=50_000_000) for g in _example_plan().groups]
     testbed = make_testbed(groups=plan_groups, extra_delay_max_ns=0)
-    source = testbed.plan.groups[0].address
-    out = run(
-        in_ns(
-            testbed.ns["snd"], "ping", "-c", "20", "-i", "0.02", "-I", source, testbed.plan.receiver
-        ),
-        timeout_s=30,
-    )
-    rtts = [float(p.split("=")[1]) for p in out.split() if p.startswith("time=")]
+    rtts = _ping_rtts_ms(testbed, 20, source=testbed.plan.groups[0].address)
+    assert len(rtts) == 20
     assert abs(statistics.median(rtts) - 50.0) <= 1.0
 
 

@@ -20,7 +20,7 @@ import grpc
 from pygnmi.spec.v080 import gnmi_pb2 as pb
 from pygnmi.spec.v080 import gnmi_pb2_grpc as pb_grpc
 
-from p4bs_infra.agent.model import LIST_KEYS, AgentError, PathElems, RouterQos, format_path
+from p4bs_infra.agent.model import AgentError, PathElems, RouterQos, flatten, format_path
 
 log = logging.getLogger(__name__)
 
@@ -72,20 +72,6 @@ def value_of(value: pb.TypedValue) -> Any:
     if kind in ("uint_val", "int_val", "string_val", "bool_val", "double_val", "float_val"):
         return getattr(value, kind)
     raise AgentError(AgentError.INVALID, f"unsupported value encoding {kind!r}")
-
-
-def leaves(elems: PathElems, value: Any) -> Iterator[tuple[PathElems, Any]]:
-    """A subtree as (leaf path, scalar) pairs, list entries addressed by their keys."""
-    if isinstance(value, dict):
-        for name, child in value.items():
-            if isinstance(child, list):
-                key = LIST_KEYS.get(name, "name")
-                for entry in child:
-                    yield from leaves([*elems, (name, {key: str(entry.get(key, ""))})], entry)
-            else:
-                yield from leaves([*elems, (name, {})], child)
-    else:
-        yield elems, value
 
 
 @dataclass
@@ -255,4 +241,4 @@ class Gnmi(pb_grpc.gNMIServicer):  # type: ignore[misc]
 
     def _leaves(self, elems: PathElems) -> Iterator[tuple[PathElems, Any]]:
         for path, value in self.model.get(elems):
-            yield from leaves(path, value)
+            yield from flatten(path, value)

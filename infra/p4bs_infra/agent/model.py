@@ -222,7 +222,7 @@ class RouterQos:
             for path in deletes:
                 self._plan_delete(plan, [("qos", {}), *_strip_root(path)])
             for path, value in updates:
-                for leaf_path, leaf in _flatten([("qos", {}), *_strip_root(path)], value):
+                for leaf_path, leaf in flatten([("qos", {}), *_strip_root(path)], value):
                     self._plan_leaf(plan, leaf_path, leaf)
             self._check(plan)
             self._apply(plan)
@@ -607,8 +607,9 @@ def _list_keys(name: str, entry: dict[str, Any]) -> dict[str, str]:
     return {key: str(entry[key])} if key and key in entry else {}
 
 
-def _flatten(path: PathElems, value: Any) -> Iterator[tuple[PathElems, Any]]:
-    """A JSON value set at `path` -> (leaf path, scalar) pairs; lists need their keys."""
+def flatten(path: PathElems, value: Any) -> Iterator[tuple[PathElems, Any]]:
+    """A JSON value at `path` -> (leaf path, scalar) pairs, list entries addressed by their
+    keys: how a Set's value is read, and how Subscribe follows a subtree's leaves."""
     if isinstance(value, dict):
         for name, child in value.items():
             name = name.split(":")[-1]
@@ -624,11 +625,11 @@ def _flatten(path: PathElems, value: Any) -> Iterator[tuple[PathElems, Any]]:
                             AgentError.INVALID,
                             f"{format_path(path)}/{name}: list entries need their key {key!r}",
                         )
-                    yield from _flatten(
+                    yield from flatten(
                         [*path, (name, {key: str(entry[key])})],
                         {k: v for k, v in entry.items() if k != key},
                     )
             else:
-                yield from _flatten([*path, (name, {})], child)
+                yield from flatten([*path, (name, {})], child)
     else:
         yield path, value
