@@ -1,12 +1,16 @@
-//! The software model of the p4bs data plane, following `p4/SPEC.md`.
-//!
-//! So far: the packet parser (SPEC §2), a pcap reader for captures made in the testbed, the
-//! hash functions (SPEC §2), the per-flow RTT table (SPEC §3), the count-min sketch (SPEC §4)
-//! and retransmission detection (SPEC §5).
+//! The software model of the p4bs data plane, following `p4/SPEC.md`: the same tables,
+//! hashes, thresholds and timeouts as the Tofino program, over pcap files or live interfaces.
 
+pub mod config;
 pub mod hash;
+pub mod live;
+pub mod longflow;
 pub mod loss;
 pub mod parse;
 pub mod pcap;
+pub mod pipeline;
+pub mod qdelay;
+pub mod record;
 pub mod rtt;
 pub mod sketch;
+pub mod source;

@@ -11,7 +11,8 @@ pub struct Tcp {
     pub seq: u32,
     pub ack: u32,
     pub flags: u8,
-    /// TCP payload bytes: IPv4 total length minus both headers (never the frame length).
+    /// TCP payload bytes: IPv4 total length minus both headers (never the frame length, which
+    /// may be padded or cut at a capture's snap length).
     pub payload: u32,
     pub ip_id: u16,
     /// IPv4 total length, bytes.
@@ -132,11 +133,11 @@ pub fn parse(frame: &[u8]) -> Result<Tcp, Skip> {
     if ip[9] != 6 {
         return Err(Skip::NonTcp);
     }
-    // The TCP header must lie inside both the IP packet and the captured frame.
-    let packet = ip.get(..usize::from(total)).ok_or(Skip::BadTcp)?;
-    let tcp = packet.get(ihl..).ok_or(Skip::BadTcp)?;
+    // The TCP header must lie inside both the IP packet and the captured bytes; the payload
+    // need not have been captured (a capture cut at a snap length is normal for monitoring).
+    let tcp = ip.get(ihl..).ok_or(Skip::BadTcp)?;
     let offset = usize::from(*tcp.get(12).ok_or(Skip::BadTcp)? >> 4) * 4;
-    if offset < 20 || tcp.len() < offset {
+    if offset < 20 || tcp.len() < offset || usize::from(total) < ihl + offset {
         return Err(Skip::BadTcp);
     }
     Ok(Tcp {
@@ -147,7 +148,7 @@ pub fn parse(frame: &[u8]) -> Result<Tcp, Skip> {
         seq: u32_at(tcp, 4).ok_or(Skip::BadTcp)?,
         ack: u32_at(tcp, 8).ok_or(Skip::BadTcp)?,
         flags: tcp[13],
-        payload: (tcp.len() - offset) as u32,
+        payload: (usize::from(total) - ihl - offset) as u32,
         ip_id: u16_at(ip, 4).ok_or(Skip::BadIpv4)?,
         ip_len: total,
     })
@@ -231,10 +232,13 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn payload_comes_from_the_ip_length_not_the_padded_frame() {
+    fn payload_comes_from_the_ip_length_not_the_padded_or_cut_frame() {
         let mut f = frame(0, 0, 0, 0);
         f.extend_from_slice(&[0u8; 6]); // Ethernet minimum-size padding
         assert_eq!(parse(&f).unwrap().payload, 0);
+        let mut snapped = frame(1448, 0, 12, 0);
+        snapped.truncate(14 + 20 + 32); // a capture keeping only the headers
+        assert_eq!(parse(&snapped).unwrap().payload, 1448);
     }
 
     #[test]

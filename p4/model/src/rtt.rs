@@ -16,6 +16,9 @@ struct Slot {
 pub enum Stored {
     Yes,
     TableFull,
+    /// A live record had the same (flow, eACK): the segment was sent twice, so both are
+    /// forgotten (Karn's rule, for repeats the loss stage cannot judge, such as a SYN).
+    Duplicate,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,8 +56,14 @@ impl RttTable {
         let signature = SIGNATURE.hash(key);
         for stage in 0..2 {
             let i = self.index(stage, key);
+            let max_age = self.max_age_ns;
             let slot = &mut self.stages[stage][i];
-            if slot.ts == 0 || now.saturating_sub(slot.ts) > self.max_age_ns {
+            let live = slot.ts != 0 && now.saturating_sub(slot.ts) <= max_age;
+            if live && slot.signature == signature {
+                *slot = Slot::default();
+                return Stored::Duplicate;
+            }
+            if !live {
                 *slot = Slot { signature, ts: now };
                 return Stored::Yes;
             }
@@ -126,6 +135,10 @@ mod tests {
         t.record(&key(1, 2896), 1_000);
         t.clear(&key(1, 2896));
         assert_eq!(t.lookup(&key(1, 2896), 50_000_000), Lookup::Miss);
+        // A segment recorded twice (a retransmitted SYN) leaves no record either.
+        t.record(&key(1, 1), 1_000);
+        assert_eq!(t.record(&key(1, 1), 2_000), Stored::Duplicate);
+        assert_eq!(t.lookup(&key(1, 1), 50_000_000), Lookup::Miss);
     }
 
     #[test]

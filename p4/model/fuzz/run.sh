@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Builds the fuzz targets of p4/model (cargo-fuzz, nightly, AddressSanitizer, overflow checks)
+# and runs each for FUZZ_SECONDS (default 60). Corpora grow in .cache/fuzz-corpus/<target>/,
+# starting from seeds written here; an input that crashes or hangs a target is saved under
+# .cache/fuzz-artifacts/<target>/, its path printed, and the script exits non-zero.
+# Needs `make fuzz-tools` (cargo-fuzz) and the machine's nightly toolchain.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
+fuzz_dir=$root/p4/model/fuzz
+cache=$root/.cache
+export CARGO_HOME=$cache/cargo
+target_dir=$cache/target-fuzz
+seconds=${FUZZ_SECONDS:-60}
+targets=(parse_frame read_pcap)
+
+[[ -x $CARGO_HOME/bin/cargo-fuzz ]] || {
+  echo "fuzz: $CARGO_HOME/bin/cargo-fuzz is missing: run make fuzz-tools" >&2
+  exit 1
+}
+rustup run nightly rustc --version >/dev/null || {
+  echo "fuzz: cargo-fuzz needs the nightly toolchain (rustup toolchain list)" >&2
+  exit 1
+}
+
+# Not in the Makefile's CRATES (its own workspace, nightly-only build), so linted here.
+cargo fmt --check --manifest-path "$fuzz_dir/Cargo.toml"
+cargo clippy -q --manifest-path "$fuzz_dir/Cargo.toml" --target-dir "$target_dir" \
+  --all-targets -- -D warnings
+
+echo "fuzz: building ${targets[*]}"
+PATH=$CARGO_HOME/bin:$PATH cargo +nightly fuzz build --fuzz-dir "$fuzz_dir" \
+  --target-dir "$target_dir" -O --debug-assertions
+bin_dir=$target_dir/x86_64-unknown-linux-gnu/release
+
+# Seeds: valid inputs for the mutations to start from, written from hex (spaces ignored).
+hex() { printf '%b' "$(tr -d ' \n' <<<"$*" | sed -E 's/(..)/\\x\1/g')"; }
+le32() { printf '%02x%02x%02x%02x' $(($1 & 255)) $(($1 >> 8 & 255)) $(($1 >> 16 & 255)) $(($1 >> 24)); }
+be32() { printf '%08x' "$1"; }
+eth=020000000002020000000001 # destination and source MAC
+# IPv4 10.201.1.10 -> 10.201.2.2, DF; TCP 40000 -> 5201, seq 1000, ack 7.
+tcp_4_bytes="$eth 0800 4500002c 12344000 40060000 0ac9010a 0ac90202
+  9c401451 000003e8 00000007 5018ffff 00000000 deadbeef"
+options_vlan="$eth 8100 0005 0800 46000038 12344000 40060000 0ac9010a 0ac90202 01010100
+  9c401451 000003e8 00000007 8010ffff 00000000 0101080a 00000001 00000002 000000000000"
+qinq_syn="$eth 88a8 0064 8100 0005 0800 45000028 00014000 40060000 0ac9010a 0ac90202
+  9c401451 000003e8 00000000 5002ffff 00000000"
+ipv6="$eth 86dd 60000000 00000640 $(printf '0%.0s' {1..64}) 0000"
+udp="$eth 0800 4500001c 00010000 40110000 0ac9010a 0ac90202 9c401451 00080000"
+arp="$eth 0806 00010800 06040001 020000000001 0ac9010a 000000000000 0ac90202"
+# A pcap file: header (magic, version 2.4, zone, accuracy, snaplen, link type Ethernet) and
+# records (seconds, fraction, captured and original length, the frame), little- or big-endian.
+pcap() { # word-function magic frames...
+  local word=$1 magic=$2 out i=1
+  shift 2
+  local version=0x00020004 # major 2, minor 4: two 16-bit words
+  [[ $word == le32 ]] && version=0x00040002
+  out="$($word "$magic") $($word $version) 00000000 00000000 $($word 65535) $($word 1)"
+  for frame in "$@"; do
+    local len=$(($(tr -d ' \n' <<<"$frame" | wc -c) / 2))
+    out+=" $($word $((1700000000 + i))) $($word $((i * 1000))) $($word $len) $($word $len) $frame"
+    i=$((i + 1))
+  done
+  echo "$out"
+}
+seeds=$cache/fuzz-seeds
+rm -rf "$seeds"
+mkdir -p "$seeds/parse_frame" "$seeds/read_pcap"
+for name in tcp_4_bytes options_vlan qinq_syn ipv6 udp arp; do
+  hex "${!name}" >"$seeds/parse_frame/$name"
+done
+hex "$(pcap le32 0xa1b2c3d4 "$tcp_4_bytes" "$options_vlan" "$udp")" >"$seeds/read_pcap/us_le"
+hex "$(pcap be32 0xa1b23c4d "$qinq_syn" "$ipv6")" >"$seeds/read_pcap/ns_be"
+hex "$(pcap le32 0xa1b2c3d4 "$arp") 0a000000 00000000 64000000 64000000 0102" \
+  >"$seeds/read_pcap/truncated"
+
+failed=()
+for target in "${targets[@]}"; do
+  corpus=$cache/fuzz-corpus/$target
+  artifacts=$cache/fuzz-artifacts/$target
+  log=$cache/fuzz-logs/$target.log
+  mkdir -p "$corpus" "$artifacts" "$(dirname "$log")"
+  echo "fuzz: $target for ${seconds}s (corpus $corpus)"
+  status=0
+  "$bin_dir/$target" -max_total_time="$seconds" -timeout=10 -print_final_stats=1 \
+    -artifact_prefix="$artifacts/" "$corpus" "$seeds/$target" >"$log" 2>&1 || status=$?
+  last=$(grep -E '^#[0-9]+.*cov: ' "$log" | tail -n 1 || true)
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
+  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")
+  echo "fuzz: $target: ${runs:-?} executions (${rate:-?}/s); last report: ${last:-none}"
+  if ((status != 0)); then
+    grep -E '^==[0-9]+==|panicked at|^SUMMARY|Test unit written to' "$log" || tail -n 40 "$log"
+    echo "fuzz: $target FAILED (exit $status); log $log; reproduce: $bin_dir/$target <input>"
+    failed+=("$target")
+  fi
+done
+if ((${#failed[@]})); then
+  echo "fuzz: crashes in ${failed[*]}" >&2
+  exit 1
+fi
+echo "fuzz: ${#targets[@]} passed, 0 failed"
