@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import logging
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-from p4bs import paths
-from p4bs.config import ConfigError, load_config
+from p4bs import dataplane, paths
+from p4bs.config import ConfigError, DataplaneConfig, load_config
 from p4bs_infra.services import StackError
 from p4bs_infra.stack import Stack, StackSettings
 from p4bs_infra.testbed import Testbed, TestbedError, TestbedPlan
@@ -150,6 +153,56 @@ def cmd_testbed_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _analyze_spec(args: argparse.Namespace) -> dict[str, object]:
+    if args.config is None:
+        link = {"id": args.link or "capture", "output_prefixes": args.output_prefix}
+        ports = [
+            {"port": tap, "link": link["id"], "tap": tap, "direction": "both"}
+            for tap in (dataplane.BEFORE, dataplane.AFTER)
+        ]
+        return {"links": [link], "ports": ports, **dataplane.settings(DataplaneConfig())}
+    config = load_config(args.config)
+    try:
+        chosen = config.link(args.link) if args.link else config.links[0]
+    except KeyError:
+        known = ", ".join(x.id for x in config.links)
+        problem = f"--link: no link {args.link!r} (links: {known})"
+        raise ConfigError(str(args.config), [problem]) from None
+    spec = dataplane.capture_spec(config, chosen)
+    if args.output_prefix:
+        spec["links"][0]["output_prefixes"] = args.output_prefix
+    return spec
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    binary = paths.built("p4bs-model")
+    if not binary.exists():
+        print(f"p4bs analyze: {binary} is missing: run `make setup`", file=sys.stderr)
+        return 1
+    try:
+        spec = _analyze_spec(args)
+    except ConfigError as exc:
+        print(f"p4bs analyze: {exc}", file=sys.stderr)
+        return 1
+    with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="p4bs-spec-") as spec_file:
+        json.dump(spec, spec_file)
+        spec_file.flush()
+        argv = [str(binary), "analyze", "--config", spec_file.name]
+        argv += ["--pcap", f"{dataplane.BEFORE}={args.before}"]
+        if args.after is not None:
+            argv += ["--pcap", f"{dataplane.AFTER}={args.after}", "--queue-delay-samples"]
+        if args.summary:
+            argv.append("--summary")
+        return subprocess.run(argv, check=False).returncode
+
+
+def _ipv4_prefix(text: str) -> str:
+    try:
+        return str(ipaddress.IPv4Network(text, strict=True))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="p4bs", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -201,6 +254,31 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--voip", action="store_true", help="add a VoIP-like UDP stream")
     run.add_argument("--out", type=Path, required=True, help="run directory (must be new)")
     run.set_defaults(func=cmd_testbed_run)
+
+    analyze = sub.add_parser(
+        "analyze",
+        help="run the software data plane on captures; records as JSON lines",
+        description="Runs the data-plane model (p4/SPEC.md) on a capture made before the "
+        "router and, optionally, one made after it, and writes its records to stdout as JSON "
+        "lines (kind: rtt_sample, long_flow, link_counters, queue_delay). Counters of what "
+        "was skipped, and damaged input, are reported on stderr.",
+    )
+    analyze.add_argument("before", type=Path, help="pcap captured before the router")
+    analyze.add_argument("--after", type=Path, help="pcap captured after the router")
+    analyze.add_argument(
+        "--config", type=Path, help="deployment config: its [dataplane] settings and link"
+    )
+    analyze.add_argument("--link", help="link id (router:interface); default: the first link")
+    analyze.add_argument(
+        "--output-prefix",
+        action="append",
+        default=[],
+        type=_ipv4_prefix,
+        help="IPv4 prefix behind the output interface: packets towards it are the data "
+        "direction (repeatable; default: the link's output_prefixes, else every packet)",
+    )
+    analyze.add_argument("--summary", action="store_true", help="per-link totals instead")
+    analyze.set_defaults(func=cmd_analyze)
     return parser
 
 

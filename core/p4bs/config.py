@@ -8,6 +8,7 @@ Credentials never appear in the file: a secret is `{ env = "VAR" }` or `{ file =
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from collections.abc import Callable, Iterator
@@ -103,6 +104,31 @@ class FlinkConfig:
     checkpoint_interval_ns: int = 10_000_000_000
 
 
+LONG_FLOW_MODES = ("sketch", "window")
+
+
+@dataclass(frozen=True)
+class DataplaneConfig:
+    """The data plane's sizes, thresholds and timeouts (p4/SPEC.md; defaults are the spec's)."""
+
+    rtt_slots: int = 65_536
+    rtt_max_age_ns: int = 1_000_000_000
+    rtt_min_interval_ns: int = 0  # per-flow sampling limit; 0 = off
+    long_flows: str = "sketch"  # P4BS count-min sketch, or GLOBECOM's packet "window"
+    cms_rows: int = 4
+    cms_width: int = 131_072
+    cms_reset_ns: int = 10_000_000_000
+    long_flow_threshold: int = 2000  # packets within one sketch period
+    long_flow_ttl_ns: int = 2_000_000_000
+    long_flow_capacity: int = 65_536
+    window_ns: int = 1_000_000_000
+    window_packets: int = 1000
+    loss_slots: int = 65_536
+    qdelay_slots: int = 65_536
+    qdelay_max_age_ns: int = 1_000_000_000
+    export_interval_ns: int = 100_000_000
+
+
 @dataclass(frozen=True)
 class SwitchConfig:
     name: str
@@ -140,6 +166,9 @@ class LinkConfig:
     safe_buffer_bytes: int
     policy: str
     policy_options: dict[str, Any]
+    # IPv4 prefixes reached through `interface`: on a tap carrying both directions, a packet
+    # towards one of them is in the data (output) direction. Empty: every packet is.
+    output_prefixes: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -179,6 +208,7 @@ class Config:
     routers: tuple[RouterConfig, ...]
     links: tuple[LinkConfig, ...]
     testbed: TestbedConfig | None = None
+    dataplane: DataplaneConfig = field(default_factory=DataplaneConfig)
 
     def link(self, link_id: str) -> LinkConfig:
         for link in self.links:
@@ -395,6 +425,61 @@ def _read_flink(r: _Reader, data: dict[str, Any]) -> FlinkConfig:
     )
 
 
+def _power_of_two(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 2 or value > 2**24:
+        raise ValueError(f"must be an integer in [2, 2^24], got {value!r}")
+    if value & (value - 1):
+        raise ValueError(f"must be a power of two (hash tables index by low bits), got {value}")
+    return value
+
+
+def _read_dataplane(r: _Reader, data: dict[str, Any]) -> DataplaneConfig:
+    d = DataplaneConfig()
+    durations = {
+        "rtt_max_age": "rtt_max_age_ns",
+        "cms_reset": "cms_reset_ns",
+        "long_flow_ttl": "long_flow_ttl_ns",
+        "window": "window_ns",
+        "qdelay_max_age": "qdelay_max_age_ns",
+        "export_interval": "export_interval_ns",
+    }
+    slots = ("rtt_slots", "cms_width", "loss_slots", "qdelay_slots")
+    counts = {
+        "cms_rows": (1, 4),
+        "long_flow_threshold": (1, 2**31),
+        "long_flow_capacity": (1, 2**24),
+        "window_packets": (1, 2**31),
+    }
+    known = {*durations, *slots, *counts, "rtt_min_interval", "long_flows"}
+    r.unknown(data, known)
+    values: dict[str, Any] = {}
+    for key, attr in durations.items():
+        values[attr] = r.get(data, key, _positive(parse_duration_ns, key), getattr(d, attr))
+    values["rtt_min_interval_ns"] = r.get(
+        data, "rtt_min_interval", _non_negative(parse_duration_ns, "the interval"), 0
+    )
+    for key in slots:
+        values[key] = r.get(data, key, _power_of_two, getattr(d, key))
+    for key, (low, high) in counts.items():
+        values[key] = r.get(data, key, _int_in(low, high), getattr(d, key))
+    values["long_flows"] = r.get(data, "long_flows", _one_of(LONG_FLOW_MODES), d.long_flows)
+    if any(v is None for v in values.values()):
+        return d
+    return DataplaneConfig(**values)
+
+
+def _ipv4_prefixes(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise ValueError(f"must be a list of IPv4 prefixes, got {value!r}")
+    prefixes = []
+    for item in value:
+        try:
+            prefixes.append(str(ipaddress.IPv4Network(item, strict=True)))
+        except (ValueError, TypeError):
+            raise ValueError(f"{item!r} is not an IPv4 prefix like 10.0.0.0/24") from None
+    return tuple(prefixes)
+
+
 def _read_switch(r: _Reader, data: dict[str, Any]) -> SwitchConfig:
     r.unknown(data, {"name", "target", "address", "device_id"})
     target = r.get(data, "target", _one_of(SWITCH_TARGETS), required=True) or "model"
@@ -446,7 +531,8 @@ def _buffer_value(capacity_bps: int | None) -> Callable[[Any], int]:
 
 def _read_link(r: _Reader, data: dict[str, Any]) -> LinkConfig | None:
     known = {"router", "interface", "switch", "capacity", "taps", "sla", "weights", "buffer"}
-    r.unknown(data, known | {"policy", "policy_options"})
+    r.unknown(data, known | {"policy", "policy_options", "output_prefixes"})
+    output_prefixes = r.get(data, "output_prefixes", _ipv4_prefixes)
     capacity = r.get(data, "capacity", _positive(parse_rate_bps, "the capacity"), required=True)
     with r.at("taps"):
         taps = r.table(data, "taps")
@@ -506,6 +592,7 @@ def _read_link(r: _Reader, data: dict[str, Any]) -> LinkConfig | None:
         safe_buffer_bytes=safe,
         policy=policy,
         policy_options=options,
+        output_prefixes=output_prefixes or (),
     )
 
 
@@ -597,13 +684,16 @@ def _check_references(r: _Reader, config: Config) -> None:
 
 def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
     r = _Reader()
-    r.unknown(data, {"kafka", "influxdb", "flink", "switches", "routers", "links", "testbed"})
+    sections = {"kafka", "influxdb", "flink", "dataplane", "switches", "routers", "links"}
+    r.unknown(data, sections | {"testbed"})
     with r.at("kafka"):
         kafka = _read_kafka(r, r.table(data, "kafka"))
     with r.at("influxdb"):
         influx = _read_influx(r, r.table(data, "influxdb"))
     with r.at("flink"):
         flink = _read_flink(r, r.table(data, "flink"))
+    with r.at("dataplane"):
+        dataplane = _read_dataplane(r, r.table(data, "dataplane"))
 
     tables = {name: r.tables(data, name) for name in ("switches", "routers", "links")}
 
@@ -633,6 +723,7 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
         routers=each("routers", _read_router),
         links=links,
         testbed=testbed,
+        dataplane=dataplane,
     )
     _check_references(r, config)
     if r.problems:
