@@ -1,16 +1,18 @@
 """`p4bs testbed up|down|status`: the emulated network around one Linux "legacy router".
 
-    senders ──eth0═wl── [delay wire] ──wr═rin── router ──<egress>═eth0── receivers
-    (<name>-snd)         (<name>-wire)          (<name>-rtr)             (<name>-rcv)
+    senders ──eth0═rin── router ──<egress>═wl── [delay wire] ──wr═eth0── receivers
+    (<name>-snd)          (<name>-rtr)           (<name>-wire)            (<name>-rcv)
 
 The router forwards between `rin` and the link's interface (e.g. eth1), whose output is an htb
 shaper at the link capacity feeding a bfifo whose byte limit is the router buffer. The delay
-wire adds each flow's round-trip delay, half per direction. Taps for the data plane live in
-`<name>-tap`: `<before>` carries copies of what enters the router (both directions, before any
-queue; clsact ingress mirrors on rin and the egress interface) and `<after>` copies of what left
-it (data direction: mirrored at the receivers' eth0 ingress, i.e. after the bottleneck queue;
-ACK direction: the clsact egress hook on rin, which has no queue). Each copy arrives with the
-kernel's nanosecond receive timestamp at the tap.
+wire, beyond the router's output link, adds each flow's round-trip delay, half per direction:
+like the path past a real router's output link, it is seen by taps on the router's links.
+Taps for the data plane live in `<name>-tap`: `<before>` carries copies of what enters the
+router (both directions, before any queue; clsact ingress mirrors on rin and the egress
+interface) and `<after>` copies of what left it (data direction: mirrored at the wire's `wl`
+ingress, i.e. after the bottleneck queue and before the delay; ACK direction: the clsact egress
+hook on rin, which has no queue). Each copy arrives with the kernel's nanosecond receive
+timestamp at the tap.
 All addresses live only inside these namespaces.
 """
 
@@ -281,12 +283,12 @@ class Testbed:
 
     def _links(self) -> None:
         p = self.plan
-        self._veth("snd", "eth0", "wire", "wl")
-        self._veth("wire", "wr", "rtr", ROUTER_INGRESS)
-        self._veth("rtr", p.egress, "rcv", "eth0")
+        self._veth("snd", "eth0", "rtr", ROUTER_INGRESS)
+        self._veth("rtr", p.egress, "wire", "wl")
+        self._veth("wire", "wr", "rcv", "eth0")
         self._veth("rtr", "tb", "tap", p.tap_before)
         self._veth("rtr", "ta", "tap", "af-rev")
-        self._veth("rcv", "ta", "tap", "af-fwd")
+        self._veth("wire", "ta", "tap", "af-fwd")
         self._veth("tap", p.tap_after, "tap", "af-in")
 
     def _addresses(self) -> None:
@@ -328,7 +330,7 @@ class Testbed:
         for role, dev in (
             ("rtr", ROUTER_INGRESS),
             ("rtr", p.egress),
-            ("rcv", "eth0"),
+            ("wire", "wl"),
             ("tap", "af-fwd"),
             ("tap", "af-rev"),
         ):
@@ -336,7 +338,7 @@ class Testbed:
         self._mirror("rtr", ROUTER_INGRESS, "ingress", "tb")  # before: data direction
         self._mirror("rtr", p.egress, "ingress", "tb")  # before: ACK direction
         self._mirror("rtr", ROUTER_INGRESS, "egress", "ta")  # after: ACKs (no queue there)
-        self._mirror("rcv", "eth0", "ingress", "ta")  # after: data, past the queue
+        self._mirror("wire", "wl", "ingress", "ta")  # after: data, past the queue
         for dev in ("af-fwd", "af-rev"):  # both after-copies arrive on one tap interface
             self._mirror("tap", dev, "ingress", "af-in", action="redirect")
 

@@ -9,7 +9,7 @@ UDP stream, waits for the scenario's duration, stops everything it started and w
 `summary.json` next to the raw files:
 
     qdisc.jsonl  ss.jsonl  ping.jsonl  iperf3-<group>-<k>.json  fct.jsonl  voip-*.jsonl
-    delay-wire.json  summary.json
+    delay-wire.json  summary.json  [tap-before.pcap  tap-after.pcap]
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ IPERF_MAX_PARALLEL = 100
 FCT_PORT = 8080
 VOIP_PORT = 4000
 SHORT_FLOW_SOURCE = f"{SENDER_NET}.2"
+# Senders stay on one CPU: a veth hands each packet to the backlog of the CPU that sent it,
+# so a sender moving between CPUs would reorder its own flows, which real NICs do not.
+SENDER_CPU = ("taskset", "-c", "0")
 
 
 @dataclass
@@ -62,6 +65,9 @@ class Scenario:
     ping_hz: float = 10.0
     idle_pings: int = 10  # probe samples taken before any traffic: the idle RTT
     warmup_s: float = 0.0  # left out of summary.json (slow start, the queue filling)
+    # Capture both taps to tap-before.pcap / tap-after.pcap (ns timestamps), keeping this many
+    # bytes of each frame; None: no capture.
+    capture_snaplen: int | None = None
 
 
 @dataclass
@@ -157,6 +163,8 @@ class TrafficRun:
                     "ping-log", "--dst", p.receiver, "--hz", str(s.ping_hz), "--out", str(probe)
                 ),
             )
+            if s.capture_snaplen is not None:
+                self._start_captures(s.capture_snaplen)
             batches = list(self._long_flow_batches()) if s.long_flows else []
             for name, port, _ in batches:
                 self._start("rcv", f"iperf3-server-{name}", ["iperf3", "-s", "-1", "-p", str(port)])
@@ -207,6 +215,7 @@ class TrafficRun:
                     "snd",
                     f"iperf3-{name}",
                     [
+                        *SENDER_CPU,
                         "iperf3",
                         "-c",
                         p.receiver,
@@ -235,6 +244,20 @@ class TrafficRun:
         summary = summarise(self.run_dir, p.rate_bps)
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         return summary
+
+    def _start_captures(self, snaplen: int) -> None:
+        """tcpdump on both taps, armed before any traffic; stopped (and flushed) at the end."""
+        p = self.testbed.plan
+        for side, interface in (("before", p.tap_before), ("after", p.tap_after)):
+            name = f"capture-{side}"
+            argv = [
+                "tcpdump", "-n", "-q", "-i", interface, "-s", str(snaplen), "-B", "32768",
+                "--time-stamp-precision=nano", "-w", str(self.run_dir / f"tap-{side}.pcap"),
+            ]  # fmt: skip
+            self._start("tap", name, argv)
+            log = self.run_dir / "logs" / f"{name}.log"
+            if not procs.wait_until(lambda log=log: "listening on" in log.read_text(), 15):
+                raise TestbedError(f"tcpdump on {interface} did not start: {procs.log_tail(log)}")
 
     def _write_timeline(self, start_ns: int) -> None:
         s = self.scenario
