@@ -200,60 +200,50 @@ impl Pipeline {
                 prefixes.is_empty() || prefixes.iter().any(|x| x.contains(tcp.dst))
             }
         };
-        match p.tap {
-            Tap::Before => self.before(p.link, out_direction, &tcp, ts, out),
-            Tap::After if out_direction && tcp.payload > 0 => self.after(p.link, &tcp, ts, out),
-            Tap::After => {}
+        match (p.tap, out_direction) {
+            (Tap::Before, true) => self.before(p.link, &tcp, ts, out),
+            (Tap::After, true) => self.after(p.link, &tcp, ts, out),
+            (Tap::After, false) if tcp.flags & ACK != 0 => self.match_ack(p.link, &tcp, ts, out),
+            _ => {}
         }
     }
 
-    fn before(
-        &mut self,
-        link: u16,
-        out_direction: bool,
-        tcp: &Tcp,
-        ts: u64,
-        out: &mut Vec<Record>,
-    ) {
-        if tcp.flags & ACK != 0 {
-            self.match_ack(link, tcp, ts, out);
-        }
+    /// Data direction, entering the router: counters, loss, long flows, queue arrivals.
+    fn before(&mut self, link: u16, tcp: &Tcp, ts: u64, out: &mut Vec<Record>) {
         let key = tcp.flow_key();
         let data = tcp.payload > 0;
-        let segment = if data {
-            self.loss.observe(&key, tcp.seq, tcp.payload)
-        } else {
-            Segment::New
-        };
-        if out_direction {
-            let c = &mut self.links[usize::from(link)].counters;
-            c.packets += 1;
-            c.bytes += u64::from(tcp.ip_len);
-            if data {
-                c.data_packets += 1;
-                c.data_bytes += u64::from(tcp.ip_len);
-                if segment == Segment::Retransmission {
-                    c.retransmissions += 1;
-                    self.counters.retransmissions += 1;
-                }
-                if self.queue.arrive(&queue_key(tcp, &key), ts) {
-                    self.counters.queue_delay_overwritten += 1;
-                }
+        let c = &mut self.links[usize::from(link)].counters;
+        c.packets += 1;
+        c.bytes += u64::from(tcp.ip_len);
+        if data {
+            c.data_packets += 1;
+            c.data_bytes += u64::from(tcp.ip_len);
+            if self.loss.observe(&key, tcp.seq, tcp.payload) == Segment::Retransmission {
+                c.retransmissions += 1;
+                self.counters.retransmissions += 1;
             }
-            self.long_flow(link, &key, tcp, ts, data, out);
+            if self.queue.arrive(&queue_key(tcp, &key), ts) {
+                self.counters.queue_delay_overwritten += 1;
+            }
+        }
+        self.long_flow(link, &key, tcp, ts, data, out);
+    }
+
+    /// Data direction, leaving the router: queueing delay, and the segment's time for RTT.
+    fn after(&mut self, link: u16, tcp: &Tcp, ts: u64, out: &mut Vec<Record>) {
+        let key = tcp.flow_key();
+        if tcp.payload > 0 {
+            self.departure(link, tcp, &key, ts, out);
         }
         let syn_fin = u32::from(tcp.flags & SYN != 0) + u32::from(tcp.flags & FIN != 0);
-        if data || syn_fin > 0 {
+        if tcp.payload > 0 || syn_fin > 0 {
             let eack = tcp.seq.wrapping_add(tcp.payload).wrapping_add(syn_fin);
-            let k = rtt_key(&key, eack);
-            if segment == Segment::Retransmission {
-                self.rtt.clear(&k);
-            } else {
-                match self.rtt.record(&k, ts) {
-                    Stored::Yes => {}
-                    Stored::TableFull => self.counters.rtt_table_full += 1,
-                    Stored::Duplicate => self.counters.rtt_duplicate += 1,
-                }
+            // A segment seen twice here is a retransmission whose original also got through:
+            // the table forgets both (Karn's rule). One lost in the router passes here once.
+            match self.rtt.record(&rtt_key(&key, eack), ts) {
+                Stored::Yes => {}
+                Stored::TableFull => self.counters.rtt_table_full += 1,
+                Stored::Duplicate => self.counters.rtt_duplicate += 1,
             }
         }
     }
@@ -327,9 +317,15 @@ impl Pipeline {
         });
     }
 
-    fn after(&mut self, link: u16, tcp: &Tcp, ts: u64, out: &mut Vec<Record>) {
-        let key = tcp.flow_key();
-        let delay = match self.queue.depart(&queue_key(tcp, &key), ts) {
+    fn departure(
+        &mut self,
+        link: u16,
+        tcp: &Tcp,
+        key: &crate::parse::FlowKey,
+        ts: u64,
+        out: &mut Vec<Record>,
+    ) {
+        let delay = match self.queue.depart(&queue_key(tcp, key), ts) {
             Departure::Miss => return,
             Departure::Expired => {
                 self.counters.queue_delay_expired += 1;
@@ -346,7 +342,7 @@ impl Pipeline {
             out.push(Record::QueueDelay {
                 link,
                 ts_ns: ts,
-                flow: Flow::from_key(&key),
+                flow: Flow::from_key(key),
                 delay_ns: delay,
             });
         }

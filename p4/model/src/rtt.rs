@@ -17,7 +17,7 @@ pub enum Stored {
     Yes,
     TableFull,
     /// A live record had the same (flow, eACK): the segment was sent twice, so both are
-    /// forgotten (Karn's rule, for repeats the loss stage cannot judge, such as a SYN).
+    /// forgotten (Karn's rule: an ACK for it would be ambiguous).
     Duplicate,
 }
 
@@ -69,11 +69,6 @@ impl RttTable {
             }
         }
         Stored::TableFull
-    }
-
-    /// Forgets (flow, eACK): its segment was retransmitted, so an ACK for it is ambiguous.
-    pub fn clear(&mut self, key: &RttKey) {
-        self.take_slot(key);
     }
 
     /// An ACK's (reverse flow, ack) seen at `now`: the RTT sample, if a live record matches.
@@ -132,10 +127,7 @@ mod tests {
     #[test]
     fn retransmitted_segments_give_no_sample() {
         let mut t = RttTable::new(16, 1_000_000_000);
-        t.record(&key(1, 2896), 1_000);
-        t.clear(&key(1, 2896));
-        assert_eq!(t.lookup(&key(1, 2896), 50_000_000), Lookup::Miss);
-        // A segment recorded twice (a retransmitted SYN) leaves no record either.
+        // A segment recorded twice (sent again, both copies seen) leaves no record.
         t.record(&key(1, 1), 1_000);
         assert_eq!(t.record(&key(1, 1), 2_000), Stored::Duplicate);
         assert_eq!(t.lookup(&key(1, 1), 50_000_000), Lookup::Miss);
