@@ -44,6 +44,7 @@ HTB_ROOT, HTB_LINK_CLASS, DEFAULT_QUEUE_CLASS = "1:", "1:1", "1:10"
 DEFAULT_QUEUE_QDISC = "10:"
 NETCONF_PORT = 830
 MANAGEMENT = "mgmt0"
+RPS_ALL_CPUS = format((1 << (os.cpu_count() or 1)) - 1, "x")
 
 
 class TestbedError(RuntimeError):
@@ -221,6 +222,7 @@ class Testbed:
         try:
             self._namespaces()
             self._links()
+            self._keep_flows_in_order()
             self._addresses()
             self._bottleneck()
             self._taps()
@@ -280,6 +282,15 @@ class Testbed:
             # filled in by the sender (the delay wire forwards frames as they are).
             run(in_ns(self.ns[role], *f"ethtool -K {name} tx off tso off gso off gro off".split()))
             self._ip(role, f"link set {name} up")
+
+    def _keep_flows_in_order(self) -> None:
+        """A veth queues each frame on the backlog of the CPU that sent it, so a flow sent
+        from two CPUs (a sender's ACK-clocked and paced sends run in softirqs anywhere) comes
+        out reordered, which a real link never does. RPS on the two hops that forward the
+        data direction picks the CPU by flow hash instead."""
+        for role, name in (("rtr", ROUTER_INGRESS), ("wire", "wl")):
+            rps = f"/sys/class/net/{name}/queues/rx-0/rps_cpus"
+            run(in_ns(self.ns[role], "sh", "-c", f"echo {RPS_ALL_CPUS} > {rps}"))
 
     def _links(self) -> None:
         p = self.plan

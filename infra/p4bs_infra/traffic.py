@@ -25,6 +25,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,6 @@ IPERF_MAX_PARALLEL = 100
 FCT_PORT = 8080
 VOIP_PORT = 4000
 SHORT_FLOW_SOURCE = f"{SENDER_NET}.2"
-# Senders stay on one CPU: a veth hands each packet to the backlog of the CPU that sent it,
-# so a sender moving between CPUs would reorder its own flows, which real NICs do not.
-SENDER_CPU = ("taskset", "-c", "0")
 
 
 @dataclass
@@ -215,7 +213,6 @@ class TrafficRun:
                     "snd",
                     f"iperf3-{name}",
                     [
-                        *SENDER_CPU,
                         "iperf3",
                         "-c",
                         p.receiver,
@@ -256,7 +253,7 @@ class TrafficRun:
             ]  # fmt: skip
             self._start("tap", name, argv)
             log = self.run_dir / "logs" / f"{name}.log"
-            if not procs.wait_until(lambda log=log: "listening on" in log.read_text(), 15):
+            if not procs.wait_until(partial(_says, log, "listening on"), 15):
                 raise TestbedError(f"tcpdump on {interface} did not start: {procs.log_tail(log)}")
 
     def _write_timeline(self, start_ns: int) -> None:
@@ -326,6 +323,10 @@ class TrafficRun:
             return all(procs.running_pid(c.pidfile) is None for c in clients)
 
         procs.wait_until(finished, max(0.0, deadline - time.monotonic()), 0.2)
+
+
+def _says(log: Path, text: str) -> bool:
+    return text in log.read_text()
 
 
 def _count_lines(path: Path) -> int:

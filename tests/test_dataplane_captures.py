@@ -1,0 +1,238 @@
+"""The software data plane against references, on captures of real Linux TCP in the testbed.
+
+Each scenario sends Cubic or BBR flows in two RTT groups through the testbed's router,
+captures both taps, and runs `p4bs analyze` on the captures. References:
+tshark's `tcp.analysis.ack_rtt` (RTT) and retransmission/out-of-order flags (loss) on the
+same files, the router's bfifo drop counter, and its backlog over time (queueing delay).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import ipaddress
+import json
+import statistics
+import subprocess
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from p4bs import paths
+from p4bs_infra.testbed import Testbed, TestbedPlan
+from p4bs_infra.traffic import Scenario, TrafficRun
+
+GROUP_RTTS_NS = (20_000_000, 60_000_000)
+FLOWS_PER_GROUP = 5
+SNAPLEN = 128
+# Low enough that every bulk flow, even one starved by RTT unfairness, is long within one
+# sketch period, and far above iperf3's control connections (a few dozen packets).
+LONG_FLOW_THRESHOLD = 500
+
+
+@dataclass
+class Capture:
+    plan: TestbedPlan
+    run_dir: Path
+    config: Path
+    records: list[dict[str, Any]]
+    summary: dict[str, Any]
+    receivers: ipaddress.IPv4Network
+
+
+def _tshark(pcap: Path, display_filter: str, fields: list[str]) -> list[list[str]]:
+    argv = ["tshark", "-r", str(pcap), "-n", "-Y", display_filter, "-T", "fields"]
+    for name in fields:
+        argv += ["-e", name]
+    out = subprocess.run(
+        [*argv, "-E", "separator=,"], capture_output=True, text=True, check=True, timeout=300
+    ).stdout
+    return [line.split(",") for line in out.splitlines()]
+
+
+def _epoch_ns(text: str) -> int:
+    seconds, _, fraction = text.partition(".")
+    return int(seconds) * 1_000_000_000 + int(fraction.ljust(9, "0")[:9])
+
+
+def _analyze(run_dir: Path, config: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    argv = [str(paths.home() / ".venv" / "bin" / "p4bs"), "analyze"]
+    argv += [str(run_dir / "tap-before.pcap"), "--after", str(run_dir / "tap-after.pcap")]
+    argv += ["--config", str(config), *extra]
+    return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=300)
+
+
+# Cubic fills a 200 ms buffer and loses at its edge; BBR keeps a big buffer nearly empty, so
+# it gets a shallow one (20 ms of line rate), where it loses.
+SCENARIOS = {"cubic": 2_500_000, "bbr": 250_000}
+
+
+@pytest.fixture(scope="module", params=sorted(SCENARIOS))
+def capture(
+    request: pytest.FixtureRequest,
+    unique_plan: Callable[..., TestbedPlan],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Capture:
+    cca = request.param
+    base = unique_plan()
+    groups = [
+        dataclasses.replace(
+            base.groups[0],
+            name=f"{cca}{rtt // 1_000_000}",
+            address=f"10.201.1.{10 + i}",
+            flows=FLOWS_PER_GROUP,
+            cca=cca,
+            rtt_ns=rtt,
+        )
+        for i, rtt in enumerate(GROUP_RTTS_NS)
+    ]
+    testbed = Testbed(dataclasses.replace(base, groups=groups, buffer_bytes=SCENARIOS[cca]))
+    run_dir = tmp_path_factory.mktemp(f"capture-{cca}") / "run"
+    try:
+        testbed.up()
+        scenario = Scenario(duration_s=12, warmup_s=2, capture_snaplen=SNAPLEN)
+        TrafficRun(testbed, run_dir, scenario).run(progress=lambda _: None)
+    finally:
+        testbed.down()
+    config = run_dir.parent / "p4bs.toml"
+    example = (paths.home() / "config" / "testbed.toml").read_text()
+    config.write_text(
+        example.replace(
+            "long_flow_threshold = 2000", f"long_flow_threshold = {LONG_FLOW_THRESHOLD}"
+        )
+    )
+    records = [json.loads(line) for line in _analyze(run_dir, config).stdout.splitlines()]
+    summary = json.loads(_analyze(run_dir, config, "--summary").stdout)
+    receivers = ipaddress.IPv4Network(f"{testbed.plan.receiver}/24", strict=False)
+    return Capture(testbed.plan, run_dir, config, records, summary, receivers)
+
+
+def _kind(c: Capture, kind: str) -> list[dict[str, Any]]:
+    return [r for r in c.records if r["kind"] == kind]
+
+
+def test_rtt_samples_agree_with_tshark(capture: Capture) -> None:
+    """Every ACK tshark gives an RTT for (ACKs from the receivers, at the after tap) should
+    have the model's sample at the same instant for the same flow, with the same value."""
+    reference = {}
+    rows = _tshark(
+        capture.run_dir / "tap-after.pcap",
+        "tcp.analysis.ack_rtt",
+        [
+            "frame.time_epoch",
+            "ip.src",
+            "tcp.srcport",
+            "ip.dst",
+            "tcp.dstport",
+            "tcp.analysis.ack_rtt",
+        ],
+    )
+    for when, src, sport, dst, dport, rtt in rows:
+        if ipaddress.IPv4Address(src) in capture.receivers:  # ACKs of the data direction
+            reference[(_epoch_ns(when), dst, int(dport), src, int(sport))] = _epoch_ns(rtt)
+    model = {
+        (r["ts_ns"], r["src_ip"], r["src_port"], r["dst_ip"], r["dst_port"]): r["rtt_ns"]
+        for r in _kind(capture, "rtt_sample")
+    }
+    assert len(reference) > 10_000
+    matched = [k for k in reference if k in model]
+    assert len(matched) / len(reference) >= 0.95, (len(matched), len(reference))
+    errors = [abs(model[k] - reference[k]) / reference[k] for k in matched]
+    assert statistics.median(errors) <= 0.01
+    # Each RTT group shows its own path RTT (the after tap excludes the router's queue).
+    for i, rtt_ns in enumerate(GROUP_RTTS_NS):
+        group = [v for k, v in model.items() if k[1] == f"10.201.1.{10 + i}"]
+        assert abs(statistics.median(group) - rtt_ns) / rtt_ns <= 0.15, (rtt_ns, group[:20])
+
+
+def test_retransmissions_agree_with_tshark_and_the_router_drops(capture: Capture) -> None:
+    link = capture.summary["links"][capture.plan.link_id]
+    model = link["retransmissions"]
+    flagged = _tshark(
+        capture.run_dir / "tap-before.pcap",
+        "tcp.len > 0 && (tcp.analysis.retransmission || tcp.analysis.out_of_order)",
+        ["ip.dst"],
+    )
+    reference = sum(1 for (dst,) in flagged if ipaddress.IPv4Address(dst) in capture.receivers)
+    assert reference > 20, "the scenario must lose packets to compare anything"
+    assert abs(model - reference) <= max(0.02 * reference, 2), (model, reference)
+
+    # Every drop is retransmitted; so is a segment the router did not drop when the sender
+    # gave up on its ACK too early: those spurious ones pass the after tap twice.
+    qdisc = [json.loads(line) for line in (capture.run_dir / "qdisc.jsonl").open()]
+    drops = qdisc[-1]["drops"] - qdisc[0]["drops"]
+    segments = _tshark(
+        capture.run_dir / "tap-after.pcap",
+        "tcp.len > 0",
+        ["ip.dst", "ip.src", "tcp.srcport", "tcp.seq_raw"],
+    )
+    passes = Counter(
+        tuple(s[1:]) for s in segments if ipaddress.IPv4Address(s[0]) in capture.receivers
+    )
+    spurious = sum(n - 1 for n in passes.values())
+    assert abs(model - (drops + spurious)) <= max(0.02 * drops, 2), (model, drops, spurious)
+
+
+def test_long_flows_are_the_senders_flows(capture: Capture) -> None:
+    """Long: a flow with at least the threshold of data packets within one sketch period
+    (10 s from the first packet), counted exactly from the capture; here, the iperf3 streams."""
+    packets = _tshark(
+        capture.run_dir / "tap-before.pcap",
+        "tcp.len > 0",
+        ["frame.time_epoch", "ip.src", "tcp.srcport", "ip.dst"],
+    )
+    first = _epoch_ns(packets[0][0])
+    counts = Counter(
+        (src, int(sport))
+        for when, src, sport, dst in packets
+        if ipaddress.IPv4Address(dst) in capture.receivers and _epoch_ns(when) < first + 10**10
+    )
+    long_flows = {flow for flow, n in counts.items() if n >= LONG_FLOW_THRESHOLD}
+    assert len(long_flows) == 2 * FLOWS_PER_GROUP
+    assert {ip for ip, _ in long_flows} == {"10.201.1.10", "10.201.1.11"}
+
+    events = _kind(capture, "long_flow")
+    starts = [e for e in events if e["event"] == "start"]
+    assert len(starts) == len(long_flows)
+    assert {(e["src_ip"], e["src_port"]) for e in starts} == long_flows
+    assert all(e["reason"] == "threshold" and e["packets"] >= LONG_FLOW_THRESHOLD for e in starts)
+    ends = [e for e in events if e["event"] == "end"]
+    assert {(e["src_ip"], e["src_port"]) for e in ends} <= long_flows
+    link = capture.summary["links"][capture.plan.link_id]
+    assert link["long_flow_starts"] == len(starts)
+
+
+def test_queue_delay_agrees_with_the_routers_backlog(capture: Capture) -> None:
+    """A packet's delay between the taps against the backlog it found on arrival, drained at
+    the link rate: backlog / C, interpolated in the router's 50 Hz queue log."""
+    timeline = json.loads((capture.run_dir / "timeline.json").read_text())
+    qdisc = [json.loads(line) for line in (capture.run_dir / "qdisc.jsonl").open()]
+    times = [q["ts_ns"] for q in qdisc]
+    measured, expected = [], []
+    for sample in _kind(capture, "queue_delay"):
+        arrival = sample["ts_ns"] - sample["queue_delay_ns"]
+        i = bisect.bisect(times, arrival)
+        if not timeline["steady_from_ns"] <= arrival <= timeline["end_ns"] or not 0 < i < len(
+            qdisc
+        ):
+            continue
+        a, b = qdisc[i - 1], qdisc[i]
+        share = (arrival - a["ts_ns"]) / (b["ts_ns"] - a["ts_ns"])
+        backlog = a["backlog_bytes"] + share * (b["backlog_bytes"] - a["backlog_bytes"])
+        measured.append(sample["queue_delay_ns"])
+        expected.append(backlog * 8e9 / capture.plan.rate_bps)
+    assert len(measured) > 50_000
+    ratio = statistics.fmean(measured) / statistics.fmean(expected)
+    assert abs(ratio - 1) <= 0.10, ratio
+    # The per-link counters carry the same samples as the per-sample records.
+    counters = _kind(capture, "link_counters")
+    samples = _kind(capture, "queue_delay")
+    assert sum(c["queue_delay_samples"] for c in counters) == len(samples)
+    assert sum(c["queue_delay_sum_ns"] for c in counters) == sum(
+        s["queue_delay_ns"] for s in samples
+    )
+    assert [c["seq"] for c in counters] == list(range(len(counters)))
