@@ -13,13 +13,13 @@ STAMPS  := $(CACHE)/stamps
 GO_ENV  := GOPATH=$(CURDIR)/$(CACHE)/go GOBIN=$(CURDIR)/$(CACHE)/bin GOFLAGS=-modcacherw
 MVN     := mvn -q -B -f infra/jars/pom.xml -Dmaven.repo.local=$(CURDIR)/$(CACHE)/m2
 CARGO   := CARGO_HOME=$(CURDIR)/$(CACHE)/cargo cargo
-CRATES  := infra/delay-wire p4/model
+CRATES  := infra/delay-wire p4/model exporter
 
 APT_PACKAGES := iproute2 iperf3 tshark tcpdump ethtool procps curl iputils-ping \
-                openjdk-17-jre-headless maven python3-venv
+                openjdk-17-jre-headless maven python3-venv build-essential zlib1g-dev
 INFLUXDB_VERSION := v1.8.10
 GNMI_VERSION     := v0.14.1
-PYTHON_SOURCES   := core schemas infra streaming-jobs tests
+PYTHON_SOURCES   := core schemas infra streaming-jobs exporter tests
 
 .PHONY: help setup apt python jars tools build test lint format clean-stack
 help:

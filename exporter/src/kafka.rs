@@ -1,0 +1,335 @@
+//! The Kafka side: one idempotent librdkafka producer (acks=all, lz4, large batches, no
+//! message timeout, so records wait out a broker restart instead of failing), the records'
+//! keys and headers, and the counters of what was produced, delivered, failed and dropped.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use p4bs_model::record::Record;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::ClientContext;
+
+use crate::avro;
+use crate::spec::RunSpec;
+
+/// What to do with a record when librdkafka's local queue is full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Full {
+    /// Serve delivery reports until there is room (files: back-pressure, nothing is lost).
+    Wait,
+    /// Count it in `dropped` and move on (live capture cannot wait).
+    Drop,
+}
+
+/// The producer's defaults; the run spec's `kafka.properties` override them.
+pub fn producer_properties(spec: &RunSpec) -> Vec<(String, String)> {
+    let mut props: Vec<(String, String)> = [
+        ("bootstrap.servers", spec.bootstrap.as_str()),
+        ("client.id", spec.client_id.as_str()),
+        ("enable.idempotence", "true"),
+        ("acks", "all"),
+        ("compression.type", "lz4"),
+        ("linger.ms", "10"),
+        ("batch.num.messages", "100000"),
+        ("batch.size", "1000000"),
+        // 0 = no timeout: a record is retried until the broker takes it, however long it is
+        // away. Only a fatal error (or the flush timeout at exit) leaves records undelivered.
+        ("message.timeout.ms", "0"),
+        ("queue.buffering.max.messages", "1000000"),
+        ("queue.buffering.max.kbytes", "1048576"),
+        ("reconnect.backoff.ms", "100"),
+        ("reconnect.backoff.max.ms", "1000"),
+        ("retry.backoff.ms", "100"),
+        ("retry.backoff.max.ms", "1000"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    for (k, v) in &spec.properties {
+        props.retain(|(name, _)| name != k);
+        props.push((k.clone(), v.clone()));
+    }
+    props
+}
+
+/// Shared with librdkafka's callbacks (delivery reports arrive during `poll`; logs and
+/// errors may come from librdkafka's own threads).
+#[derive(Default)]
+pub struct Context {
+    pub delivered: AtomicU64,
+    pub failed: AtomicU64,
+    pub fatal: AtomicBool,
+    last_error: Mutex<Option<String>>,
+    last_printed: Mutex<String>,
+}
+
+impl Context {
+    fn note_error(&self, text: String) {
+        let mut printed = self.last_printed.lock().unwrap_or_else(|e| e.into_inner());
+        if *printed != text {
+            eprintln!("p4bs-exporter: kafka: {text}");
+            printed.clone_from(&text);
+        }
+        *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(text);
+    }
+
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl ClientContext for Context {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        if (level as i32) <= (RDKafkaLogLevel::Warning as i32) {
+            self.note_error(format!("{fac}: {message}"));
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
+            self.fatal.store(true, Ordering::Relaxed);
+        }
+        self.note_error(format!("{error}: {reason}"));
+    }
+}
+
+impl ProducerContext for Context {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        match result {
+            Ok(_) => {
+                self.delivered.fetch_add(1, Ordering::Relaxed);
+            }
+            Err((e, _)) => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                self.note_error(format!("delivery failed: {e}"));
+            }
+        }
+    }
+}
+
+struct LinkKey {
+    /// The link id as the Avro string each of its records starts with.
+    field: Vec<u8>,
+    /// The link id as the Kafka key.
+    key: Vec<u8>,
+}
+
+pub struct Sink {
+    producer: BaseProducer<Context>,
+    topics: Vec<String>,
+    headers: Vec<OwnedHeaders>,
+    links: Vec<LinkKey>,
+    buf: Vec<u8>,
+    since_poll: u32,
+    /// Records handed to librdkafka, per stream (`Stream as usize`).
+    pub produced: [u64; 3],
+    /// Records not produced because the local queue was full (live sources only).
+    pub dropped: u64,
+    /// Records the schema cannot carry (a value above 2^63 - 1), or librdkafka refused.
+    pub invalid: u64,
+    /// Times a full local queue made the exporter wait (back-pressure).
+    pub waits: u64,
+    /// When the first record was handed to librdkafka.
+    pub first_produce: Option<Instant>,
+}
+
+/// Delivery reports are served every this many records, besides every wait.
+const POLL_EVERY: u32 = 256;
+
+impl Sink {
+    /// The producer and, for each link, its key; `link_ids` in the pipeline's link order.
+    pub fn new(spec: &RunSpec, link_ids: &[&str]) -> Result<Sink, String> {
+        let mut config = ClientConfig::new();
+        for (k, v) in producer_properties(spec) {
+            config.set(k, v);
+        }
+        let producer: BaseProducer<Context> = config
+            .create_with_context(Context::default())
+            .map_err(|e| format!("kafka producer: {e}"))?;
+        let headers = spec
+            .streams
+            .iter()
+            .map(|s| {
+                OwnedHeaders::new_with_capacity(2)
+                    .insert(Header {
+                        key: "p4bs-schema",
+                        value: Some(s.schema.as_bytes()),
+                    })
+                    .insert(Header {
+                        key: "p4bs-fingerprint",
+                        value: Some(s.fingerprint.as_bytes()),
+                    })
+            })
+            .collect();
+        Ok(Sink {
+            producer,
+            topics: spec.streams.iter().map(|s| s.topic.clone()).collect(),
+            headers,
+            links: link_ids
+                .iter()
+                .map(|id| LinkKey {
+                    field: avro::link_field(id),
+                    key: id.as_bytes().to_vec(),
+                })
+                .collect(),
+            buf: Vec::with_capacity(256),
+            since_poll: 0,
+            produced: [0; 3],
+            dropped: 0,
+            invalid: 0,
+            waits: 0,
+            first_produce: None,
+        })
+    }
+
+    /// Fails unless the broker answers and lists every topic within `timeout` (a topic just
+    /// created may take a moment to appear in the broker's metadata).
+    pub fn check_topics(&self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        for topic in &self.topics {
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let problem = match self.producer.client().fetch_metadata(Some(topic), left) {
+                    Err(e) => format!("kafka: no answer about topic {topic:?}: {e}"),
+                    Ok(metadata) => match metadata.topics().iter().find(|t| t.name() == topic) {
+                        Some(t) if t.error().is_none() && !t.partitions().is_empty() => break,
+                        Some(t) => match t.error() {
+                            Some(e) => {
+                                format!("kafka: topic {topic:?}: {}", RDKafkaErrorCode::from(e))
+                            }
+                            None => format!("kafka: topic {topic:?} has no partitions"),
+                        },
+                        None => format!("kafka: topic {topic:?} does not exist"),
+                    },
+                };
+                if Instant::now() >= deadline {
+                    return Err(problem);
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn context(&self) -> &Context {
+        self.producer.context()
+    }
+
+    pub fn delivered(&self) -> u64 {
+        self.context().delivered.load(Ordering::Relaxed)
+    }
+
+    pub fn failed(&self) -> u64 {
+        self.context().failed.load(Ordering::Relaxed)
+    }
+
+    pub fn produced_total(&self) -> u64 {
+        self.produced.iter().sum()
+    }
+
+    /// Records librdkafka holds: queued, in flight or awaiting their delivery report.
+    pub fn in_flight(&self) -> u64 {
+        self.producer.in_flight_count().max(0) as u64
+    }
+
+    /// A fatal producer error (the idempotent producer cannot go on), with its reason.
+    pub fn fatal(&self) -> Option<String> {
+        if !self.context().fatal.load(Ordering::Relaxed) {
+            return None;
+        }
+        let detail = self.producer.client().fatal_error();
+        Some(detail.map_or_else(|| "fatal error".to_string(), |(c, s)| format!("{c}: {s}")))
+    }
+
+    /// Serves delivery reports (and errors) for up to `timeout`.
+    pub fn poll(&self, timeout: Duration) {
+        self.producer.poll(timeout);
+    }
+
+    /// Encodes and produces every record, emptying `records`. While the local queue is full
+    /// with `Full::Wait`, serves delivery reports and calls `idle` between tries.
+    pub fn send_all(&mut self, records: &mut Vec<Record>, full: Full, mut idle: impl FnMut(&Sink)) {
+        for record in records.iter() {
+            self.send(record, full, &mut idle);
+        }
+        records.clear();
+    }
+
+    fn send(&mut self, record: &Record, full: Full, idle: &mut impl FnMut(&Sink)) {
+        let link = &self.links[usize::from(record.link())];
+        let stream = match avro::encode(&mut self.buf, record, &link.field) {
+            Ok(Some(stream)) => stream,
+            Ok(None) => return,
+            Err(avro::OutOfRange(field)) => {
+                self.invalid += 1;
+                self.context()
+                    .note_error(format!("record not sent: {field} is above 2^63 - 1"));
+                return;
+            }
+        };
+        let s = stream as usize;
+        loop {
+            let record = BaseRecord::to(&self.topics[s])
+                .key(&link.key[..])
+                .payload(&self.buf[..])
+                .headers(self.headers[s].clone());
+            let result = self.producer.send(record).map_err(|(e, _)| e);
+            match result {
+                Ok(()) => {
+                    self.produced[s] += 1;
+                    self.first_produce.get_or_insert_with(Instant::now);
+                    break;
+                }
+                Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => match full {
+                    Full::Drop => {
+                        self.dropped += 1;
+                        break;
+                    }
+                    Full::Wait => {
+                        self.waits += 1;
+                        self.producer.poll(Duration::from_millis(1));
+                        self.since_poll = 0;
+                        idle(self);
+                        if self.fatal().is_some() {
+                            return;
+                        }
+                    }
+                },
+                Err(e) => {
+                    self.invalid += 1;
+                    self.context()
+                        .note_error(format!("{} record refused: {e}", stream.name()));
+                    break;
+                }
+            }
+        }
+        self.since_poll += 1;
+        if self.since_poll >= POLL_EVERY {
+            self.since_poll = 0;
+            self.producer.poll(Duration::ZERO);
+        }
+    }
+
+    /// Waits until every record is delivered, a fatal error, or `timeout`; `idle` is called
+    /// between polls. Returns how many records are still undelivered.
+    pub fn flush(&self, timeout: Duration, mut idle: impl FnMut(&Sink)) -> u64 {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.producer.poll(Duration::from_millis(5));
+            let left = self.in_flight();
+            if left == 0 || Instant::now() >= deadline || self.fatal().is_some() {
+                return left;
+            }
+            idle(self);
+        }
+    }
+}
