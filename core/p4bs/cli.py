@@ -6,13 +6,17 @@ import argparse
 import ipaddress
 import json
 import logging
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from p4bs import dataplane, paths
 from p4bs.config import ConfigError, DataplaneConfig, load_config
+from p4bs_exporter import ExporterError, ExporterStats, ModelTarget, SpecError, run_spec
+from p4bs_exporter.model import choose_switch
 from p4bs_infra.services import StackError
 from p4bs_infra.stack import Stack, StackSettings
 from p4bs_infra.testbed import Testbed, TestbedError, TestbedPlan
@@ -196,6 +200,83 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         return subprocess.run(argv, check=False).returncode
 
 
+def _pcap_arg(text: str) -> tuple[str, Path]:
+    port, sep, file = text.partition("=")
+    if not sep or not port or not file:
+        raise argparse.ArgumentTypeError(f"must be PORT=FILE (before=x.pcap), got {text!r}")
+    return port, Path(file)
+
+
+def _exporter_line(s: ExporterStats) -> str:
+    return (
+        f"  {s.uptime_s:6.1f} s  {s.state:<8} {s.records_per_s:>12,.0f} records/s  "
+        f"delivered {s.delivered:,}  in flight {s.in_flight:,}  dropped {s.dropped:,}"
+    )
+
+
+def cmd_exporter_run(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+        switch = choose_switch(config, args.switch)
+        if switch.target != "model":
+            print(
+                f"p4bs exporter run: switch {switch.name} is a {switch.target} target, "
+                "which is not available yet (exporter/README.md)",
+                file=sys.stderr,
+            )
+            return 1
+        stats_path = args.stats or paths.home() / ".run" / "exporter" / switch.name / "stats.json"
+        spec = run_spec(
+            config,
+            stats_path=stats_path.resolve(),
+            switch=switch.name,
+            link=args.link,
+            pcaps=args.pcap,
+            pace=args.pace,
+            netns=args.netns,
+            flush_timeout_s=args.stop_timeout,
+        )
+        target = ModelTarget(spec)
+        target.start()
+    except (ConfigError, SpecError) as exc:
+        print(f"p4bs exporter run: {exc}", file=sys.stderr)
+        return 2
+    except ExporterError as exc:
+        print(f"p4bs exporter run: {exc}", file=sys.stderr)
+        return 1
+    print(f"exporter pid {target.pid}: stats in {stats_path}, log in {target.log_path}")
+    # SIGTERM stops the exporter as Ctrl-C does: it finishes the pipeline and flushes Kafka.
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    began = time.monotonic()
+    try:
+        while not target.wait(1.0):
+            print(_exporter_line(target.stats()), flush=True)
+        stats = target.stats()
+    except KeyboardInterrupt:
+        print("stopping: finishing the pipeline and flushing Kafka", flush=True)
+        stats = target.stop(timeout_s=args.stop_timeout + 15)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if target.returncode is None:
+            target.stop(timeout_s=args.stop_timeout + 15)
+    took = time.monotonic() - began
+    produced = ", ".join(f"{k} {v:,}" for k, v in sorted(stats.produced.items()))
+    print(
+        f"exporter {stats.state} after {took:.1f} s: produced {stats.produced_total:,} "
+        f"({produced}), delivered {stats.delivered:,}, failed {stats.failed:,}, "
+        f"dropped {stats.dropped:,}, undelivered {stats.undelivered_at_exit or 0:,}"
+    )
+    if stats.active_s:
+        print(f"  {stats.delivered / stats.active_s:,.0f} records/s delivered on average")
+    for problem in stats.problems:
+        print(f"  problem: {problem}")
+    if stats.state != "done":
+        print(f"p4bs exporter run: failed; last lines of {target.log_path}:", file=sys.stderr)
+        print(target.log_tail(), file=sys.stderr)
+        return 1
+    return 0
+
+
 def _ipv4_prefix(text: str) -> str:
     try:
         return str(ipaddress.IPv4Network(text, strict=True))
@@ -279,6 +360,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     analyze.add_argument("--summary", action="store_true", help="per-link totals instead")
     analyze.set_defaults(func=cmd_analyze)
+
+    exporter = sub.add_parser("exporter", help="the data plane's records into Kafka")
+    exporter_sub = exporter.add_subparsers(dest="action", required=True)
+    run = exporter_sub.add_parser(
+        "run",
+        help="export one switch's records (live taps, or capture files)",
+        description="Runs the exporter of one switch of the config until its input ends "
+        "(--pcap) or it is stopped (Ctrl-C, SIGTERM), printing its counters once per second. "
+        "Exit codes: 0 ok, 1 runtime failure, 2 bad config.",
+    )
+    run.add_argument("--config", type=Path, default=_default_config(), help="default: %(default)s")
+    run.add_argument("--switch", help="the switch whose links to export (default: the first)")
+    run.add_argument("--link", help="with --pcap: the captured link (default: the switch's first)")
+    run.add_argument(
+        "--pcap",
+        action="append",
+        default=[],
+        type=_pcap_arg,
+        metavar="PORT=FILE",
+        help="read captures instead of the taps; PORT is before or after (repeatable)",
+    )
+    run.add_argument("--pace", choices=("max", "realtime"), default="max", help="with --pcap")
+    run.add_argument("--stats", type=Path, help="stats file (default: .run/exporter/<switch>/)")
+    run.add_argument("--netns", help="network namespace of the tap interfaces (live)")
+    run.add_argument(
+        "--stop-timeout", type=float, default=60.0, help="seconds to flush when stopped"
+    )
+    run.set_defaults(func=cmd_exporter_run)
     return parser
 
 
