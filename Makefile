@@ -27,7 +27,7 @@ help:
 	@echo "make test    lint, type-check and run the tests (starts Kafka/InfluxDB itself)"
 	@echo "make format  apply ruff's formatting and fixes"
 
-setup: apt python jars tools build
+setup: apt python jars tools build fuzz-tools
 	@echo "setup done: $$(du -sh $(VENV) | cut -f1) venv, $$(du -sh $(CACHE) | cut -f1) cache"
 
 # System packages; installed only when one is missing.
@@ -95,7 +95,18 @@ test: lint build
 	  $(CARGO) test -q --release --locked --manifest-path $$crate/Cargo.toml \
 	    --target-dir $(CURDIR)/$(CACHE)/target; \
 	done
+	FUZZ_SECONDS=60 p4/model/fuzz/run.sh
 	$(VENV)/bin/pytest -ra
+
+# cargo-fuzz for the packet parser's fuzz targets (p4/model/fuzz/, run on the nightly toolchain).
+.PHONY: fuzz-tools fuzz
+fuzz-tools: $(CACHE)/cargo/bin/cargo-fuzz
+$(CACHE)/cargo/bin/cargo-fuzz:
+	$(CARGO) install -q cargo-fuzz --locked --version 0.13.2
+
+# Each fuzz target for FUZZ_SECONDS (default 60); a crash fails it and names its input file.
+fuzz: fuzz-tools
+	p4/model/fuzz/run.sh
 
 # Stops a stack left by `p4bs stack up` in the default state folder.
 clean-stack:

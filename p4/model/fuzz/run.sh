@@ -89,7 +89,10 @@ for target in "${targets[@]}"; do
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")
   echo "fuzz: $target: ${runs:-?} executions (${rate:-?}/s); last report: ${last:-none}"
   if ((status != 0)); then
-    grep -E '^==[0-9]+==|panicked at|^SUMMARY|Test unit written to' "$log" || tail -n 40 "$log"
+    # The panic and its message (up to the backtrace), libFuzzer's verdict and the input.
+    awk '/panicked at/ { p = 6 } /^(stack backtrace|note: )/ { p = 0 }
+      p > 0 { print; p--; next }
+      /^==[0-9]+==|^SUMMARY|Test unit written to/' "$log"
     echo "fuzz: $target FAILED (exit $status); log $log; reproduce: $bin_dir/$target <input>"
     failed+=("$target")
   fi

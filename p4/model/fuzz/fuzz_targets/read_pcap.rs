@@ -107,7 +107,7 @@ fn read_all<R: Read>(input: R, reuse_buffer: bool) -> Reading {
     let mut records = Vec::new();
     let mut reader = match PcapReader::new(input) {
         Ok(reader) => reader,
-        Err(PcapError::Io(e)) => panic!("reading a slice failed: {e}"),
+        Err(PcapError::Io(e)) => panic!("the input cannot fail: {e}"),
         Err(_) => {
             return Reading {
                 records,
