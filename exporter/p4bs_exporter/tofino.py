@@ -1,0 +1,776 @@
+"""The `tofino` target: the P4 program of p4/tofino on a switch, driven over bfrt_grpc.
+
+`TofinoTarget` programs the port → link tables from the deployment config, turns the data
+plane's digests (RTT samples, long-flow starts and ends) and the long-flow table's idle
+notifications into records, and every export interval reads the per-link registers from the
+hardware and produces their differences as `LinkCounters`. Names, field orders and units are
+the control-plane contract of p4/tofino/README.md.
+
+`bfrt_grpc` (the SDE's Python client) is imported only when a target starts; nothing else in
+the project needs the SDE.
+"""
+
+from __future__ import annotations
+
+import importlib
+import ipaddress
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from p4bs.bus import RecordProducer
+from p4bs.config import Config, ConfigError, LinkConfig, SwitchConfig
+from p4bs_exporter.target import EXPORTED_STREAMS, ExporterError, ExporterStats, SpecError
+from p4bs_schemas.codec import RecordError
+
+PROGRAM = "p4bs"
+MAX_LINKS = 256  # 2^LINK_INDEX_BITS, the program's default
+TAP_BEFORE, TAP_AFTER = 0, 1
+DIR_BOTH = 2
+FLOW_START_THRESHOLD, FLOW_START_WINDOW, FLOW_END_FIN, FLOW_END_RST = 1, 2, 3, 4
+FLOW_REASONS = {
+    FLOW_START_THRESHOLD: ("start", "threshold"),
+    FLOW_START_WINDOW: ("start", "window"),
+    FLOW_END_FIN: ("end", "fin"),
+    FLOW_END_RST: ("end", "rst"),
+}
+TCP = 6
+WRAP32 = 1 << 32
+WRAP64 = 1 << 64
+TS_MAX = (1 << 48) - 1
+CLOCK_REANCHOR_NS = 60 * 10**9  # a switch clock that jumps (reset, 48-bit wrap): re-anchor
+MAX_PROBLEMS = 100
+DIGESTS_PER_ROUND = 1000
+
+# Table, action, field and learn-object names (p4/tofino/README.md, "Control-plane contract").
+PORT_TABLE = "Ingress.port_to_link"
+PORT_KEY = "ig_intr_md.ingress_port"
+SET_LINK = "Ingress.set_link"
+PREFIX_TABLE = "Ingress.output_prefixes"
+PREFIX_KEY = "hdr.ipv4.dst_addr"
+DST_IS_OUTPUT = "Ingress.dst_is_output"
+CONFIG_TABLE = "Ingress.config"
+SET_CONFIG = "Ingress.set_config"
+RTT_MIN_INTERVAL = "Ingress.rtt_min_interval"
+LONG_FLOWS = "Ingress.long_flows"
+LONG_FLOW_KEYS = (
+    "md.link",
+    "hdr.ipv4.src_addr",
+    "hdr.ipv4.dst_addr",
+    "hdr.tcp.src_port",
+    "hdr.tcp.dst_port",
+)
+LONG_FLOW_HIT = "Ingress.long_flow_hit"
+ENTRY_TTL = "$ENTRY_TTL"
+REGISTER_INDEX = "$REGISTER_INDEX"
+RTT_DIGEST = "IngressDeparser.rtt_digest"
+FLOW_DIGEST = "IngressDeparser.flow_digest"
+RTT_FIELDS = ("link", "ts", "src_addr", "dst_addr", "src_port", "dst_port", "rtt")
+FLOW_FIELDS = (
+    "link",
+    "event",
+    "ts",
+    "src_addr",
+    "dst_addr",
+    "src_port",
+    "dst_port",
+    "count0",
+    "count1",
+    "count2",
+    "count3",
+)
+# Per-link registers: (register, [(bfrt data field, LinkCounters field)]). Counters wrap at
+# 2^32 and are exported as differences; the queueing-delay sum is {sum_lo, sum_hi} (64 bits).
+COUNTER_REGISTERS = (
+    ("Egress.link_traffic", (("packets", "packets"), ("bytes", "bytes"))),
+    ("Egress.link_data", (("packets", "data_packets"), ("bytes", "data_bytes"))),
+    ("Egress.link_retx", (("f1", "retransmissions"),)),
+    ("Egress.link_qdelay_samples", (("f1", "queue_delay_samples"),)),
+)
+QDELAY_SUM = "Egress.link_qdelay_sum"
+QDELAY_EWMA = "Egress.link_qdelay_ewma"
+COUNTER_FIELDS = tuple(f for _, fields in COUNTER_REGISTERS for _, f in fields)
+
+SDE_HINT = (
+    "the tofino target needs the SDE's Python client bfrt_grpc: set PYTHONPATH to "
+    "$SDE_INSTALL/lib/python3.X/site-packages/tofino:$SDE_INSTALL/lib/python3.X/site-packages"
+    " (3.X = this Python's version; the first holds bfrt_grpc, the second its dependencies)"
+)
+
+FlowKey = tuple[int, int, int, int, int]  # link index, src, dst, sport, dport
+
+
+class DigestError(ValueError):
+    """A digest or notification the contract does not allow; the message says what is wrong."""
+
+
+def import_client() -> tuple[Any, Any]:
+    """`bfrt_grpc.client` and `bfrt_grpc.bfruntime_pb2`, or an ExporterError naming the fix."""
+    try:
+        client = importlib.import_module("bfrt_grpc.client")
+        pb2 = importlib.import_module("bfrt_grpc.bfruntime_pb2")
+    except ImportError as exc:
+        raise ExporterError(f"{SDE_HINT} ({exc})") from exc
+    return client, pb2
+
+
+def tofino_links(config: Config, switch: SwitchConfig) -> list[LinkConfig]:
+    """The switch's links in link-index order; SpecError lists whatever the program cannot
+    take (a Tofino tap is a port number; at most MAX_LINKS links)."""
+    problems: list[str] = []
+    if switch.target != "tofino":
+        problems.append(f"switch {switch.name!r}: target is {switch.target!r}, not 'tofino'")
+    if not switch.address:
+        problems.append(f"switch {switch.name!r}: no address (the bfrt gRPC endpoint)")
+    links = [link for link in config.links if link.switch == switch.name]
+    if not links:
+        problems.append(f"switch {switch.name!r} serves no link")
+    if len(links) > MAX_LINKS:
+        problems.append(f"switch {switch.name!r}: {len(links)} links, the program has {MAX_LINKS}")
+    ports: dict[int, str] = {}
+    for link in links:
+        for side, tap in (("before", link.tap_before), ("after", link.tap_after)):
+            if not isinstance(tap, int):
+                problems.append(f"link {link.id}: taps.{side} {tap!r} is not a Tofino port")
+            elif tap in ports:
+                problems.append(f"link {link.id}: port {tap} is already a tap of {ports[tap]}")
+            else:
+                ports[tap] = link.id
+    if problems:
+        raise SpecError(problems)
+    return links
+
+
+def _as_int(value: Any, what: str) -> int:
+    """A digest or register value: an int, big-endian bytes, a dotted quad, or (from_hw) one
+    value per pipe, summed."""
+    if isinstance(value, bool):
+        raise DigestError(f"{what}: {value!r} is not a number")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, bytes | bytearray):
+        return int.from_bytes(value, "big")
+    if isinstance(value, str):
+        try:
+            return int(ipaddress.IPv4Address(value)) if "." in value else int(value, 0)
+        except ValueError:
+            raise DigestError(f"{what}: {value!r} is not a number") from None
+    if isinstance(value, list | tuple):
+        return sum(_as_int(v, what) for v in value)
+    raise DigestError(f"{what}: {value!r} is not a number")
+
+
+def _fields(data: Any, expected: tuple[str, ...], what: str) -> dict[str, int]:
+    """The digest's fields by name, checked against the contract's layout."""
+    try:
+        raw = data.to_dict()
+    except Exception as exc:
+        raise DigestError(f"{what}: unreadable ({exc})") from exc
+    if not isinstance(raw, Mapping):
+        raise DigestError(f"{what}: not a field map ({type(raw).__name__})")
+    names = [k for k in raw if k not in ("action_name", "is_default_entry")]
+    missing = [n for n in expected if n not in raw]
+    extra = [n for n in names if n not in expected]
+    if missing or extra:
+        raise DigestError(
+            f"{what}: {len(names)} fields, expected {len(expected)}"
+            + (f"; missing {', '.join(missing)}" if missing else "")
+            + (f"; unexpected {', '.join(map(str, extra))}" if extra else "")
+        )
+    return {n: _as_int(raw[n], f"{what} {n}") for n in expected}
+
+
+def _check_range(values: Mapping[str, int], what: str) -> None:
+    limits = {
+        "ts": TS_MAX,
+        "src_addr": WRAP32 - 1,
+        "dst_addr": WRAP32 - 1,
+        "src_port": 0xFFFF,
+        "dst_port": 0xFFFF,
+        "link": 0xFF,
+        "event": 0xFF,
+        "rtt": WRAP32 - 1,
+        "count0": 0xFFFF,
+        "count1": 0xFFFF,
+        "count2": 0xFFFF,
+        "count3": 0xFFFF,
+    }
+    for name, value in values.items():
+        top = limits.get(name)
+        if value < 0 or (top is not None and value > top):
+            raise DigestError(f"{what}: {name} = {value} is out of range")
+
+
+def _dotted(address: int) -> str:
+    return str(ipaddress.IPv4Address(address))
+
+
+class _ClockMap:
+    """Maps the switch's 48-bit ns clock to Unix ns: offset = min(host - switch) over the
+    digests seen (delivery only adds delay), re-anchored when the switch clock jumps."""
+
+    def __init__(self) -> None:
+        self.offset: int | None = None
+        self.reanchored = 0
+
+    def to_unix(self, switch_ns: int, host_ns: int) -> int:
+        observed = host_ns - switch_ns
+        if self.offset is None or observed < self.offset:
+            self.offset = observed
+        elif observed - self.offset > CLOCK_REANCHOR_NS:
+            self.offset = observed
+            self.reanchored += 1
+        return switch_ns + self.offset
+
+
+@dataclass
+class _LinkState:
+    index: int
+    link: LinkConfig
+    seq: int = 0
+    last: dict[str, int] | None = None  # cumulative register values at the last read
+
+
+class TofinoTarget:
+    """One Tofino switch of the deployment config, exported to Kafka (see module doc).
+
+    `client_module`/`pb2_module` replace the lazily imported bfrt_grpc (tests pass a fake).
+    `topics` overrides the config's [kafka.topics]; `stats_path`, if given, receives the stats
+    JSON every `stats_interval_s` and at the end, like the model target's.
+    """
+
+    name = "tofino"
+
+    def __init__(
+        self,
+        config: Config,
+        switch: str | None = None,
+        *,
+        program: str = PROGRAM,
+        client_id: int = 0,
+        topics: Mapping[str, str] | None = None,
+        stats_path: Path | None = None,
+        stats_interval_s: float = 1.0,
+        client_module: Any = None,
+        pb2_module: Any = None,
+    ) -> None:
+        chosen = [s for s in config.switches if switch is None or s.name == switch]
+        if not chosen:
+            known = ", ".join(s.name for s in config.switches) or "none"
+            raise ConfigError("--switch", [f"no switch {switch!r} (switches: {known})"])
+        self.config = config
+        self.switch = chosen[0]
+        self.program = program
+        self.client_id = client_id
+        self.topics = {**config.kafka.topics, **(topics or {})}
+        self.stats_path = stats_path
+        self.stats_interval_s = stats_interval_s
+        self._client_module = client_module
+        self._pb2_module = pb2_module
+        self.links = [
+            _LinkState(i, link) for i, link in enumerate(tofino_links(config, self.switch))
+        ]
+        self.interval_ns = config.dataplane.export_interval_ns
+        self._lock = threading.Lock()
+        self._stats = ExporterStats(target=self.name, pid=os.getpid())
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._producer: RecordProducer | None = None
+        self._started = time.monotonic()
+        self._clock = _ClockMap()
+        self.listed: set[FlowKey] = set()  # flows in Ingress.long_flows
+        self._cms_epoch = 0
+        self._last_tick_ns = 0
+        self._rate_mark = (time.monotonic(), 0, 0)
+        self._gc: Any = None
+        self._interface: Any = None
+        self._info: Any = None
+        self._target: Any = None
+        self._learn_ids: dict[int, str] = {}
+        self._first_record: float | None = None
+
+    # --- Target interface -------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise ExporterError("already started")
+        if self._client_module is None:
+            self._client_module, self._pb2_module = import_client()
+        self._gc = self._client_module
+        try:
+            self._connect()
+            self._program_tables()
+            self._baseline()
+        except ExporterError:
+            raise
+        except Exception as exc:
+            self._set(state="failed", last_error=f"{type(exc).__name__}: {exc}")
+            raise ExporterError(
+                f"tofino {self.switch.name} ({self.switch.address}): {exc}"
+            ) from exc
+        self._producer = RecordProducer(
+            self.config.kafka.bootstrap,
+            {s: self.topics[s] for s in EXPORTED_STREAMS},
+            client_id=f"p4bs-exporter-{self.switch.name}",
+        )
+        self._started = time.monotonic()
+        self._set(state="running")
+        self._thread = threading.Thread(target=self._run, name=f"tofino-{self.switch.name}")
+        self._thread.daemon = True
+        self._thread.start()
+
+    def stats(self) -> ExporterStats:
+        with self._lock:
+            stats = ExporterStats.from_json(asdict(self._stats))
+        producer = self._producer
+        if producer is not None:
+            p = producer.stats
+            stats.delivered, stats.failed = p.delivered, p.failed
+            stats.in_flight = max(0, p.sent - p.delivered - p.failed)
+            stats.last_error = p.last_error or stats.last_error
+        stats.uptime_s = round(time.monotonic() - self._started, 3)
+        return stats
+
+    def wait(self, timeout_s: float) -> bool:
+        """True once the loop has ended (it failed, or it was stopped)."""
+        if self._thread is None:
+            return True
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def stop(self, timeout_s: float = 30.0) -> ExporterStats:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        failed = self.stats().state == "failed"
+        if self._producer is not None:
+            self._set(state="flushing")
+            remaining = self._producer.flush(timeout_s)
+            self._set(undelivered_at_exit=remaining)
+        if self._first_record is not None:
+            self._set(active_s=round(time.monotonic() - self._first_record, 3))
+        if self._interface is not None and hasattr(self._interface, "tear_down_stream"):
+            try:
+                self._interface.tear_down_stream()
+            except Exception as exc:  # the stream may be gone already
+                self._problem(f"tear_down_stream: {exc}")
+        self._set(state="failed" if failed else "done")
+        final = self.stats()
+        self._write_stats(final)
+        return final
+
+    # --- setup ------------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        gc = self._gc
+        notifications = gc.Notifications(
+            enable_learn=True, enable_idletimeout=True, enable_port_status_change=False
+        )
+        self._interface = gc.ClientInterface(
+            self.switch.address, self.client_id, self.switch.device_id, notifications=notifications
+        )
+        self._interface.bind_pipeline_config(self.program)
+        self._info = self._interface.bfrt_info_get(self.program)
+        self._target = gc.Target(device_id=self.switch.device_id, pipe_id=0xFFFF)
+        for learn_name in (RTT_DIGEST, FLOW_DIGEST):
+            learn = self._info.learn_get(learn_name)
+            self._learn_ids[int(learn.info.id_get())] = learn_name
+
+    def _table(self, name: str) -> Any:
+        return self._info.table_get(name)
+
+    def _program_tables(self) -> None:
+        gc, target = self._gc, self._target
+        ports, prefixes = self._table(PORT_TABLE), self._table(PREFIX_TABLE)
+        flows = self._table(LONG_FLOWS)
+        for table in (ports, prefixes, flows):
+            table.entry_del(target)  # start from what the config says, nothing stale
+        keys, data = [], []
+        prefix_keys, prefix_data = [], []
+        for state in self.links:
+            link = state.link
+            nets = link.output_prefixes or ("0.0.0.0/0",)
+            for tap, port in ((TAP_BEFORE, link.tap_before), (TAP_AFTER, link.tap_after)):
+                keys.append(ports.make_key([gc.KeyTuple(PORT_KEY, port)]))
+                data.append(
+                    ports.make_data(
+                        [
+                            gc.DataTuple("link", state.index),
+                            gc.DataTuple("tap", tap),
+                            gc.DataTuple("direction", DIR_BOTH),
+                        ],
+                        SET_LINK,
+                    )
+                )
+                for net in nets:
+                    prefix = ipaddress.IPv4Network(net, strict=False)
+                    prefix_keys.append(
+                        prefixes.make_key(
+                            [
+                                gc.KeyTuple(PORT_KEY, port),
+                                gc.KeyTuple(
+                                    PREFIX_KEY,
+                                    int(prefix.network_address),
+                                    prefix_len=prefix.prefixlen,
+                                ),
+                            ]
+                        )
+                    )
+                    prefix_data.append(prefixes.make_data([], DST_IS_OUTPUT))
+        ports.entry_add(target, keys, data)
+        prefixes.entry_add(target, prefix_keys, prefix_data)
+
+        dp = self.config.dataplane
+        ttl_ms = self._ttl_ms()
+        query_ms = max(1, math.ceil(self.interval_ns / 1_000_000))
+        flows.attribute_idle_time_set(
+            target,
+            True,
+            self._pb2_module.IdleTable.IDLE_TABLE_NOTIFY_MODE,
+            query_ms,
+            ttl_ms,
+            ttl_ms,
+        )
+        rtt_param = self._table(RTT_MIN_INTERVAL)
+        units = math.ceil(dp.rtt_min_interval_ns / 1024)
+        rtt_param.default_entry_set(target, rtt_param.make_data([gc.DataTuple("value", units)]))
+        self._set_cms_epoch()
+
+    def _ttl_ms(self) -> int:
+        return max(1, math.ceil(self.config.dataplane.long_flow_ttl_ns / 1_000_000))
+
+    def _set_cms_epoch(self) -> None:
+        table = self._table(CONFIG_TABLE)
+        data = table.make_data([self._gc.DataTuple("cms_epoch", self._cms_epoch)], SET_CONFIG)
+        table.default_entry_set(self._target, data)
+
+    def _baseline(self) -> None:
+        values = self._read_registers()
+        for state in self.links:
+            state.last = values[state.index]
+        self._last_tick_ns = self._tick_floor(time.time_ns())
+
+    # --- the loop ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        next_stats = time.monotonic()
+        next_epoch = time.monotonic() + self.config.dataplane.cms_reset_ns / 1e9
+        try:
+            while not self._stop.is_set():
+                self._poll_digests()
+                self._poll_idle()
+                now = time.time_ns()
+                tick = self._tick_floor(now)
+                if tick > self._last_tick_ns:
+                    self._export(tick)
+                if time.monotonic() >= next_epoch:
+                    self._cms_epoch = (self._cms_epoch + 1) % (1 << 16)
+                    self._set_cms_epoch()
+                    next_epoch += self.config.dataplane.cms_reset_ns / 1e9
+                assert self._producer is not None
+                self._producer.flush(0)  # serves delivery reports
+                if time.monotonic() >= next_stats:
+                    self._update_rates()
+                    self._write_stats(self.stats())
+                    next_stats = time.monotonic() + self.stats_interval_s
+        except Exception as exc:
+            self._set(state="failed", last_error=f"{type(exc).__name__}: {exc}")
+            self._problem(f"loop stopped: {type(exc).__name__}: {exc}")
+
+    def _tick_floor(self, now_ns: int) -> int:
+        return now_ns - now_ns % self.interval_ns
+
+    def _poll_digests(self) -> None:
+        timeout = min(0.01, self.interval_ns / 4e9)
+        for _ in range(DIGESTS_PER_ROUND):
+            try:
+                digest = self._interface.digest_get(timeout)
+            except RuntimeError:  # bfrt_grpc's "nothing within the timeout"
+                return
+            timeout = 0.001
+            self._count("frames")
+            try:
+                self._handle_digest(digest)
+            except DigestError as exc:
+                self._malformed(str(exc))
+
+    def _poll_idle(self) -> None:
+        for _ in range(DIGESTS_PER_ROUND):
+            try:
+                notification = self._interface.idletime_notification_get(0.001)
+            except RuntimeError:
+                return
+            try:
+                self._handle_idle(notification)
+            except DigestError as exc:
+                self._malformed(str(exc))
+
+    def _handle_digest(self, digest: Any) -> None:
+        try:
+            digest_id = int(digest.digest_id)
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise DigestError(f"digest without a usable digest_id ({exc})") from None
+        name = self._learn_ids.get(digest_id)
+        if name is None:
+            raise DigestError(f"digest id {digest_id} is neither {RTT_DIGEST} nor {FLOW_DIGEST}")
+        try:
+            entries = list(self._info.learn_get(name).make_data_list(digest))
+        except Exception as exc:
+            raise DigestError(f"{name}: undecodable ({exc})") from exc
+        for i, data in enumerate(entries):
+            what = f"{name}[{i}]"
+            try:
+                if name == RTT_DIGEST:
+                    self._rtt(_fields(data, RTT_FIELDS, what), what)
+                else:
+                    self._flow(_fields(data, FLOW_FIELDS, what), what)
+            except DigestError as exc:  # the rest of the list is still good
+                self._malformed(str(exc))
+
+    def _link(self, index: int, what: str) -> _LinkState:
+        if not 0 <= index < len(self.links):
+            raise DigestError(f"{what}: unknown link index {index} ({len(self.links)} links)")
+        return self.links[index]
+
+    def _rtt(self, v: dict[str, int], what: str) -> None:
+        _check_range(v, what)
+        state = self._link(v["link"], what)
+        max_age = self.config.dataplane.rtt_max_age_ns
+        if not 0 < v["rtt"] <= max_age:
+            raise DigestError(f"{what}: rtt {v['rtt']} ns is outside (0, {max_age}]")
+        record = {
+            "link_id": state.link.id,
+            "ts_ns": self._clock.to_unix(v["ts"], time.time_ns()),
+            "src_ip": _dotted(v["src_addr"]),
+            "dst_ip": _dotted(v["dst_addr"]),
+            "src_port": v["src_port"],
+            "dst_port": v["dst_port"],
+            "protocol": TCP,
+            "rtt_ns": v["rtt"],
+        }
+        self._produce("rtt_samples", record)
+
+    def _flow(self, v: dict[str, int], what: str) -> None:
+        _check_range(v, what)
+        state = self._link(v["link"], what)
+        if v["event"] not in FLOW_REASONS:
+            raise DigestError(f"{what}: event {v['event']} is not one of 1..4")
+        kind, reason = FLOW_REASONS[v["event"]]
+        key: FlowKey = (state.index, v["src_addr"], v["dst_addr"], v["src_port"], v["dst_port"])
+        packets = min(v["count0"], v["count1"], v["count2"], v["count3"])
+        if kind == "start":
+            if key in self.listed:
+                self._count_pipeline("repeated_start_digests")
+                return
+            if not self._insert(key):
+                return
+        else:
+            if key not in self.listed:
+                self._count_pipeline("end_digests_unlisted")
+                return
+            self._delete(key)
+        ts = self._clock.to_unix(v["ts"], time.time_ns())
+        self._produce("flow_events", self._flow_event(state, key, kind, reason, packets, ts))
+
+    def _flow_event(
+        self, state: _LinkState, key: FlowKey, kind: str, reason: str, packets: int, ts: int
+    ) -> dict[str, Any]:
+        return {
+            "link_id": state.link.id,
+            "ts_ns": ts,
+            "kind": kind,
+            "reason": reason,
+            "src_ip": _dotted(key[1]),
+            "dst_ip": _dotted(key[2]),
+            "src_port": key[3],
+            "dst_port": key[4],
+            "protocol": TCP,
+            "packets": packets,
+        }
+
+    def _flow_key(self, table: Any, key: FlowKey) -> Any:
+        return table.make_key(
+            [
+                self._gc.KeyTuple(name, value)
+                for name, value in zip(LONG_FLOW_KEYS, key, strict=True)
+            ]
+        )
+
+    def _insert(self, key: FlowKey) -> bool:
+        """Lists the flow; False if the table had no room or refused it."""
+        table = self._table(LONG_FLOWS)
+        data = table.make_data([self._gc.DataTuple(ENTRY_TTL, self._ttl_ms())], LONG_FLOW_HIT)
+        try:
+            table.entry_add(self._target, [self._flow_key(table, key)], [data])
+        except Exception as exc:
+            text = str(exc).lower()
+            if "exist" in text:  # inserted already (a race with ourselves): it is listed
+                self.listed.add(key)
+                self._count_pipeline("long_flow_already_listed")
+                return False
+            if any(s in text for s in ("no space", "full", "resource_exhausted", "no_space")):
+                self._count_pipeline("long_flow_table_full")
+                return False
+            self._problem(f"{LONG_FLOWS} insert {key}: {exc}")
+            return False
+        self.listed.add(key)
+        return True
+
+    def _delete(self, key: FlowKey) -> None:
+        self.listed.discard(key)
+        table = self._table(LONG_FLOWS)
+        try:
+            table.entry_del(self._target, [self._flow_key(table, key)])
+        except Exception as exc:  # gone already (aged out and deleted twice): harmless
+            self._problem(f"{LONG_FLOWS} delete {key}: {exc}")
+
+    def _handle_idle(self, notification: Any) -> None:
+        self._count("frames")
+        try:
+            raw = self._info.key_from_idletime_notification(notification).to_dict()
+        except Exception as exc:
+            raise DigestError(f"idle notification: undecodable ({exc})") from exc
+        what = "idle notification"
+        try:
+            values = [
+                _as_int(raw[n]["value"] if isinstance(raw[n], Mapping) else raw[n], f"{what} {n}")
+                for n in LONG_FLOW_KEYS
+            ]
+        except KeyError as exc:
+            raise DigestError(f"{what}: key field {exc} missing") from None
+        key: FlowKey = (values[0], values[1], values[2], values[3], values[4])
+        state = self._link(key[0], what)
+        if key not in self.listed:
+            self._count_pipeline("idle_notifications_unlisted")
+            return
+        self._delete(key)
+        event = self._flow_event(state, key, "end", "idle_timeout", 0, time.time_ns())
+        self._produce("flow_events", event)
+
+    # --- counters ---------------------------------------------------------------------
+
+    def _read_registers(self) -> dict[int, dict[str, int]]:
+        """Cumulative values per link index: 32-bit counters summed over pipes (mod 2^32),
+        the 64-bit queueing-delay sum, and the EWMA (a gauge, the largest pipe's)."""
+        out: dict[int, dict[str, int]] = {s.index: {} for s in self.links}
+        for register, fields in COUNTER_REGISTERS:
+            for index, data in self._read_register(register):
+                for field, name in fields:
+                    out[index][name] = _as_int(data[f"{register}.{field}"], name) % WRAP32
+        for index, data in self._read_register(QDELAY_SUM):
+            lo = _per_pipe(data[f"{QDELAY_SUM}.sum_lo"])
+            hi = _per_pipe(data[f"{QDELAY_SUM}.sum_hi"])
+            total = sum((h << 32) + low for h, low in zip(hi, lo, strict=True))
+            out[index]["queue_delay_sum_ns"] = total % WRAP64
+        for index, data in self._read_register(QDELAY_EWMA):
+            out[index]["queue_delay_ewma_ns"] = max(_per_pipe(data[f"{QDELAY_EWMA}.f1"]))
+        return out
+
+    def _read_register(self, register: str) -> Iterable[tuple[int, Mapping[str, Any]]]:
+        table = self._table(register)
+        keys = [table.make_key([self._gc.KeyTuple(REGISTER_INDEX, s.index)]) for s in self.links]
+        wanted = {s.index for s in self.links}
+        seen = set()
+        for data, key in table.entry_get(self._target, keys, {"from_hw": True}):
+            index = _as_int(key.to_dict()[REGISTER_INDEX]["value"], REGISTER_INDEX)
+            if index in wanted:
+                seen.add(index)
+                yield index, data.to_dict()
+        if seen != wanted:
+            raise ExporterError(f"{register}: no value for index {sorted(wanted - seen)}")
+
+    def _export(self, tick_ns: int) -> None:
+        try:
+            values = self._read_registers()
+        except Exception as exc:  # next tick's record covers this interval too
+            self._problem(f"register read at {tick_ns}: {type(exc).__name__}: {exc}")
+            return
+        interval = tick_ns - self._last_tick_ns
+        for state in self.links:
+            now, last = values[state.index], state.last or values[state.index]
+            record: dict[str, Any] = {
+                "link_id": state.link.id,
+                "ts_ns": tick_ns,
+                "interval_ns": interval,
+                "seq": state.seq,
+            }
+            for name in COUNTER_FIELDS:
+                record[name] = (now[name] - last[name]) % WRAP32
+            record["queue_delay_sum_ns"] = (
+                now["queue_delay_sum_ns"] - last["queue_delay_sum_ns"]
+            ) % WRAP64
+            record["queue_delay_ewma_ns"] = now["queue_delay_ewma_ns"]
+            state.last = now
+            state.seq += 1
+            self._produce("link_counters", record)
+        self._last_tick_ns = tick_ns
+
+    # --- stats ------------------------------------------------------------------------
+
+    def _produce(self, stream: str, record: dict[str, Any]) -> None:
+        assert self._producer is not None
+        try:
+            self._producer.produce(stream, record)
+        except RecordError as exc:
+            with self._lock:
+                self._stats.invalid += 1
+            self._problem(f"{stream}: record refused by its schema: {exc}")
+            return
+        with self._lock:
+            s = self._stats
+            s.produced[stream] = s.produced.get(stream, 0) + 1
+            s.produced_total += 1
+        if self._first_record is None:
+            self._first_record = time.monotonic()
+
+    def _set(self, **values: Any) -> None:
+        with self._lock:
+            for name, value in values.items():
+                setattr(self._stats, name, value)
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            setattr(self._stats, name, getattr(self._stats, name) + 1)
+
+    def _count_pipeline(self, name: str) -> None:
+        with self._lock:
+            self._stats.pipeline[name] = self._stats.pipeline.get(name, 0) + 1
+
+    def _problem(self, text: str) -> None:
+        with self._lock:
+            self._stats.problems = [*self._stats.problems[-MAX_PROBLEMS + 1 :], text]
+
+    def _malformed(self, reason: str) -> None:
+        self._count_pipeline("malformed_digests")
+        self._problem(reason)
+
+    def _update_rates(self) -> None:
+        now = time.monotonic()
+        producer = self._producer
+        delivered = producer.stats.delivered if producer is not None else 0
+        with self._lock:
+            produced = self._stats.produced_total
+            then, produced_then, delivered_then = self._rate_mark
+            if now > then:
+                self._stats.records_per_s = round((produced - produced_then) / (now - then), 3)
+                self._stats.delivered_per_s = round((delivered - delivered_then) / (now - then), 3)
+            self._rate_mark = (now, produced, delivered)
+
+    def _write_stats(self, stats: ExporterStats) -> None:
+        if self.stats_path is None:
+            return
+        self.stats_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.stats_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(stats), indent=2) + "\n")
+        tmp.replace(self.stats_path)
+
+
+def _per_pipe(value: Any) -> list[int]:
+    values = value if isinstance(value, list | tuple) else [value]
+    return [_as_int(v, "register") for v in values]
