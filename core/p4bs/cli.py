@@ -356,7 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         type=_ipv4_prefix,
         help="IPv4 prefix behind the output interface: packets towards it are the data "
-        "direction (repeatable; default: the link's output_prefixes, else every packet)",
+        "direction (repeatable; default: the link's output_prefixes; with none, both "
+        "directions are measured)",
     )
     analyze.add_argument("--summary", action="store_true", help="per-link totals instead")
     analyze.set_defaults(func=cmd_analyze)

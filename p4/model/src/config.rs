@@ -41,7 +41,8 @@ pub struct LinkSpec {
     /// router:interface, the key of every record of the link.
     pub id: String,
     /// IPv4 prefixes reached through the output interface ("10.201.2.0/24"): on a `both` tap a
-    /// packet towards one of them is in the `out` direction. Empty: every packet is `out`.
+    /// packet towards one of them is in the `out` direction, others `back`. Empty: every
+    /// packet counts in both directions.
     #[serde(default)]
     pub output_prefixes: Vec<String>,
 }

@@ -192,19 +192,32 @@ impl Pipeline {
             self.counters.unmapped_port += 1;
             return;
         };
-        let out_direction = match p.direction {
-            Direction::Out => true,
-            Direction::Back => false,
+        // Which directions the packet counts in: a `both` tap of a link without output
+        // prefixes cannot tell, so its packets count in both (SPEC §1).
+        let (out_dir, back_dir) = match p.direction {
+            Direction::Out => (true, false),
+            Direction::Back => (false, true),
             Direction::Both => {
                 let prefixes = &self.links[usize::from(p.link)].output_prefixes;
-                prefixes.is_empty() || prefixes.iter().any(|x| x.contains(tcp.dst))
+                if prefixes.is_empty() {
+                    (true, true)
+                } else {
+                    let out = prefixes.iter().any(|x| x.contains(tcp.dst));
+                    (out, !out)
+                }
             }
         };
-        match (p.tap, out_direction) {
-            (Tap::Before, true) => self.before(p.link, &tcp, ts, out),
-            (Tap::After, true) => self.after(p.link, &tcp, ts, out),
-            (Tap::After, false) if tcp.flags & ACK != 0 => self.match_ack(p.link, &tcp, ts, out),
-            _ => {}
+        match p.tap {
+            Tap::Before if out_dir => self.before(p.link, &tcp, ts, out),
+            Tap::Before => {}
+            Tap::After => {
+                if back_dir && tcp.flags & ACK != 0 {
+                    self.match_ack(p.link, &tcp, ts, out);
+                }
+                if out_dir {
+                    self.after(p.link, &tcp, ts, out);
+                }
+            }
         }
     }
 
@@ -411,5 +424,100 @@ impl Pipeline {
             });
             l.seq += 1;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parse::tests::frame;
+
+    const SPEC: &str = r#"{"links": [{"id": "r1:eth1", "output_prefixes": ["10.201.2.0/24"]}],
+        "ports": [{"port": "b", "link": "r1:eth1", "tap": "before"},
+                  {"port": "a", "link": "r1:eth1", "tap": "after"}],
+        "rtt": {"min_interval_ns": 50000000}}"#;
+
+    /// A 1448-byte segment 10.201.1.10:40000 → 10.201.2.2:5201 with `seq`.
+    fn data(seq: u32) -> Vec<u8> {
+        let mut f = frame(1448, 0, 0, 0);
+        f[14 + 24..14 + 28].copy_from_slice(&seq.to_be_bytes());
+        f
+    }
+
+    /// The receiver's ACK of everything before `ack`.
+    fn ack(ack: u32) -> Vec<u8> {
+        let mut f = frame(0, 0, 0, 0);
+        let (src, dst) = (f[26..30].to_vec(), f[30..34].to_vec());
+        f[26..30].copy_from_slice(&dst);
+        f[30..34].copy_from_slice(&src);
+        let (sport, dport) = ([f[34], f[35]], [f[36], f[37]]);
+        f[34..36].copy_from_slice(&dport);
+        f[36..38].copy_from_slice(&sport);
+        f[14 + 28..14 + 32].copy_from_slice(&ack.to_be_bytes());
+        f
+    }
+
+    fn pipeline() -> Pipeline {
+        Pipeline::new(&PipelineConfig::from_json(SPEC).unwrap())
+    }
+
+    #[test]
+    fn the_sampling_limit_keeps_one_rtt_sample_per_flow_and_interval() {
+        let mut p = pipeline();
+        let mut out = Vec::new();
+        for k in 0..10u32 {
+            let t = 1_000_000_000 + u64::from(k) * 10_000_000;
+            p.process(1, t, &data(k * 1448), &mut out);
+            p.process(1, t + 20_000_000, &ack((k + 1) * 1448), &mut out);
+        }
+        let rtts: Vec<u64> = out
+            .iter()
+            .filter_map(|r| match r {
+                Record::Rtt { rtt_ns, .. } => Some(*rtt_ns),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(rtts, vec![20_000_000, 20_000_000]); // at 20 ms and 70 ms of 0..110 ms
+        assert_eq!(p.counters.rtt_rate_limited, 8);
+    }
+
+    #[test]
+    fn a_clock_jump_is_one_long_interval_and_old_packets_are_counted() {
+        let mut p = pipeline();
+        let mut out = Vec::new();
+        p.process(0, 1_000_000_000, &data(0), &mut out);
+        p.process(0, 1_250_000_000, &data(1448), &mut out);
+        assert_eq!(out.len(), 2); // intervals ending at 1.1 s and 1.2 s
+        out.clear();
+        p.process(0, 1_000_000_000, &data(2896), &mut out);
+        assert_eq!(p.counters.time_backwards, 1);
+        let day = 86_400_000_000_000;
+        p.process(0, day, &data(4344), &mut out);
+        assert_eq!(p.counters.clock_jumps, 1);
+        match out[..] {
+            [Record::Counters {
+                ts_ns,
+                interval_ns,
+                seq,
+                counters,
+                ..
+            }, ..] => {
+                assert_eq!(seq, 2);
+                assert_eq!(ts_ns, day);
+                assert_eq!(interval_ns, day - 1_200_000_000);
+                assert_eq!(counters.data_packets, 2);
+            }
+            _ => panic!("expected the long interval first: {out:?}"),
+        }
+        assert_eq!(out.len(), 1);
+    }
+
+    #[test]
+    fn unknown_ports_are_counted_and_dropped() {
+        let mut p = pipeline();
+        let mut out = Vec::new();
+        p.process(7, 1, &data(0), &mut out);
+        assert_eq!(p.counters.unmapped_port, 1);
+        assert!(out.is_empty());
     }
 }
