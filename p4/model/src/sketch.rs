@@ -38,9 +38,14 @@ impl CountMinSketch {
                 self.window_start = Some(now);
             }
         }
+        // All indices first: the rows' cache misses then overlap instead of taking turns.
+        let mut cells = [0usize; 4];
+        for (cell, hash) in cells.iter_mut().zip(ROW_HASHES) {
+            *cell = hash.hash(key) as usize & self.mask;
+        }
         let mut estimate = u32::MAX;
-        for (row, hash) in self.rows.iter_mut().zip(ROW_HASHES) {
-            let cell = &mut row[hash.hash(key) as usize & self.mask];
+        for (row, i) in self.rows.iter_mut().zip(cells) {
+            let cell = &mut row[i];
             *cell = cell.saturating_add(1);
             estimate = estimate.min(*cell);
         }
