@@ -6,11 +6,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use std::ffi::CString;
+
 use p4bs_model::record::Record;
+use rdkafka::bindings as rd;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext};
 use rdkafka::ClientContext;
 
 use crate::avro;
@@ -123,10 +125,17 @@ struct LinkKey {
     key: Vec<u8>,
 }
 
+/// A stream's topic handle and header prototype as librdkafka objects, so that producing a
+/// record needs no topic lookup by name and builds no strings.
+struct Topic {
+    name: String,
+    rkt: *mut rd::rd_kafka_topic_t,
+    headers: *mut rd::rd_kafka_headers_t,
+}
+
 pub struct Sink {
     producer: BaseProducer<Context>,
-    topics: Vec<String>,
-    headers: Vec<OwnedHeaders>,
+    topics: Vec<Topic>,
     links: Vec<LinkKey>,
     buf: Vec<u8>,
     since_poll: u32,
@@ -155,25 +164,9 @@ impl Sink {
         let producer: BaseProducer<Context> = config
             .create_with_context(Context::default())
             .map_err(|e| format!("kafka producer: {e}"))?;
-        let headers = spec
-            .streams
-            .iter()
-            .map(|s| {
-                OwnedHeaders::new_with_capacity(2)
-                    .insert(Header {
-                        key: "p4bs-schema",
-                        value: Some(s.schema.as_bytes()),
-                    })
-                    .insert(Header {
-                        key: "p4bs-fingerprint",
-                        value: Some(s.fingerprint.as_bytes()),
-                    })
-            })
-            .collect();
-        Ok(Sink {
+        let mut sink = Sink {
             producer,
-            topics: spec.streams.iter().map(|s| s.topic.clone()).collect(),
-            headers,
+            topics: Vec::new(),
             links: link_ids
                 .iter()
                 .map(|id| LinkKey {
@@ -188,14 +181,42 @@ impl Sink {
             invalid: 0,
             waits: 0,
             first_produce: None,
-        })
+        };
+        for s in &spec.streams {
+            let name = CString::new(s.topic.as_str())
+                .map_err(|_| format!("topic {:?} contains a NUL byte", s.topic))?;
+            // SAFETY: a live client handle and NUL-terminated names; the handles are
+            // destroyed in Drop, before the producer.
+            let topic = unsafe {
+                let rk = sink.producer.client().native_ptr();
+                let rkt = rd::rd_kafka_topic_new(rk, name.as_ptr(), std::ptr::null_mut());
+                let headers = rd::rd_kafka_headers_new(2);
+                for (key, value) in [
+                    (c"p4bs-schema", s.schema.as_bytes()),
+                    (c"p4bs-fingerprint", s.fingerprint.as_bytes()),
+                ] {
+                    let size = value.len() as isize;
+                    rd::rd_kafka_header_add(headers, key.as_ptr(), -1, value.as_ptr().cast(), size);
+                }
+                Topic {
+                    name: s.topic.clone(),
+                    rkt,
+                    headers,
+                }
+            };
+            if topic.rkt.is_null() {
+                return Err(format!("kafka: cannot open topic {:?}", s.topic));
+            }
+            sink.topics.push(topic);
+        }
+        Ok(sink)
     }
 
     /// Fails unless the broker answers and lists every topic within `timeout` (a topic just
     /// created may take a moment to appear in the broker's metadata).
     pub fn check_topics(&self, timeout: Duration) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
-        for topic in &self.topics {
+        for topic in self.topics.iter().map(|t| &t.name) {
             loop {
                 let left = deadline.saturating_duration_since(Instant::now());
                 let problem = match self.producer.client().fetch_metadata(Some(topic), left) {
@@ -278,18 +299,13 @@ impl Sink {
         };
         let s = stream as usize;
         loop {
-            let record = BaseRecord::to(&self.topics[s])
-                .key(&link.key[..])
-                .payload(&self.buf[..])
-                .headers(self.headers[s].clone());
-            let result = self.producer.send(record).map_err(|(e, _)| e);
-            match result {
+            match self.produce(s, &link.key) {
                 Ok(()) => {
                     self.produced[s] += 1;
                     self.first_produce.get_or_insert_with(Instant::now);
                     break;
                 }
-                Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => match full {
+                Err(RDKafkaErrorCode::QueueFull) => match full {
                     Full::Drop => {
                         self.dropped += 1;
                         break;
@@ -319,6 +335,42 @@ impl Sink {
         }
     }
 
+    /// Hands the encoded record in `buf` to librdkafka (which copies it) for stream `s`.
+    fn produce(&self, s: usize, key: &[u8]) -> Result<(), RDKafkaErrorCode> {
+        use rd::rd_kafka_vtype_t as V;
+        let topic = &self.topics[s];
+        // SAFETY: the client and topic handles live as long as self; key and value are
+        // copied (MSG_F_COPY) before produceva returns; the headers copy belongs to
+        // librdkafka once the record is queued, and is destroyed here if it is not.
+        unsafe {
+            let headers = rd::rd_kafka_headers_copy(topic.headers);
+            let mut vus: [rd::rd_kafka_vu_t; 6] = std::mem::zeroed();
+            vus[0].vtype = V::RD_KAFKA_VTYPE_RKT;
+            vus[0].u.rkt = topic.rkt;
+            vus[1].vtype = V::RD_KAFKA_VTYPE_PARTITION;
+            vus[1].u.i32_ = -1; // librdkafka's partitioner, by key
+            vus[2].vtype = V::RD_KAFKA_VTYPE_MSGFLAGS;
+            vus[2].u.i = rd::RD_KAFKA_MSG_F_COPY;
+            vus[3].vtype = V::RD_KAFKA_VTYPE_VALUE;
+            vus[3].u.mem.ptr = self.buf.as_ptr() as *mut _;
+            vus[3].u.mem.size = self.buf.len();
+            vus[4].vtype = V::RD_KAFKA_VTYPE_KEY;
+            vus[4].u.mem.ptr = key.as_ptr() as *mut _;
+            vus[4].u.mem.size = key.len();
+            vus[5].vtype = V::RD_KAFKA_VTYPE_HEADERS;
+            vus[5].u.headers = headers;
+            let rk = self.producer.client().native_ptr();
+            let error = rd::rd_kafka_produceva(rk, vus.as_ptr(), vus.len());
+            if error.is_null() {
+                return Ok(());
+            }
+            let code = RDKafkaErrorCode::from(rd::rd_kafka_error_code(error));
+            rd::rd_kafka_error_destroy(error);
+            rd::rd_kafka_headers_destroy(headers);
+            Err(code)
+        }
+    }
+
     /// Waits until every record is delivered, a fatal error, or `timeout`; `idle` is called
     /// between polls. Returns how many records are still undelivered.
     pub fn flush(&self, timeout: Duration, mut idle: impl FnMut(&Sink)) -> u64 {
@@ -330,6 +382,19 @@ impl Sink {
                 return left;
             }
             idle(self);
+        }
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        for topic in &self.topics {
+            // SAFETY: created in Sink::new and not used after this; the producer (dropped
+            // after this) still holds its own references to the topics.
+            unsafe {
+                rd::rd_kafka_topic_destroy(topic.rkt);
+                rd::rd_kafka_headers_destroy(topic.headers);
+            }
         }
     }
 }

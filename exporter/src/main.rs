@@ -36,6 +36,9 @@ const LIVE_REORDER_NS: u64 = 50_000_000;
 /// Records are handed to Kafka in chunks of about this many.
 const CHUNK: usize = 1024;
 
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
