@@ -432,3 +432,21 @@ def test_live_capture_in_a_namespace_exports_until_sigterm(
     }
     rtts = sorted(r["rtt_ns"] for r in records)
     assert rtts[0] > 0 and rtts[-1] < 200 * MS, rtts  # the injector paces loosely
+
+
+def test_cli_runs_a_tofino_switch_through_the_same_interface(
+    stack: Stack, topics: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A tofino switch gets the tofino target: without the SDE's client it says so (exit 1);
+    the model's source flags are refused for it (exit 2)."""
+    path = write_config(tmp_path, stack.kafka.bootstrap, topics)
+    tofino = 'target = "tofino"\naddress = "127.0.0.1:1"'
+    text = path.read_text().replace('target = "model"', tofino)
+    text = re.sub(r"^taps = .*$", "taps = { before = 1, after = 2 }", text, count=1, flags=re.M)
+    path.write_text(text)
+    run = ["exporter", "run", "--config", str(path), "--stats", str(tmp_path / "stats.json")]
+    assert main([*run, "--pcap", "before=x.pcap", "--netns", "ns"]) == 2
+    err = capsys.readouterr().err
+    assert "--pcap: only for a model switch" in err and "--netns: only for a model" in err
+    assert main(run) == 1
+    assert "bfrt_grpc" in capsys.readouterr().err

@@ -14,9 +14,17 @@ import time
 from pathlib import Path
 
 from p4bs import dataplane, paths
-from p4bs.config import ConfigError, DataplaneConfig, load_config
-from p4bs_exporter import ExporterError, ExporterStats, ModelTarget, SpecError, run_spec
+from p4bs.config import Config, ConfigError, DataplaneConfig, SwitchConfig, load_config
+from p4bs_exporter import (
+    ExporterError,
+    ExporterStats,
+    ModelTarget,
+    SpecError,
+    Target,
+    run_spec,
+)
 from p4bs_exporter.model import choose_switch
+from p4bs_exporter.tofino import TofinoTarget
 from p4bs_infra.services import StackError
 from p4bs_infra.stack import Stack, StackSettings
 from p4bs_infra.testbed import Testbed, TestbedError, TestbedPlan
@@ -214,29 +222,44 @@ def _exporter_line(s: ExporterStats) -> str:
     )
 
 
+def _exporter_target(
+    args: argparse.Namespace, config: Config, switch: SwitchConfig, stats_path: Path
+) -> Target:
+    """The switch's target: the model (live taps or captures) or a Tofino."""
+    if switch.target == "tofino":
+        model_only = [
+            f"{flag}: only for a model switch; {switch.name} is a tofino"
+            for flag, given in (
+                ("--pcap", args.pcap),
+                ("--pace", args.pace != "max"),
+                ("--netns", args.netns),
+                ("--link", args.link),
+            )
+            if given
+        ]
+        if model_only:
+            raise ConfigError("p4bs exporter run", model_only)
+        return TofinoTarget(config, switch.name, stats_path=stats_path)
+    spec = run_spec(
+        config,
+        stats_path=stats_path,
+        switch=switch.name,
+        link=args.link,
+        pcaps=args.pcap,
+        pace=args.pace,
+        netns=args.netns,
+        flush_timeout_s=args.stop_timeout,
+    )
+    return ModelTarget(spec)
+
+
 def cmd_exporter_run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
         switch = choose_switch(config, args.switch)
-        if switch.target != "model":
-            print(
-                f"p4bs exporter run: switch {switch.name} is a {switch.target} target, "
-                "which is not available yet (exporter/README.md)",
-                file=sys.stderr,
-            )
-            return 1
-        stats_path = args.stats or paths.home() / ".run" / "exporter" / switch.name / "stats.json"
-        spec = run_spec(
-            config,
-            stats_path=stats_path.resolve(),
-            switch=switch.name,
-            link=args.link,
-            pcaps=args.pcap,
-            pace=args.pace,
-            netns=args.netns,
-            flush_timeout_s=args.stop_timeout,
-        )
-        target = ModelTarget(spec)
+        default = paths.home() / ".run" / "exporter" / switch.name / "stats.json"
+        stats_path = (args.stats or default).resolve()
+        target = _exporter_target(args, config, switch, stats_path)
         target.start()
     except (ConfigError, SpecError) as exc:
         print(f"p4bs exporter run: {exc}", file=sys.stderr)
@@ -244,7 +267,8 @@ def cmd_exporter_run(args: argparse.Namespace) -> int:
     except ExporterError as exc:
         print(f"p4bs exporter run: {exc}", file=sys.stderr)
         return 1
-    print(f"exporter pid {target.pid}: stats in {stats_path}, log in {target.log_path}")
+    where = f", log in {target.log_path}" if isinstance(target, ModelTarget) else ""
+    print(f"exporter ({target.name}) running: stats in {stats_path}{where}")
     # SIGTERM stops the exporter as Ctrl-C does: it finishes the pipeline and flushes Kafka.
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     began = time.monotonic()
@@ -257,7 +281,7 @@ def cmd_exporter_run(args: argparse.Namespace) -> int:
         stats = target.stop(timeout_s=args.stop_timeout + 15)
     finally:
         signal.signal(signal.SIGTERM, previous)
-        if target.returncode is None:
+        if not target.wait(0):
             target.stop(timeout_s=args.stop_timeout + 15)
     took = time.monotonic() - began
     produced = ", ".join(f"{k} {v:,}" for k, v in sorted(stats.produced.items()))
@@ -271,8 +295,11 @@ def cmd_exporter_run(args: argparse.Namespace) -> int:
     for problem in stats.problems:
         print(f"  problem: {problem}")
     if stats.state != "done":
-        print(f"p4bs exporter run: failed; last lines of {target.log_path}:", file=sys.stderr)
-        print(target.log_tail(), file=sys.stderr)
+        print("p4bs exporter run: failed", file=sys.stderr)
+        if isinstance(target, ModelTarget):
+            print(f"last lines of {target.log_path}:\n{target.log_tail()}", file=sys.stderr)
+        elif stats.last_error:
+            print(f"last error: {stats.last_error}", file=sys.stderr)
         return 1
     return 0
 
