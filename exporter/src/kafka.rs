@@ -205,6 +205,8 @@ impl Sink {
                 }
             };
             if topic.rkt.is_null() {
+                // SAFETY: created just above, used nowhere else.
+                unsafe { rd::rd_kafka_headers_destroy(topic.headers) };
                 return Err(format!("kafka: cannot open topic {:?}", s.topic));
             }
             sink.topics.push(topic);
