@@ -268,7 +268,7 @@ def cmd_exporter_run(args: argparse.Namespace) -> int:
         print(f"p4bs exporter run: {exc}", file=sys.stderr)
         return 1
     where = f", log in {target.log_path}" if isinstance(target, ModelTarget) else ""
-    print(f"exporter ({target.name}) running: stats in {stats_path}{where}")
+    print(f"exporter ({target.name}) started: stats in {stats_path}{where}")
     # SIGTERM stops the exporter as Ctrl-C does: it finishes the pipeline and flushes Kafka.
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     began = time.monotonic()
