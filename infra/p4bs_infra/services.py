@@ -155,10 +155,9 @@ class KafkaBroker(_Process):
         if not (self.dir / "data" / "meta.properties").exists():
             # KRaft needs its log folder formatted once with a cluster id (22 chars, base64url).
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-            formatted = procs.run_logged(
-                [*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)],
-                self.logfile,
-            )
+            # `--cluster-id=`: an id may start with "-", which would read as an option.
+            tool = [*java, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}"]
+            formatted = procs.run_logged([*tool, "-c", str(config)], self.logfile)
             if not formatted:
                 raise self.failure("storage format failed")
         procs.start_detached([*java, "kafka.Kafka", str(config)], self.pidfile, self.logfile)
