@@ -176,11 +176,6 @@ impl LongFlows {
     pub fn is_empty(&self) -> bool {
         self.table.is_empty()
     }
-
-    /// Every listed flow (the end of a capture reports them as still long).
-    pub fn entries(&self) -> impl Iterator<Item = (&FlowKey, &LongFlow)> {
-        self.table.iter()
-    }
 }
 
 #[cfg(test)]
