@@ -167,12 +167,8 @@ def cmd_testbed_run(args: argparse.Namespace) -> int:
 
 def _analyze_spec(args: argparse.Namespace) -> dict[str, object]:
     if args.config is None:
-        link = {"id": args.link or "capture", "output_prefixes": args.output_prefix}
-        ports = [
-            {"port": tap, "link": link["id"], "tap": tap, "direction": "both"}
-            for tap in (dataplane.BEFORE, dataplane.AFTER)
-        ]
-        return {"links": [link], "ports": ports, **dataplane.settings(DataplaneConfig())}
+        link_id = args.link or "capture"
+        return dataplane.capture_spec(link_id, args.output_prefix, DataplaneConfig())
     config = load_config(args.config)
     try:
         chosen = config.link(args.link) if args.link else config.links[0]
@@ -180,10 +176,8 @@ def _analyze_spec(args: argparse.Namespace) -> dict[str, object]:
         known = ", ".join(x.id for x in config.links)
         problem = f"--link: no link {args.link!r} (links: {known})"
         raise ConfigError(str(args.config), [problem]) from None
-    spec = dataplane.capture_spec(config, chosen)
-    if args.output_prefix:
-        spec["links"][0]["output_prefixes"] = args.output_prefix
-    return spec
+    prefixes = args.output_prefix or chosen.output_prefixes
+    return dataplane.capture_spec(chosen.id, prefixes, config.dataplane)
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:

@@ -58,9 +58,12 @@ def live_spec(config: Config, links: Iterable[LinkConfig]) -> dict[str, Any]:
     return {"links": [_link(x) for x in chosen], "ports": ports, **settings(config.dataplane)}
 
 
-def capture_spec(config: Config, link: LinkConfig) -> dict[str, Any]:
+def capture_spec(
+    link_id: str, output_prefixes: Iterable[str], settings_of: DataplaneConfig
+) -> dict[str, Any]:
     """One link from capture files: ports `before` and `after`, each carrying both directions."""
     ports = [
-        {"port": tap, "link": link.id, "tap": tap, "direction": "both"} for tap in (BEFORE, AFTER)
+        {"port": tap, "link": link_id, "tap": tap, "direction": "both"} for tap in (BEFORE, AFTER)
     ]
-    return {"links": [_link(link)], "ports": ports, **settings(config.dataplane)}
+    link = {"id": link_id, "output_prefixes": list(output_prefixes)}
+    return {"links": [link], "ports": ports, **settings(settings_of)}

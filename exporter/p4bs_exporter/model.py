@@ -78,7 +78,7 @@ def run_spec(
         except KeyError:
             known = ", ".join(x.id for x in links)
             raise ConfigError("--link", [f"no link {link!r} (links: {known})"]) from None
-        pipeline = dataplane.capture_spec(config, captured)
+        pipeline = dataplane.capture_spec(captured.id, captured.output_prefixes, config.dataplane)
         source = {"pcap": [[port, str(file)] for port, file in pcaps], "pace": pace}
     else:
         pipeline = dataplane.live_spec(config, links)
