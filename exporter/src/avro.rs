@@ -192,21 +192,13 @@ pub fn encode(
             ..
         } => {
             buf.extend_from_slice(link_id);
-            for (value, field) in [
-                (*ts_ns, "ts_ns"),
-                (*interval_ns, "interval_ns"),
-                (*seq, "seq"),
-                (c.packets, "packets"),
-                (c.bytes, "bytes"),
-                (c.data_packets, "data_packets"),
-                (c.data_bytes, "data_bytes"),
-                (c.retransmissions, "retransmissions"),
-                (c.queue_delay_samples, "queue_delay_samples"),
-                (c.queue_delay_sum_ns, "queue_delay_sum_ns"),
-                (*queue_delay_ewma_ns, "queue_delay_ewma_ns"),
-            ] {
+            put_u64(buf, *ts_ns, "ts_ns")?;
+            put_u64(buf, *interval_ns, "interval_ns")?;
+            put_u64(buf, *seq, "seq")?;
+            for (field, value) in c.named() {
                 put_u64(buf, value, field)?;
             }
+            put_u64(buf, *queue_delay_ewma_ns, "queue_delay_ewma_ns")?;
             Ok(Some(Stream::LinkCounters))
         }
         Record::QueueDelay { .. } => Ok(None),

@@ -115,15 +115,7 @@ impl Output {
                             queue_delay_ewma_ns,
                             ..
                         } => {
-                            for (name, v) in [
-                                ("packets", c.packets),
-                                ("bytes", c.bytes),
-                                ("data_packets", c.data_packets),
-                                ("data_bytes", c.data_bytes),
-                                ("retransmissions", c.retransmissions),
-                                ("queue_delay_samples", c.queue_delay_samples),
-                                ("queue_delay_sum_ns", c.queue_delay_sum_ns),
-                            ] {
+                            for (name, v) in c.named() {
                                 *t.counters.entry(name).or_default() += v;
                             }
                             t.queue_delay_ewma_ns = *queue_delay_ewma_ns;

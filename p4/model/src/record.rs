@@ -72,6 +72,21 @@ pub struct LinkCounters {
     pub queue_delay_sum_ns: u64,
 }
 
+impl LinkCounters {
+    /// Each counter with its field name in the `LinkCounters` schema, in the schema's order.
+    pub fn named(&self) -> [(&'static str, u64); 7] {
+        [
+            ("packets", self.packets),
+            ("bytes", self.bytes),
+            ("data_packets", self.data_packets),
+            ("data_bytes", self.data_bytes),
+            ("retransmissions", self.retransmissions),
+            ("queue_delay_samples", self.queue_delay_samples),
+            ("queue_delay_sum_ns", self.queue_delay_sum_ns),
+        ]
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Record {
     Rtt {
@@ -171,17 +186,16 @@ pub fn write_json_line(out: &mut impl Write, record: &Record, link_id: &str) -> 
             counters: c,
             queue_delay_ewma_ns,
             ..
-        } => writeln!(
-            out,
-            r#"{{"kind":"link_counters","link_id":{link_json},"ts_ns":{ts_ns},"interval_ns":{interval_ns},"seq":{seq},"packets":{},"bytes":{},"data_packets":{},"data_bytes":{},"retransmissions":{},"queue_delay_samples":{},"queue_delay_sum_ns":{},"queue_delay_ewma_ns":{queue_delay_ewma_ns}}}"#,
-            c.packets,
-            c.bytes,
-            c.data_packets,
-            c.data_bytes,
-            c.retransmissions,
-            c.queue_delay_samples,
-            c.queue_delay_sum_ns
-        ),
+        } => {
+            write!(
+                out,
+                r#"{{"kind":"link_counters","link_id":{link_json},"ts_ns":{ts_ns},"interval_ns":{interval_ns},"seq":{seq}"#
+            )?;
+            for (name, value) in c.named() {
+                write!(out, r#","{name}":{value}"#)?;
+            }
+            writeln!(out, r#","queue_delay_ewma_ns":{queue_delay_ewma_ns}}}"#)
+        }
         Record::QueueDelay {
             ts_ns,
             flow,
