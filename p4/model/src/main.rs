@@ -171,11 +171,12 @@ impl Output {
 }
 
 fn report(pipeline: &Pipeline, seconds: f64, problems: &[String]) {
-    let named = pipeline.counters.named();
-    let packets = named[0].1;
-    let nonzero: Vec<String> = named[2..]
-        .iter()
-        .filter(|(_, v)| *v > 0)
+    let packets = pipeline.counters.parse.packets;
+    let nonzero: Vec<String> = pipeline
+        .counters
+        .named()
+        .into_iter()
+        .filter(|(k, v)| *v > 0 && !matches!(*k, "packets" | "tcp_packets"))
         .map(|(k, v)| format!("{k} {v}"))
         .collect();
     eprintln!(
