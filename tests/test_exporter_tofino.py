@@ -349,15 +349,18 @@ def test_tables_programmed_from_config(run: Run) -> None:
     assert idle == [("idle", (True, 1, 50, 2000, 2000))]  # notify mode, 50 ms, TTL 2 s
 
 
-def test_rtt_digest_becomes_rtt_sample(run: Run) -> None:
+def test_rtt_digest_becomes_rtt_sample_in_a_batch(run: Run) -> None:
     before = time.time_ns()
     run.switch.digest(RTT_ID, rtt(link=1, rtt_ns=20_000_064))
-    got = run.wait_records("rtt_samples", 1)[0]
+    got = run.wait_records("rtt_samples", 1)[0]  # once the export tick closes its batch
     after = time.time_ns()
     assert got.key == LINK1
-    record = got.record
+    batch = got.record
+    assert batch["link_id"] == LINK1
+    assert batch["interval_ns"] == run.target.config.dataplane.rtt_batch_interval_ns
+    (record,) = batch["samples"]
+    assert batch["ts_ns"] - batch["interval_ns"] <= record["ts_ns"] < batch["ts_ns"]
     assert {k: v for k, v in record.items() if k != "ts_ns"} == {
-        "link_id": LINK1,
         "src_ip": "10.201.1.10",
         "dst_ip": "10.201.2.2",
         "src_port": 40000,
@@ -439,7 +442,7 @@ def test_malformed_digests_counted_loop_goes_on(run: Run) -> None:
     run.switch.digest(999, rtt())
     run.switch.digest(RTT_ID, rtt(rtt_ns=12_345_600))  # a good one after them
     got = run.wait_records("rtt_samples", 1)
-    assert [r.record["rtt_ns"] for r in got] == [12_345_600]
+    assert [s["rtt_ns"] for r in got for s in r.record["samples"]] == [12_345_600]
     assert wait_until(lambda: run.target.stats().pipeline.get("malformed_digests") == 5, 10)
     problems = "\n".join(run.target.stats().problems)
     assert "6 fields, expected 7; missing rtt" in problems
@@ -457,7 +460,7 @@ def test_stats_fields_and_stop(run: Run) -> None:
     assert wait_until(lambda: run.target.stats().delivered >= 1, 10)
     final = run.target.stop(30)
     assert final.state == "done" and final.target == "tofino"
-    assert final.produced["rtt_samples"] == 1
+    assert final.produced["rtt_samples"] == final.rtt_samples_produced == 1
     assert final.produced_total == sum(final.produced.values())
     assert final.delivered == final.produced_total and final.in_flight == 0
     assert final.failed == 0 and final.dropped == 0 and final.undelivered_at_exit == 0

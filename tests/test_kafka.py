@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -11,16 +12,20 @@ from p4bs.bus import Received, RecordConsumer, RecordProducer
 from p4bs_infra.stack import Stack
 from p4bs_schemas.codec import FINGERPRINT_HEADER, RecordError, codec
 
-RTT = {
-    "link_id": "r1:eth1",
-    "ts_ns": 1_700_000_000_000_000_000,
-    "src_ip": "10.0.1.2",
-    "dst_ip": "10.0.2.2",
-    "src_port": 40000,
-    "dst_port": 5201,
-    "protocol": 6,
-    "rtt_ns": 20_000_000,
-}
+
+def rtt(link_id: str = "r1:eth1", rtt_ns: object = 20_000_000) -> dict[str, Any]:
+    """A batch of one RTT sample."""
+    sample = {
+        "ts_ns": 1_700_000_000_000_000_000,
+        "src_ip": "10.0.1.2",
+        "dst_ip": "10.0.2.2",
+        "src_port": 40000,
+        "dst_port": 5201,
+        "protocol": 6,
+        "rtt_ns": rtt_ns,
+    }
+    end = 1_700_000_000_010_000_000
+    return {"link_id": link_id, "ts_ns": end, "interval_ns": 10_000_000, "samples": [sample]}
 
 
 def _drain(consumer: RecordConsumer, want: int, timeout_s: float = 60.0) -> list[Received]:
@@ -36,8 +41,8 @@ def _drain(consumer: RecordConsumer, want: int, timeout_s: float = 60.0) -> list
 
 def test_record_produced_consumed_and_decoded(stack: Stack, topics: dict[str, str]) -> None:
     producer = RecordProducer(stack.kafka.bootstrap, topics)
-    producer.produce("rtt_samples", RTT)
-    producer.produce("rtt_samples", {**RTT, "link_id": "r2:eth0", "rtt_ns": 7})
+    producer.produce("rtt_samples", rtt())
+    producer.produce("rtt_samples", rtt("r2:eth0", 7))
     assert producer.flush(30) == 0
     assert producer.stats.delivered == 2
 
@@ -46,7 +51,7 @@ def test_record_produced_consumed_and_decoded(stack: Stack, topics: dict[str, st
         got = _drain(consumer, 2)
     finally:
         consumer.close()
-    assert sorted((r.key, r.record["rtt_ns"]) for r in got) == [
+    assert sorted((r.key, r.record["samples"][0]["rtt_ns"]) for r in got) == [
         ("r1:eth1", 20_000_000),
         ("r2:eth0", 7),
     ]
@@ -58,13 +63,13 @@ def test_malformed_record_goes_to_dead_letters_and_consumer_keeps_going(
 ) -> None:
     topic = topics["rtt_samples"]
     raw = Producer({"bootstrap.servers": stack.kafka.bootstrap})
-    good = codec("RttSample").encode(RTT)
+    good = codec("RttSampleBatch").encode(rtt())
     garbage = b"\xff\xfe not avro"
     # One partition (same key) keeps the order: good, garbage, wrong fingerprint, good.
     raw.produce(topic, good, b"r1:eth1")
     raw.produce(topic, garbage, b"r1:eth1")
     raw.produce(topic, good, b"r1:eth1", headers=[(FINGERPRINT_HEADER, b"deadbeefdeadbeef")])
-    raw.produce(topic, codec("RttSample").encode({**RTT, "rtt_ns": 99}), b"r1:eth1")
+    raw.produce(topic, codec("RttSampleBatch").encode(rtt(rtt_ns=99)), b"r1:eth1")
     assert raw.flush(30) == 0
 
     consumer = RecordConsumer(stack.kafka.bootstrap, "test-dlq", ["rtt_samples"], topics)
@@ -72,7 +77,7 @@ def test_malformed_record_goes_to_dead_letters_and_consumer_keeps_going(
         got = _drain(consumer, 2)
     finally:
         consumer.close()
-    assert [r.record["rtt_ns"] for r in got] == [20_000_000, 99]
+    assert [r.record["samples"][0]["rtt_ns"] for r in got] == [20_000_000, 99]
     assert consumer.stats.malformed == 2
 
     letters_reader = RecordConsumer(
@@ -96,5 +101,5 @@ def test_producer_refuses_a_malformed_record_before_sending(
 ) -> None:
     producer = RecordProducer(stack.kafka.bootstrap, topics)
     with pytest.raises(RecordError, match="rtt_ns"):
-        producer.produce("rtt_samples", {**RTT, "rtt_ns": "slow"})
+        producer.produce("rtt_samples", rtt(rtt_ns="slow"))
     assert producer.stats.sent == 0

@@ -14,9 +14,9 @@ from fastavro import parse_schema, schemaless_writer
 from p4bs_schemas.codec import FINGERPRINT_HEADER, Codec, RecordError, codec, schema_fingerprint
 from p4bs_schemas.compat import check_backward
 from p4bs_schemas.registry import STREAMS, Schema, current_schema, released_schemas, schema_names
+from p4bs_schemas.rtt_batch import RttBatcher, samples_of
 
-RTT = {
-    "link_id": "r1:eth1",
+SAMPLE = {
     "ts_ns": 1_700_000_000_123_456_789,
     "src_ip": "10.0.1.2",
     "dst_ip": "10.0.2.2",
@@ -24,6 +24,12 @@ RTT = {
     "dst_port": 5201,
     "protocol": 6,
     "rtt_ns": 21_500_000,
+}
+RTT = {
+    "link_id": "r1:eth1",
+    "ts_ns": 1_700_000_000_130_000_000,
+    "interval_ns": 10_000_000,
+    "samples": [SAMPLE, {**SAMPLE, "ts_ns": SAMPLE["ts_ns"] + 1, "rtt_ns": 7}],
 }
 
 
@@ -90,7 +96,7 @@ def test_checker_accepts_compatible_changes(change: str) -> None:
 
 
 def test_codec_round_trip_and_headers() -> None:
-    rtt = codec("RttSample")
+    rtt = codec("RttSampleBatch")
     data = rtt.encode(RTT)
     assert rtt.decode(data, rtt.headers) == RTT
     assert rtt.decode(data) == RTT  # no headers: Flink-written, current schema
@@ -99,21 +105,25 @@ def test_codec_round_trip_and_headers() -> None:
 
 def test_codec_reads_an_older_writer_by_fingerprint() -> None:
     """A v2 reader with a new defaulted field reads v1 data, found by its fingerprint."""
-    v1 = current_schema("RttSample")
+    v1 = current_schema("RttSampleBatch")
     v2 = copy.deepcopy(v1)
     v2["fields"].append({"name": "seq", "type": ["null", "long"], "default": None, "doc": "x"})
-    reader = Codec("RttSample")
+    reader = Codec("RttSampleBatch")
     reader.schema = parse_schema(v2)
-    data = codec("RttSample").encode(RTT)
-    assert reader.decode(data, codec("RttSample").headers) == {**RTT, "seq": None}
+    data = codec("RttSampleBatch").encode(RTT)
+    assert reader.decode(data, codec("RttSampleBatch").headers) == {**RTT, "seq": None}
 
 
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda r: r.update(rtt_ns="fast"), "rtt_ns"),
+        (lambda r: r.update(interval_ns="fast"), "interval_ns"),
         (lambda r: r.pop("link_id"), "link_id"),
-        (lambda r: r.update(src_port=2**40), "src_port"),
+        (lambda r: r.update(samples=[{**SAMPLE, "rtt_ns": "fast"}]), "rtt_ns"),
+        (
+            lambda r: r.update(samples=[SAMPLE, {**SAMPLE, "src_port": 2**40}]),
+            r"samples\[1\]\.src_port",
+        ),
     ],
 )
 def test_encoding_a_bad_record_names_the_field(
@@ -122,7 +132,7 @@ def test_encoding_a_bad_record_names_the_field(
     record = dict(RTT)
     mutate(record)
     with pytest.raises(RecordError, match=message):
-        codec("RttSample").encode(record)
+        codec("RttSampleBatch").encode(record)
 
 
 def test_allowed_values_are_enforced_both_ways() -> None:
@@ -152,12 +162,33 @@ def test_allowed_values_are_enforced_both_ways() -> None:
         (b"\x01\x02", None, "undecodable"),
         (None, None, "tombstone"),
         (b"", None, "undecodable"),
-        (codec("RttSample").encode(RTT) + b"\x00", None, "1 trailing bytes"),
-        (codec("RttSample").encode(RTT), [(FINGERPRINT_HEADER, b"00ff")], "unknown writer"),
+        (codec("RttSampleBatch").encode(RTT) + b"\x00", None, "1 trailing bytes"),
+        (codec("RttSampleBatch").encode(RTT), [(FINGERPRINT_HEADER, b"00ff")], "unknown writer"),
     ],
 )
 def test_decoding_garbage_is_a_record_error(
     data: bytes | None, headers: list[tuple[str, bytes]] | None, message: str
 ) -> None:
     with pytest.raises(RecordError, match=message):
-        codec("RttSample").decode(data, headers)
+        codec("RttSampleBatch").decode(data, headers)
+
+
+def test_rtt_batches_hold_one_interval_of_one_link_and_split_when_full() -> None:
+    batcher = RttBatcher(interval_ns=10, max_samples=3)
+    done = []
+    for link, ts in [("a", 0), ("b", 5), ("a", 9), ("a", 9), ("a", 9), ("a", 10), ("a", 35)]:
+        done += batcher.add(link, {**SAMPLE, "ts_ns": ts})
+    # "a" at 9 filled the first batch; 10 starts the next interval, 35 the one after.
+    assert [(b["link_id"], b["ts_ns"], [s["ts_ns"] for s in b["samples"]]) for b in done] == [
+        ("a", 10, [0, 9, 9]),
+        ("a", 10, [9]),
+        ("a", 20, [10]),
+    ]
+    assert [(b["link_id"], b["ts_ns"]) for b in batcher.close(10)] == [("b", 10)]
+    assert batcher.close(39) == []
+    (last,) = batcher.close()
+    assert last["ts_ns"] == 40 and last["interval_ns"] == 10
+    assert samples_of(last) == [{"link_id": "a", **SAMPLE, "ts_ns": 35}]
+    assert batcher.close() == []
+    for batch in done:
+        assert codec("RttSampleBatch").decode(codec("RttSampleBatch").encode(batch)) == batch

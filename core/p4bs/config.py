@@ -127,6 +127,8 @@ class DataplaneConfig:
     qdelay_slots: int = 65_536
     qdelay_max_age_ns: int = 1_000_000_000
     export_interval_ns: int = 100_000_000
+    rtt_batch_interval_ns: int = 10_000_000  # RTT samples travel in batches of this interval
+    rtt_batch_max_samples: int = 1024
 
 
 @dataclass(frozen=True)
@@ -442,6 +444,7 @@ def _read_dataplane(r: _Reader, data: dict[str, Any]) -> DataplaneConfig:
         "window": "window_ns",
         "qdelay_max_age": "qdelay_max_age_ns",
         "export_interval": "export_interval_ns",
+        "rtt_batch_interval": "rtt_batch_interval_ns",
     }
     slots = ("rtt_slots", "cms_width", "loss_slots", "qdelay_slots")
     counts = {
@@ -449,6 +452,7 @@ def _read_dataplane(r: _Reader, data: dict[str, Any]) -> DataplaneConfig:
         "long_flow_threshold": (1, 2**31),
         "long_flow_capacity": (1, 2**24),
         "window_packets": (1, 2**31),
+        "rtt_batch_max_samples": (1, 65_536),
     }
     known = {*durations, *slots, *counts, "rtt_min_interval", "long_flows"}
     r.unknown(data, known)
@@ -464,6 +468,14 @@ def _read_dataplane(r: _Reader, data: dict[str, Any]) -> DataplaneConfig:
         values[key] = r.get(data, key, _int_in(low, high), getattr(d, key))
     values["long_flows"] = r.get(data, "long_flows", _one_of(LONG_FLOW_MODES), d.long_flows)
     if any(v is None for v in values.values()):
+        return d
+    if values["export_interval_ns"] % values["rtt_batch_interval_ns"]:
+        # A window of whole export intervals then holds whole RTT batches.
+        r.problem(
+            "rtt_batch_interval",
+            f"must divide export_interval ({values['export_interval_ns']} ns), "
+            f"got {values['rtt_batch_interval_ns']} ns",
+        )
         return d
     return DataplaneConfig(**values)
 

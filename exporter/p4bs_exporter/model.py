@@ -93,6 +93,10 @@ def run_spec(
             "properties": dict(kafka_properties or {}),
         },
         "streams": {s: stream_spec(s, names[s]) for s in EXPORTED_STREAMS},
+        "rtt_batch": {
+            "interval_ns": config.dataplane.rtt_batch_interval_ns,
+            "max_samples": config.dataplane.rtt_batch_max_samples,
+        },
         "source": source,
         "stats": {"path": str(stats_path), "interval_s": stats_interval_s},
         "flush_timeout_s": flush_timeout_s,

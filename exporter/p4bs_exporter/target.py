@@ -1,9 +1,9 @@
 """What every exporter target provides: start, counters, stop — whatever the data plane is.
 
 Two targets implement `Target`: `model` (the software data plane, driven by the Rust binary
-`p4bs-exporter`, see `p4bs_exporter.model`) and `tofino` (bfrt_grpc; not written yet, see
-exporter/README.md). Both produce the same records to the same topics with the same keys and
-headers, and report the same `ExporterStats`.
+`p4bs-exporter`, see `p4bs_exporter.model`) and `tofino` (the switch's digests and registers
+over bfrt_grpc, see `p4bs_exporter.tofino`). Both produce the same records to the same
+topics with the same keys and headers, and report the same `ExporterStats`.
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ class ExporterStats:
     delivered: int = 0
     failed: int = 0
     dropped: int = 0
+    rtt_samples_produced: int = 0  # RTT samples inside the produced rtt_samples batches
+    rtt_samples_dropped: int = 0  # RTT samples inside the dropped batches
     invalid: int = 0  # records the schema cannot carry, or the client refused
     in_flight: int = 0
     waits: int = 0  # back-pressure: times a full client queue made the source wait
@@ -115,5 +117,19 @@ def stream_spec(stream: str, topic: str) -> dict[str, Any]:
         "topic": topic,
         "schema": full_name.decode(),
         "fingerprint": fingerprint.decode(),
-        "fields": [[f["name"], f["type"]] for f in schema["fields"]],
+        "fields": _flat_fields(schema),
     }
+
+
+def _flat_fields(schema: dict[str, Any], prefix: str = "") -> list[list[str]]:
+    """[path, type] of every field, nested records' fields after their array as
+    `samples[].ts_ns`: the form the Rust encoder compares with its own."""
+    flat = []
+    for f in schema["fields"]:
+        kind = f["type"]
+        if isinstance(kind, dict) and kind["type"] == "array":
+            flat.append([prefix + f["name"], "array"])
+            flat += _flat_fields(kind["items"], f"{prefix}{f['name']}[].")
+        else:
+            flat.append([prefix + f["name"], kind])
+    return flat

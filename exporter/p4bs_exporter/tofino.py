@@ -1,9 +1,10 @@
 """The `tofino` target: the P4 program of p4/tofino on a switch, driven over bfrt_grpc.
 
 `TofinoTarget` programs the port → link tables from the deployment config, turns the data
-plane's digests (RTT samples, long-flow starts and ends) and the long-flow table's idle
-notifications into records, and every export interval reads the per-link registers from the
-hardware and produces their differences as `LinkCounters`. Names, field orders and units are
+plane's digests (RTT samples, batched per link as the model exporter does, long-flow starts
+and ends) and the long-flow table's idle notifications into records, and every export
+interval reads the per-link registers from the hardware and produces their differences as
+`LinkCounters`. Names, field orders and units are
 the control-plane contract of p4/tofino/README.md.
 
 `bfrt_grpc` (the SDE's Python client) is imported only when a target starts; nothing else in
@@ -28,6 +29,7 @@ from p4bs.bus import RecordProducer
 from p4bs.config import Config, ConfigError, LinkConfig, SwitchConfig
 from p4bs_exporter.target import EXPORTED_STREAMS, ExporterError, ExporterStats, SpecError
 from p4bs_schemas.codec import RecordError
+from p4bs_schemas.rtt_batch import RttBatcher
 
 PROGRAM = "p4bs"
 MAX_LINKS = 256  # 2^LINK_INDEX_BITS, the program's default
@@ -277,6 +279,9 @@ class TofinoTarget:
             _LinkState(i, link) for i, link in enumerate(tofino_links(config, self.switch))
         ]
         self.interval_ns = config.dataplane.export_interval_ns
+        self._rtt_batches = RttBatcher(
+            config.dataplane.rtt_batch_interval_ns, config.dataplane.rtt_batch_max_samples
+        )
         self._lock = threading.Lock()
         self._stats = ExporterStats(target=self.name, pid=os.getpid())
         self._stop = threading.Event()
@@ -350,6 +355,8 @@ class TofinoTarget:
             self._thread.join(timeout_s)
         failed = self.stats().state == "failed"
         if self._producer is not None:
+            for batch in self._rtt_batches.close():
+                self._produce("rtt_samples", batch)
             self._set(state="flushing")
             remaining = self._producer.flush(timeout_s)
             self._set(undelivered_at_exit=remaining)
@@ -544,8 +551,7 @@ class TofinoTarget:
         max_age = self.config.dataplane.rtt_max_age_ns
         if not 0 < v["rtt"] <= max_age:
             raise DigestError(f"{what}: rtt {v['rtt']} ns is outside (0, {max_age}]")
-        record = {
-            "link_id": state.link.id,
+        sample = {
             "ts_ns": self._clock.to_unix(v["ts"], time.time_ns()),
             "src_ip": _dotted(v["src_addr"]),
             "dst_ip": _dotted(v["dst_addr"]),
@@ -554,7 +560,8 @@ class TofinoTarget:
             "protocol": TCP,
             "rtt_ns": v["rtt"],
         }
-        self._produce("rtt_samples", record)
+        for batch in self._rtt_batches.add(state.link.id, sample):
+            self._produce("rtt_samples", batch)
 
     def _flow(self, v: dict[str, int], what: str) -> None:
         _check_range(v, what)
@@ -691,6 +698,8 @@ class TofinoTarget:
         except Exception as exc:  # next tick's record covers this interval too
             self._problem(f"register read at {tick_ns}: {type(exc).__name__}: {exc}")
             return
+        for batch in self._rtt_batches.close(tick_ns):
+            self._produce("rtt_samples", batch)
         interval = tick_ns - self._last_tick_ns
         for state in self.links:
             now, last = values[state.index], state.last or values[state.index]
@@ -726,6 +735,8 @@ class TofinoTarget:
             s = self._stats
             s.produced[stream] = s.produced.get(stream, 0) + 1
             s.produced_total += 1
+            if stream == "rtt_samples":
+                s.rtt_samples_produced += len(record["samples"])
         if self._first_record is None:
             self._first_record = time.monotonic()
 

@@ -1,21 +1,26 @@
 //! Schemaless Avro binary of the three exported records, byte for byte what
 //! `p4bs_schemas.codec.codec(NAME).encode(record)` writes: fields in schema order, `int` and
-//! `long` as zigzag varints, strings as a varint length and UTF-8 bytes. Nothing allocates:
-//! every record is appended to a caller's buffer.
+//! `long` as zigzag varints, strings as a varint length and UTF-8 bytes, an array as one
+//! block (its item count, the items, then 0). Nothing allocates: every record is appended to
+//! a caller's buffer.
 
 use p4bs_model::record::{Flow, Record};
 
-/// The fields (name, Avro type) each encoder writes, in order. The run spec carries the
-/// schemas' own field lists and the exporter refuses to start if they differ.
-pub const RTT_SAMPLE: &[(&str, &str)] = &[
+/// The fields (path, Avro type) each encoder writes, in order; a nested record's fields follow
+/// their array as `array[].field`. The run spec carries the schemas' own field lists and the
+/// exporter refuses to start if they differ.
+pub const RTT_SAMPLE_BATCH: &[(&str, &str)] = &[
     ("link_id", "string"),
     ("ts_ns", "long"),
-    ("src_ip", "string"),
-    ("dst_ip", "string"),
-    ("src_port", "int"),
-    ("dst_port", "int"),
-    ("protocol", "int"),
-    ("rtt_ns", "long"),
+    ("interval_ns", "long"),
+    ("samples", "array"),
+    ("samples[].ts_ns", "long"),
+    ("samples[].src_ip", "string"),
+    ("samples[].dst_ip", "string"),
+    ("samples[].src_port", "int"),
+    ("samples[].dst_port", "int"),
+    ("samples[].protocol", "int"),
+    ("samples[].rtt_ns", "long"),
 ];
 
 pub const FLOW_EVENT: &[(&str, &str)] = &[
@@ -131,7 +136,7 @@ impl Stream {
 
     pub fn schema(self) -> &'static str {
         match self {
-            Stream::RttSamples => "io.p4bs.RttSample",
+            Stream::RttSamples => "io.p4bs.RttSampleBatch",
             Stream::FlowEvents => "io.p4bs.FlowEvent",
             Stream::LinkCounters => "io.p4bs.LinkCounters",
         }
@@ -139,15 +144,56 @@ impl Stream {
 
     pub fn fields(self) -> &'static [(&'static str, &'static str)] {
         match self {
-            Stream::RttSamples => RTT_SAMPLE,
+            Stream::RttSamples => RTT_SAMPLE_BATCH,
             Stream::FlowEvents => FLOW_EVENT,
             Stream::LinkCounters => LINK_COUNTERS,
         }
     }
 }
 
+/// Appends one `RttSample` (an item of a batch's `samples`) to `items`.
+pub fn put_rtt_sample(
+    items: &mut Vec<u8>,
+    ts_ns: u64,
+    flow: &Flow,
+    rtt_ns: u64,
+) -> Result<(), OutOfRange> {
+    let mark = items.len();
+    let written = put_u64(items, ts_ns, "ts_ns").and_then(|()| {
+        put_flow(items, flow);
+        put_u64(items, rtt_ns, "rtt_ns")
+    });
+    if written.is_err() {
+        items.truncate(mark);
+    }
+    written
+}
+
+/// Writes an `RttSampleBatch` to `buf` (cleared first): `count` samples already encoded in
+/// `items` by `put_rtt_sample`, for the interval `[end_ns - interval_ns, end_ns)`.
+pub fn put_rtt_batch(
+    buf: &mut Vec<u8>,
+    link_id: &[u8],
+    end_ns: u64,
+    interval_ns: u64,
+    count: u32,
+    items: &[u8],
+) -> Result<(), OutOfRange> {
+    buf.clear();
+    buf.extend_from_slice(link_id);
+    put_u64(buf, end_ns, "ts_ns")?;
+    put_u64(buf, interval_ns, "interval_ns")?;
+    if count > 0 {
+        put_long(buf, i64::from(count));
+        buf.extend_from_slice(items);
+    }
+    buf.push(0); // end of the array
+    Ok(())
+}
+
 /// Appends `record` to `buf` (cleared first) with `link_id` already Avro-encoded (see
-/// `put_bytes`). Returns its stream, or None for records that are not exported.
+/// `put_bytes`). Returns its stream, or None for records that are not sent one by one: RTT
+/// samples travel in batches (`put_rtt_batch`), queue-delay samples not at all.
 pub fn encode(
     buf: &mut Vec<u8>,
     record: &Record,
@@ -155,18 +201,6 @@ pub fn encode(
 ) -> Result<Option<Stream>, OutOfRange> {
     buf.clear();
     match record {
-        Record::Rtt {
-            ts_ns,
-            flow,
-            rtt_ns,
-            ..
-        } => {
-            buf.extend_from_slice(link_id);
-            put_u64(buf, *ts_ns, "ts_ns")?;
-            put_flow(buf, flow);
-            put_u64(buf, *rtt_ns, "rtt_ns")?;
-            Ok(Some(Stream::RttSamples))
-        }
         Record::FlowEvent {
             ts_ns,
             kind,
@@ -201,7 +235,7 @@ pub fn encode(
             put_u64(buf, *queue_delay_ewma_ns, "queue_delay_ewma_ns")?;
             Ok(Some(Stream::LinkCounters))
         }
-        Record::QueueDelay { .. } => Ok(None),
+        Record::Rtt { .. } | Record::QueueDelay { .. } => Ok(None),
     }
 }
 
@@ -277,15 +311,22 @@ mod tests {
     // `p4bs_schemas.codec.codec(NAME).encode(...)` for the same records, and pinned here.
 
     #[test]
-    fn rtt_sample_matches_the_python_codec() {
-        let (stream, bytes) = encoded(&Record::Rtt {
-            link: 0,
-            ts_ns: 1_700_000_000_123_456_789,
-            flow: flow(),
-            rtt_ns: 20_000_000,
-        });
-        assert_eq!(stream, Some(Stream::RttSamples));
-        assert_eq!(bytes, PY_RTT_SAMPLE);
+    fn rtt_sample_batch_matches_the_python_codec() {
+        let mut items = Vec::new();
+        put_rtt_sample(&mut items, 1_700_000_000_123_456_789, &flow(), 20_000_000).unwrap();
+        put_rtt_sample(&mut items, 1_700_000_000_129_999_999, &flow(), 1).unwrap();
+        let mut buf = vec![0xaa; 3]; // cleared
+        let link = link_field("r1:eth1");
+        put_rtt_batch(
+            &mut buf,
+            &link,
+            1_700_000_000_130_000_000,
+            10_000_000,
+            2,
+            &items,
+        )
+        .unwrap();
+        assert_eq!(buf, PY_RTT_SAMPLE_BATCH);
     }
 
     #[test]
@@ -325,22 +366,19 @@ mod tests {
     }
 
     #[test]
-    fn values_above_the_long_range_are_refused() {
-        let mut buf = Vec::new();
-        let record = Record::Rtt {
-            link: 0,
-            ts_ns: 1,
-            flow: flow(),
-            rtt_ns: u64::MAX,
-        };
-        assert_eq!(
-            encode(&mut buf, &record, &link_field("a")),
-            Err(OutOfRange("rtt_ns"))
-        );
+    fn values_above_the_long_range_are_refused_and_leave_no_bytes() {
+        let mut items = vec![1, 2];
+        for (ts, rtt, field) in [(1, u64::MAX, "rtt_ns"), (u64::MAX, 1, "ts_ns")] {
+            assert_eq!(
+                put_rtt_sample(&mut items, ts, &flow(), rtt),
+                Err(OutOfRange(field))
+            );
+            assert_eq!(items, [1, 2]);
+        }
     }
 
     #[test]
-    fn queue_delay_samples_are_not_exported() {
+    fn queue_delay_and_single_rtt_samples_are_not_exported_one_by_one() {
         let record = Record::QueueDelay {
             link: 0,
             ts_ns: 1,
@@ -348,19 +386,29 @@ mod tests {
             delay_ns: 5,
         };
         assert_eq!(encoded(&record).0, None);
+        let record = Record::Rtt {
+            link: 0,
+            ts_ns: 1,
+            flow: flow(),
+            rtt_ns: 5,
+        };
+        assert_eq!(encoded(&record).0, None);
     }
 
     #[test]
     fn field_lists_are_the_schemas() {
-        assert_eq!(Stream::ALL.map(|s| s.fields().len()), [8, 10, 12]);
+        assert_eq!(Stream::ALL.map(|s| s.fields().len()), [11, 10, 12]);
         assert!(Stream::ALL.iter().all(|s| s.fields()[0].0 == "link_id"));
     }
 
-    const PY_RTT_SAMPLE: &[u8] = &[
-        0x0e, 0x72, 0x31, 0x3a, 0x65, 0x74, 0x68, 0x31, 0xaa, 0xb4, 0xae, 0xd8, 0xc7, 0xbf, 0xce,
-        0x97, 0x2f, 0x16, 0x31, 0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x31, 0x2e, 0x31, 0x30, 0x14,
-        0x31, 0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x32, 0x2e, 0x32, 0x80, 0xf1, 0x04, 0xa2, 0x51,
-        0x0c, 0x80, 0xb4, 0x89, 0x13,
+    const PY_RTT_SAMPLE_BATCH: &[u8] = &[
+        0x0e, 0x72, 0x31, 0x3a, 0x65, 0x74, 0x68, 0x31, 0x80, 0x92, 0xcd, 0xde, 0xc7, 0xbf, 0xce,
+        0x97, 0x2f, 0x80, 0xda, 0xc4, 0x09, 0x04, 0xaa, 0xb4, 0xae, 0xd8, 0xc7, 0xbf, 0xce, 0x97,
+        0x2f, 0x16, 0x31, 0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x31, 0x2e, 0x31, 0x30, 0x14, 0x31,
+        0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x32, 0x2e, 0x32, 0x80, 0xf1, 0x04, 0xa2, 0x51, 0x0c,
+        0x80, 0xb4, 0x89, 0x13, 0xfe, 0x91, 0xcd, 0xde, 0xc7, 0xbf, 0xce, 0x97, 0x2f, 0x16, 0x31,
+        0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x31, 0x2e, 0x31, 0x30, 0x14, 0x31, 0x30, 0x2e, 0x32,
+        0x30, 0x31, 0x2e, 0x32, 0x2e, 0x32, 0x80, 0xf1, 0x04, 0xa2, 0x51, 0x0c, 0x02, 0x00,
     ];
     const PY_FLOW_EVENT: &[u8] = &[
         0x0e, 0x72, 0x31, 0x3a, 0x65, 0x74, 0x68, 0x31, 0x80, 0x80, 0xd0, 0xe2, 0xc6, 0xbf, 0xce,

@@ -1,6 +1,7 @@
 //! The Kafka side: one idempotent librdkafka producer (acks=all, lz4, large batches, no
 //! message timeout, so records wait out a broker restart instead of failing), the records'
-//! keys and headers, and the counters of what was produced, delivered, failed and dropped.
+//! keys and headers, RTT samples gathered into per-link batches, and the counters of what was
+//! produced, delivered, failed and dropped.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -8,15 +9,15 @@ use std::time::{Duration, Instant};
 
 use std::ffi::CString;
 
-use p4bs_model::record::Record;
+use p4bs_model::record::{Flow, Record};
 use rdkafka::bindings as rd;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext};
 use rdkafka::ClientContext;
 
-use crate::avro;
-use crate::spec::RunSpec;
+use crate::avro::{self, Stream};
+use crate::spec::{RttBatchSpec, RunSpec};
 
 /// What to do with a record when librdkafka's local queue is full.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,6 +126,14 @@ struct LinkKey {
     key: Vec<u8>,
 }
 
+/// A link's open RTT batch: samples of the interval ending at `end_ns`, already encoded.
+#[derive(Default)]
+struct RttBatch {
+    end_ns: u64,
+    samples: u32,
+    items: Vec<u8>,
+}
+
 /// A stream's topic handle and header prototype as librdkafka objects, so that producing a
 /// record needs no topic lookup by name and builds no strings.
 struct Topic {
@@ -137,12 +146,19 @@ pub struct Sink {
     producer: BaseProducer<Context>,
     topics: Vec<Topic>,
     links: Vec<LinkKey>,
+    /// Per link, in the pipeline's link order.
+    batches: Vec<RttBatch>,
+    batching: RttBatchSpec,
     buf: Vec<u8>,
     since_poll: u32,
     /// Records handed to librdkafka, per stream (`Stream as usize`).
     pub produced: [u64; 3],
+    /// RTT samples inside the produced `rtt_samples` records.
+    pub rtt_samples_produced: u64,
     /// Records not produced because the local queue was full (live sources only).
     pub dropped: u64,
+    /// RTT samples inside the dropped records.
+    pub rtt_samples_dropped: u64,
     /// Records the schema cannot carry (a value above 2^63 - 1), or librdkafka refused.
     pub invalid: u64,
     /// Times a full local queue made the exporter wait (back-pressure).
@@ -174,10 +190,14 @@ impl Sink {
                     key: id.as_bytes().to_vec(),
                 })
                 .collect(),
+            batches: link_ids.iter().map(|_| RttBatch::default()).collect(),
+            batching: spec.rtt_batch,
             buf: Vec::with_capacity(256),
             since_poll: 0,
             produced: [0; 3],
+            rtt_samples_produced: 0,
             dropped: 0,
+            rtt_samples_dropped: 0,
             invalid: 0,
             waits: 0,
             first_produce: None,
@@ -278,39 +298,135 @@ impl Sink {
         self.producer.poll(timeout);
     }
 
-    /// Encodes and produces every record, emptying `records`. While the local queue is full
-    /// with `Full::Wait`, serves delivery reports and calls `idle` between tries.
+    /// Encodes and produces every record, emptying `records`; RTT samples join their link's
+    /// batch, which is produced when its interval is over (a later record of the link shows
+    /// it) or full. While the local queue is full with `Full::Wait`, serves delivery reports
+    /// and calls `idle` between tries.
     pub fn send_all(&mut self, records: &mut Vec<Record>, full: Full, mut idle: impl FnMut(&Sink)) {
         for record in records.iter() {
-            self.send(record, full, &mut idle);
+            match record {
+                Record::Rtt {
+                    link,
+                    ts_ns,
+                    flow,
+                    rtt_ns,
+                } => self.add_rtt(usize::from(*link), *ts_ns, flow, *rtt_ns, full, &mut idle),
+                Record::FlowEvent { link, ts_ns, .. } | Record::Counters { link, ts_ns, .. } => {
+                    let link = usize::from(*link);
+                    if self.batches[link].samples > 0 && self.batches[link].end_ns <= *ts_ns {
+                        self.send_batch(link, full, &mut idle);
+                    }
+                    self.send(record, full, &mut idle);
+                }
+                Record::QueueDelay { .. } => {}
+            }
         }
         records.clear();
     }
 
-    fn send(&mut self, record: &Record, full: Full, idle: &mut impl FnMut(&Sink)) {
-        let link = &self.links[usize::from(record.link())];
-        let stream = match avro::encode(&mut self.buf, record, &link.field) {
-            Ok(Some(stream)) => stream,
-            Ok(None) => return,
-            Err(avro::OutOfRange(field)) => {
-                self.invalid += 1;
-                self.context()
-                    .note_error(format!("record not sent: {field} is above 2^63 - 1"));
-                return;
+    /// Produces every open RTT batch whose interval ended by `now_ns` (all with None).
+    pub fn close_batches(&mut self, now_ns: Option<u64>, full: Full, mut idle: impl FnMut(&Sink)) {
+        for link in 0..self.batches.len() {
+            let batch = &self.batches[link];
+            if batch.samples > 0 && now_ns.is_none_or(|now| batch.end_ns <= now) {
+                self.send_batch(link, full, &mut idle);
             }
+        }
+    }
+
+    fn add_rtt(
+        &mut self,
+        link: usize,
+        ts_ns: u64,
+        flow: &Flow,
+        rtt_ns: u64,
+        full: Full,
+        idle: &mut impl FnMut(&Sink),
+    ) {
+        let interval = self.batching.interval_ns;
+        // The interval's end must fit the schema's long too.
+        let Some(end) = (ts_ns - ts_ns % interval)
+            .checked_add(interval)
+            .filter(|&end| i64::try_from(end).is_ok())
+        else {
+            self.refuse("ts_ns");
+            return;
         };
+        let batch = &self.batches[link];
+        if batch.samples > 0 && (batch.end_ns != end || batch.samples >= self.batching.max_samples)
+        {
+            self.send_batch(link, full, idle);
+        }
+        let batch = &mut self.batches[link];
+        match avro::put_rtt_sample(&mut batch.items, ts_ns, flow, rtt_ns) {
+            Ok(()) => {
+                batch.end_ns = end;
+                batch.samples += 1;
+            }
+            Err(avro::OutOfRange(field)) => self.refuse(field),
+        }
+    }
+
+    fn refuse(&mut self, field: &str) {
+        self.invalid += 1;
+        self.context()
+            .note_error(format!("record not sent: {field} is above 2^63 - 1"));
+    }
+
+    /// Produces link `link`'s open batch and empties it.
+    fn send_batch(&mut self, link: usize, full: Full, idle: &mut impl FnMut(&Sink)) {
+        let batch = &mut self.batches[link];
+        let samples = batch.samples;
+        avro::put_rtt_batch(
+            &mut self.buf,
+            &self.links[link].field,
+            batch.end_ns,
+            self.batching.interval_ns,
+            samples,
+            &batch.items,
+        )
+        .expect("the batch's end and interval were checked when its first sample came");
+        batch.items.clear();
+        batch.samples = 0;
+        if self.produce_buf(Stream::RttSamples, link, full, idle) {
+            self.rtt_samples_produced += u64::from(samples);
+        } else if full == Full::Drop {
+            self.rtt_samples_dropped += u64::from(samples);
+        }
+    }
+
+    fn send(&mut self, record: &Record, full: Full, idle: &mut impl FnMut(&Sink)) {
+        let link = usize::from(record.link());
+        match avro::encode(&mut self.buf, record, &self.links[link].field) {
+            Ok(Some(stream)) => {
+                self.produce_buf(stream, link, full, idle);
+            }
+            Ok(None) => {}
+            Err(avro::OutOfRange(field)) => self.refuse(field),
+        }
+    }
+
+    /// Produces the record encoded in `buf` to `stream`, keyed by `link`; true once it is
+    /// queued. A full local queue is waited out or counted as a drop, as `full` says.
+    fn produce_buf(
+        &mut self,
+        stream: Stream,
+        link: usize,
+        full: Full,
+        idle: &mut impl FnMut(&Sink),
+    ) -> bool {
         let s = stream as usize;
-        loop {
-            match self.produce(s, &link.key) {
+        let queued = loop {
+            match self.produce(s, &self.links[link].key) {
                 Ok(()) => {
                     self.produced[s] += 1;
                     self.first_produce.get_or_insert_with(Instant::now);
-                    break;
+                    break true;
                 }
                 Err(RDKafkaErrorCode::QueueFull) => match full {
                     Full::Drop => {
                         self.dropped += 1;
-                        break;
+                        break false;
                     }
                     Full::Wait => {
                         self.waits += 1;
@@ -318,7 +434,7 @@ impl Sink {
                         self.since_poll = 0;
                         idle(self);
                         if self.fatal().is_some() {
-                            return;
+                            return false;
                         }
                     }
                 },
@@ -326,15 +442,16 @@ impl Sink {
                     self.invalid += 1;
                     self.context()
                         .note_error(format!("{} record refused: {e}", stream.name()));
-                    break;
+                    break false;
                 }
             }
-        }
+        };
         self.since_poll += 1;
         if self.since_poll >= POLL_EVERY {
             self.since_poll = 0;
             self.producer.poll(Duration::ZERO);
         }
+        queued
     }
 
     /// Hands the encoded record in `buf` to librdkafka (which copies it) for stream `s`.

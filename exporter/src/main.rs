@@ -182,8 +182,10 @@ fn run_live(
             })
             .map_err(|e| format!("live capture: {e}"))?;
         // Intervals end on time even when the taps are quiet.
-        pipeline.advance(realtime_ns().saturating_sub(LIVE_REORDER_NS), records);
+        let now = realtime_ns().saturating_sub(LIVE_REORDER_NS);
+        pipeline.advance(now, records);
         sink.send_all(records, Full::Drop, |_| {});
+        sink.close_batches(Some(now), Full::Drop, |_| {});
         sink.poll(Duration::ZERO);
         monitor.kernel_drops = capture.kernel_drops;
         monitor.tick(sink, pipeline);
@@ -245,6 +247,7 @@ fn run(spec: &RunSpec) -> Result<(), String> {
     }
     pipeline.finish(&mut records);
     sink.send_all(&mut records, Full::Wait, |s| monitor.tick(s, &pipeline));
+    sink.close_batches(None, Full::Wait, |s| monitor.tick(s, &pipeline));
     monitor.source_done = true;
     monitor.state = "flushing";
     let left = sink.flush(spec.flush_timeout, |s| monitor.tick(s, &pipeline));

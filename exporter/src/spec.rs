@@ -1,5 +1,5 @@
 //! The run spec (JSON written by `p4bs_exporter.run_spec`): the pipeline, Kafka, the three
-//! streams, the source and the stats file. Every problem is reported at once, each as
+//! streams, how RTT samples are batched, the source and the stats file. Every problem is reported at once, each as
 //! `field.path: what is wrong`.
 
 use std::path::PathBuf;
@@ -36,6 +36,22 @@ pub enum Source {
     Live { netns: Option<String> },
 }
 
+/// RTT samples go to Kafka in per-link batches of one interval (`RttSampleBatch`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RttBatchSpec {
+    pub interval_ns: u64,
+    pub max_samples: u32,
+}
+
+impl Default for RttBatchSpec {
+    fn default() -> Self {
+        RttBatchSpec {
+            interval_ns: 10_000_000,
+            max_samples: 1024,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct RunSpec {
     pub pipeline: PipelineConfig,
@@ -45,6 +61,7 @@ pub struct RunSpec {
     pub properties: Vec<(String, String)>,
     /// Indexed by `Stream as usize`.
     pub streams: Vec<StreamSpec>,
+    pub rtt_batch: RttBatchSpec,
     pub source: Source,
     pub stats_path: PathBuf,
     pub stats_interval: Duration,
@@ -242,6 +259,41 @@ fn streams(r: &mut Reader, v: Option<&Value>) -> Option<Vec<StreamSpec>> {
 }
 
 /// The pipeline's port names as written, even when the rest of the pipeline has problems.
+fn rtt_batch(r: &mut Reader, v: Option<&Value>) -> Option<RttBatchSpec> {
+    let mut spec = RttBatchSpec::default();
+    let Some(v) = v else {
+        return Some(spec);
+    };
+    let m = r.object(Some(v), "rtt_batch")?;
+    r.unknown(m, "rtt_batch", &["interval_ns", "max_samples"]);
+    let mut ok = true;
+    if let Some(v) = m.get("interval_ns") {
+        match v.as_u64() {
+            Some(n) if n > 0 && n <= i64::MAX as u64 => spec.interval_ns = n,
+            _ => {
+                r.problem(
+                    "rtt_batch.interval_ns",
+                    format!("must be a positive integer, got {v}"),
+                );
+                ok = false;
+            }
+        }
+    }
+    if let Some(v) = m.get("max_samples") {
+        match v.as_u64() {
+            Some(n) if (1..=65_536).contains(&n) => spec.max_samples = n as u32,
+            _ => {
+                r.problem(
+                    "rtt_batch.max_samples",
+                    format!("must be in [1, 65536], got {v}"),
+                );
+                ok = false;
+            }
+        }
+    }
+    ok.then_some(spec)
+}
+
 fn port_names(pipeline: Option<&Value>) -> Option<Vec<String>> {
     let ports = pipeline?.get("ports")?.as_array()?;
     ports
@@ -364,6 +416,7 @@ impl RunSpec {
                 "pipeline",
                 "kafka",
                 "streams",
+                "rtt_batch",
                 "source",
                 "stats",
                 "flush_timeout_s",
@@ -373,6 +426,7 @@ impl RunSpec {
         let pipeline = pipeline(&mut r, m.get("pipeline"));
         let kafka = kafka(&mut r, m.get("kafka"));
         let streams = streams(&mut r, m.get("streams"));
+        let rtt_batch = rtt_batch(&mut r, m.get("rtt_batch"));
         let ports = port_names(m.get("pipeline"));
         let source = source(&mut r, m.get("source"), ports.as_deref());
         let stats = r.object(m.get("stats"), "stats");
@@ -392,6 +446,7 @@ impl RunSpec {
             pipeline,
             kafka,
             streams,
+            rtt_batch,
             source,
             stats_path,
             stats_interval,
@@ -402,6 +457,7 @@ impl RunSpec {
                 Some(pipeline),
                 Some((bootstrap, client_id, properties)),
                 Some(streams),
+                Some(rtt_batch),
                 Some(source),
                 Some(stats_path),
                 Some(stats_interval),
@@ -413,6 +469,7 @@ impl RunSpec {
                 client_id,
                 properties,
                 streams,
+                rtt_batch,
                 source,
                 stats_path: PathBuf::from(stats_path),
                 stats_interval,
@@ -463,6 +520,7 @@ mod tests {
         let spec = RunSpec::parse(&good().to_string()).unwrap();
         assert_eq!(spec.client_id, "p4bs-exporter");
         assert_eq!(spec.stats_interval, Duration::from_secs(1));
+        assert_eq!(spec.rtt_batch, RttBatchSpec::default());
         assert_eq!(
             spec.streams[Stream::FlowEvents as usize].topic,
             "t.flow_events"
@@ -488,24 +546,27 @@ mod tests {
             .remove("link_counters");
         v["source"] = serde_json::json!({"pcap": [["nope", "/x"], "bad"], "pace": "fast"});
         v["stats"]["interval_s"] = (-1).into();
+        v["rtt_batch"] = serde_json::json!({"interval_ns": 0, "max_samples": 70000});
         v["bogus"] = true.into();
         let problems = RunSpec::parse(&v.to_string()).unwrap_err();
         let text = problems.join("\n");
         for expected in [
             "kafka.bootstrap: must be a non-empty string",
             "kafka.extra: unknown field",
-            "streams.rtt_samples.schema: this exporter writes io.p4bs.RttSample",
+            "streams.rtt_samples.schema: this exporter writes io.p4bs.RttSampleBatch",
             "streams.flow_events.fields: the schema's fields",
             "streams.link_counters: is required",
             "source.pace: must be",
             "source.pcap[0]: no port \"nope\"",
             "source.pcap[1]: must be [PORT, FILE]",
             "stats.interval_s: must be a positive number",
+            "rtt_batch.interval_ns: must be a positive integer, got 0",
+            "rtt_batch.max_samples: must be in [1, 65536], got 70000",
             "spec.bogus: unknown field",
         ] {
             assert!(text.contains(expected), "{expected:?} missing from\n{text}");
         }
-        assert_eq!(problems.len(), 10, "{text}");
+        assert_eq!(problems.len(), 12, "{text}");
 
         let mut v = good();
         v["pipeline"]["rtt"] = serde_json::json!({"slots_log2": 0});

@@ -109,6 +109,8 @@ impl Monitor {
             "delivered": delivered,
             "failed": sink.failed(),
             "dropped": sink.dropped,
+            "rtt_samples_produced": sink.rtt_samples_produced,
+            "rtt_samples_dropped": sink.rtt_samples_dropped,
             "invalid": sink.invalid,
             "in_flight": in_flight,
             "waits": sink.waits,

@@ -42,13 +42,20 @@ def _allowed_values(schema: Schema) -> dict[str, frozenset[str]]:
     return {f["name"]: frozenset(f["allowed"]) for f in schema["fields"] if "allowed" in f}
 
 
-def _integer_ranges(schema: Schema) -> dict[str, tuple[int, int]]:
-    ranges = {}
-    for f in schema["fields"]:
+# name -> (low, high) of an int/long field, or the ranges of an array's record items.
+Ranges = dict[str, Any]
+
+
+def _integer_ranges(fields: list[dict[str, Any]]) -> Ranges:
+    ranges: Ranges = {}
+    for f in fields:
         types = f["type"] if isinstance(f["type"], list) else [f["type"]]
         bounded = [_INT_RANGES[t] for t in types if isinstance(t, str) and t in _INT_RANGES]
         if bounded:
             ranges[f["name"]] = bounded[-1]
+        kind = f["type"]
+        if isinstance(kind, dict) and kind["type"] == "array" and isinstance(kind["items"], dict):
+            ranges[f["name"]] = _integer_ranges(kind["items"]["fields"])
     return ranges
 
 
@@ -61,7 +68,7 @@ class Codec:
         self.schema = parse_schema(raw)
         self.fingerprint = schema_fingerprint(raw)
         self._allowed = _allowed_values(raw)
-        self._ranges = _integer_ranges(raw)
+        self._ranges = _integer_ranges(raw["fields"])
         self._writers = {schema_fingerprint(s): parse_schema(s) for _, s in released_schemas(name)}
         self._writers[self.fingerprint] = self.schema
         self.headers: list[tuple[str, str | bytes | None]] = [
@@ -79,16 +86,25 @@ class Codec:
 
     def encode(self, record: dict[str, Any]) -> bytes:
         self._check_allowed(record)
-        for name, (low, high) in self._ranges.items():
-            value = record.get(name)
-            if isinstance(value, int) and not low <= value <= high:
-                raise RecordError(f"{self.name}.{name}: {value} is outside [{low}, {high}]")
+        self._check_ranges(self._ranges, record, "")
         out = io.BytesIO()
         try:
             schemaless_writer(out, self.schema, record)
         except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
             raise RecordError(self._explain(record, exc)) from exc
         return out.getvalue()
+
+    def _check_ranges(self, ranges: Ranges, record: dict[str, Any], where: str) -> None:
+        for name, bound in ranges.items():
+            value = record.get(name)
+            if isinstance(bound, dict):
+                for i, item in enumerate(value if isinstance(value, list) else []):
+                    if isinstance(item, dict):
+                        self._check_ranges(bound, item, f"{where}{name}[{i}].")
+                continue
+            low, high = bound
+            if isinstance(value, int) and not low <= value <= high:
+                raise RecordError(f"{self.name}.{where}{name}: {value} is outside [{low}, {high}]")
 
     def _explain(self, record: dict[str, Any], exc: Exception) -> str:
         """The writer's own errors are terse; the validator names the field."""

@@ -61,20 +61,32 @@ def table_environment(
     return TableEnvironment.create(settings.build())
 
 
-def sql_columns(schema_name: str) -> list[str]:
-    """Table columns for an Avro record: unions with null are nullable, the rest NOT NULL."""
-    columns = []
-    for field in current_schema(schema_name)["fields"]:
-        avro_type: Any = field["type"]
-        nullable = isinstance(avro_type, list)
-        if nullable:
-            branches = [t for t in avro_type if t != "null"]
-            if len(branches) != 1 or avro_type[0] != "null":
-                raise ValueError(f"{schema_name}.{field['name']}: only [null, T] unions map")
-            avro_type = branches[0]
+def _sql_type(where: str, avro_type: Any) -> str:
+    """The Flink SQL type of an Avro type: a [null, T] union is nullable, the rest NOT NULL
+    (nested too: a nullable field would be a union in the schema Flink derives, and its
+    bytes would differ); arrays are ARRAY, records ROW."""
+    nullable = isinstance(avro_type, list)
+    if nullable:
+        branches = [t for t in avro_type if t != "null"]
+        if len(branches) != 1 or avro_type[0] != "null":
+            raise ValueError(f"{where}: only [null, T] unions map")
+        avro_type = branches[0]
+    if isinstance(avro_type, dict) and avro_type["type"] == "array":
+        sql = f"ARRAY<{_sql_type(where + '[]', avro_type['items'])}>"
+    elif isinstance(avro_type, dict) and avro_type["type"] == "record":
+        sql = f"ROW<{', '.join(_sql_fields(where, avro_type['fields']))}>"
+    else:
         sql = _SQL_TYPES[avro_type]
-        columns.append(f"`{field['name']}` {sql}" + ("" if nullable else " NOT NULL"))
-    return columns
+    return sql + ("" if nullable else " NOT NULL")
+
+
+def _sql_fields(where: str, fields: list[dict[str, Any]]) -> list[str]:
+    return [f"`{f['name']}` {_sql_type(where + '.' + f['name'], f['type'])}" for f in fields]
+
+
+def sql_columns(schema_name: str) -> list[str]:
+    """Table columns for an Avro record (types as `_sql_type` maps them)."""
+    return _sql_fields(schema_name, current_schema(schema_name)["fields"])
 
 
 def kafka_table_ddl(

@@ -5,9 +5,11 @@ max). A capture of the after tap with SAMPLES data segments, each ACKed 20.5 µs
 flows), is generated once under .cache/bench/ (about 70 bytes a frame, 2 frames a sample).
 A Kafka broker of its own is started on free ports and pinned to CPU 0; `p4bs-exporter` runs
 pinned to CPU 1 (`taskset -c 1`), RUNS times, each into fresh topics; a run's rate is the
-records delivered (acks=all) over the time from its first produced record to the end of its
-final flush. Then the Python reference: `p4bs.bus.RecordProducer` producing the same kind of
-records for about 5 s on CPU 1. Prints each run, the median, the reference and the ratio.
+RTT samples delivered (acks=all; in batches, `RttSampleBatch`, as the testbed config cuts
+them) over the time from its first produced record to the end of its final flush. Then the
+Python reference: `p4bs_schemas.rtt_batch.RttBatcher` and `p4bs.bus.RecordProducer` batching
+and producing the same kind of samples for about 5 s on CPU 1. Prints each run, the median,
+the reference and the ratio.
 
     .venv/bin/python tests/bench/exporter.py [--samples 5000000] [--runs 3]
 """
@@ -38,6 +40,7 @@ from p4bs_exporter import EXPORTED_STREAMS, ExporterStats, run_spec
 from p4bs_infra.procs import free_ports, wait_until
 from p4bs_infra.services import KafkaBroker
 from p4bs_schemas.registry import STREAMS
+from p4bs_schemas.rtt_batch import RttBatcher
 
 TARGET = 1_000_000  # RTT samples/s
 T0 = 1_700_000_000 * 10**9
@@ -161,36 +164,40 @@ def exporter_run(config: Config, pcap: Path, work: Path) -> tuple[float, float, 
     stats = ExporterStats.read(stats_path)
     assert stats is not None and stats.state == "done", stats
     assert stats.active_s is not None and stats.failed == 0 and stats.undelivered_at_exit == 0
-    samples = stats.produced["rtt_samples"]
+    samples = stats.rtt_samples_produced
     assert stats.delivered == stats.produced_total
     return samples / stats.active_s, samples / cpu_s, stats
 
 
-def python_reference(bootstrap: str, seconds: float = 5.0) -> float:
-    """RecordProducer producing RTT samples on one core for about `seconds`: records/s
-    delivered, flush included."""
+def python_reference(config: Config, seconds: float = 5.0) -> float:
+    """RttBatcher and RecordProducer batching and producing RTT samples on one core for about
+    `seconds`: samples/s delivered, flush included."""
     os.sched_setaffinity(0, {EXPORTER_CPU})
+    bootstrap = config.kafka.bootstrap
     producer = RecordProducer(bootstrap, fresh_topics(bootstrap), client_id="bench-python")
-    record = {
-        "link_id": "r1:eth1",
-        "ts_ns": T0,
-        "src_ip": "10.201.1.10",
-        "dst_ip": "10.201.2.2",
-        "src_port": 40000,
-        "dst_port": 5201,
-        "protocol": 6,
-        "rtt_ns": 20_500,
-    }
+    d = config.dataplane
+    batcher = RttBatcher(d.rtt_batch_interval_ns, d.rtt_batch_max_samples)
     began = time.monotonic()
     n = 0
     while time.monotonic() - began < seconds:
         for _ in range(1000):
-            record["ts_ns"] = T0 + n * STEP_NS
-            producer.produce("rtt_samples", record)
+            sample = {
+                "ts_ns": T0 + n * STEP_NS,
+                "src_ip": "10.201.1.10",
+                "dst_ip": "10.201.2.2",
+                "src_port": 40000 + n % FLOWS,
+                "dst_port": 5201,
+                "protocol": 6,
+                "rtt_ns": 20_500,
+            }
+            for batch in batcher.add("r1:eth1", sample):
+                producer.produce("rtt_samples", batch)
             n += 1
+    for batch in batcher.close():
+        producer.produce("rtt_samples", batch)
     assert producer.flush(120) == 0
     took = time.monotonic() - began
-    assert producer.stats.delivered == n
+    assert producer.stats.delivered == producer.stats.sent
     return n / took
 
 
@@ -224,15 +231,19 @@ def main() -> int:
             rate, per_cpu_s, stats = exporter_run(config, pcap, work)
             rates.append(rate)
             produced = ", ".join(f"{s} {stats.produced[s]:,}" for s in EXPORTED_STREAMS)
+            produced += f"; {stats.rtt_samples_produced:,} RTT samples"
             print(
                 f"  run {run + 1}: {rate:,.0f} RTT samples/s delivered "
                 f"({stats.delivered:,} records in {stats.active_s:.2f} s: {produced}); "
                 f"{per_cpu_s:,.0f} per CPU second the exporter got"
             )
         median = statistics.median(rates)
-        reference = python_reference(broker.bootstrap)
+        reference = python_reference(config)
         print(f"median: {median:,.0f} RTT samples/s ({median / TARGET:.2f} x the 1M/s target)")
-        print(f"Python RecordProducer: {reference:,.0f} records/s; ratio {median / reference:.1f}")
+        print(
+            f"Python RttBatcher + RecordProducer: {reference:,.0f} RTT samples/s; "
+            f"ratio {median / reference:.1f}"
+        )
     finally:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)
