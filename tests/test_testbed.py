@@ -159,11 +159,11 @@ def _run(testbed: Testbed, run_dir: Path) -> dict:  # type: ignore[type-arg]
 def test_rtt_utilisation_fct_and_voip_follow_the_buffer(
     make_testbed: MakeTestbed, tmp_path: Path
 ) -> None:
-    """30 Cubic flows. 200 ms of buffer: RTT ~ base + buffer delay. BDP/sqrt(N): RTT ~ base.
+    """20 Cubic flows. 200 ms of buffer: RTT ~ base + buffer delay. BDP/sqrt(N): RTT ~ base.
     Both keep the link busy; short flows and VoIP wait longer behind the big buffer. The RTT
     is the ping probe's (TCP's own RTT adds its delayed ACKs); its idle samples are the base."""
     example = _example_plan()
-    flows = 30
+    flows = 20
     groups = [dataclasses.replace(example.groups[0], flows=flows)]
     rate = example.rate_bps
     mean_base_ns = example.base_rtt_ns + example.extra_delay_max_ns / 2
