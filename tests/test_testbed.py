@@ -161,18 +161,37 @@ def test_rtt_utilisation_fct_and_voip_follow_the_buffer(
 ) -> None:
     """20 Cubic flows. 200 ms of buffer: RTT ~ base + buffer delay. BDP/sqrt(N): RTT ~ base.
     Both keep the link busy; short flows and VoIP wait longer behind the big buffer. The RTT
-    is the ping probe's (TCP's own RTT adds its delayed ACKs); its idle samples are the base."""
+    is the ping probe's (TCP's own RTT adds its delayed ACKs); its idle samples are the base.
+
+    This VM loses its CPUs to the hypervisor (steal 5-15%) in stalls of several ms; a stall
+    longer than the queue drains it and idles the link (infra/README.md). So the base RTT is
+    80 ms, not the example's 20 ms: BDP/sqrt(N) is then ~20 ms of queue instead of 6 ms
+    (interleaved runs: 95-96% of the link instead of 90-91%). And a run in which the delay
+    wire itself held 1% of frames longer than the Stanford queue lasts did not emulate the
+    configured network: it is reported and run again, at most three times in all."""
     example = _example_plan()
     flows = 20
+    base_rtt_ns = 80_000_000
     groups = [dataclasses.replace(example.groups[0], flows=flows)]
     rate = example.rate_bps
-    mean_base_ns = example.base_rtt_ns + example.extra_delay_max_ns / 2
+    mean_base_ns = base_rtt_ns + example.extra_delay_max_ns / 2
     stanford = int(rate * mean_base_ns / 8e9 / math.sqrt(flows))
+    stall_bound_ns = stanford * 8e9 / rate
     results = {}
     for label, buffer in (("bloated", example.buffer_bytes), ("stanford", stanford)):
-        testbed = make_testbed(buffer_bytes=buffer, groups=groups)
-        results[label] = (buffer, _run(testbed, tmp_path / label))
-        testbed.down()
+        disturbed = []
+        for attempt in range(3):
+            testbed = make_testbed(buffer_bytes=buffer, groups=groups, base_rtt_ns=base_rtt_ns)
+            summary = _run(testbed, tmp_path / f"{label}-{attempt}")
+            testbed.down()
+            late_p99 = max(d["late_p99_ns"] for d in summary["delay_wire"].values())
+            if late_p99 <= stall_bound_ns:
+                break
+            disturbed.append(late_p99)
+            print(f"{label}: the delay wire was late by {late_p99 / 1e6:.1f} ms at p99; again")
+        else:
+            raise AssertionError(f"{label}: every run disturbed, wire p99 lateness {disturbed} ns")
+        results[label] = (buffer, summary)
 
     for label, (buffer, summary) in results.items():
         router, probe, wire = summary["router"], summary["probe"], summary["delay_wire"]
