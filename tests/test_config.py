@@ -83,6 +83,11 @@ BAD = [
     (_set("influxdb.retention", "10min"), "influxdb.retention: InfluxDB keeps data at least 1h"),
     (_set("flink.mode", "yarn"), "flink.mode: must be one of embedded, remote"),
     (_set("flink.window", "0ms"), "flink.window: the window must be positive"),
+    (_set("flink.window", "150ms"), "flink.window: must be a multiple of dataplane.export"),
+    (_set("metrics.srtt_alpha", 1.0), "metrics.srtt_alpha: must be a fraction"),
+    (_set("metrics.zscore_lag", 1), "metrics.zscore_lag: must be an integer in [2"),
+    (_set("metrics.long_flow_ttl", "0s"), "metrics.long_flow_ttl: long_flow_ttl must be"),
+    (_set("metrics.sla_window", 3), "metrics.sla_window: unknown field"),
     (_set("links", []), "links: at least one [[links]] entry is required"),
 ]
 

@@ -104,6 +104,23 @@ class FlinkConfig:
     checkpoint_interval_ns: int = 10_000_000_000
 
 
+@dataclass(frozen=True)
+class MetricsConfig:
+    """The metrics and SLA jobs' constants (streaming-jobs/README.md says how each is used).
+    EWMA weights are the weight of the past: new = alpha * old + (1 - alpha) * sample."""
+
+    max_out_of_orderness_ns: int = 200_000_000  # watermark delay behind the newest record
+    srtt_alpha: float = 0.875
+    loss_alpha: float = 0.875
+    queue_delay_alpha: float = 0.875
+    rtt_min_horizon_ns: int = 10_000_000_000
+    long_flow_ttl_ns: int = 10_000_000_000  # a long flow with no RTT sample this long ends
+    zscore_lag: int = 50  # windows
+    zscore_threshold: float = 10.0
+    zscore_influence: float = 0.1
+    sla_windows: int = 5  # K: consecutive windows to raise or to resolve an SLA alert
+
+
 LONG_FLOW_MODES = ("sketch", "window")
 
 
@@ -211,6 +228,7 @@ class Config:
     links: tuple[LinkConfig, ...]
     testbed: TestbedConfig | None = None
     dataplane: DataplaneConfig = field(default_factory=DataplaneConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     def link(self, link_id: str) -> LinkConfig:
         for link in self.links:
@@ -425,6 +443,28 @@ def _read_flink(r: _Reader, data: dict[str, Any]) -> FlinkConfig:
         checkpoint_interval_ns=r.get(data, "checkpoint_interval", interval, None)
         or d.checkpoint_interval_ns,
     )
+
+
+def _read_metrics(r: _Reader, data: dict[str, Any]) -> MetricsConfig:
+    d = MetricsConfig()
+    durations = {
+        "max_out_of_orderness": "max_out_of_orderness_ns",
+        "rtt_min_horizon": "rtt_min_horizon_ns",
+        "long_flow_ttl": "long_flow_ttl_ns",
+    }
+    alphas = ("srtt_alpha", "loss_alpha", "queue_delay_alpha", "zscore_influence")
+    r.unknown(data, {*durations, *alphas, "zscore_lag", "zscore_threshold", "sla_windows"})
+    values: dict[str, Any] = {}
+    for key, attr in durations.items():
+        values[attr] = r.get(data, key, _positive(parse_duration_ns, key), getattr(d, attr))
+    for key in alphas:
+        values[key] = r.get(data, key, _fraction, getattr(d, key))
+    values["zscore_lag"] = r.get(data, "zscore_lag", _int_in(2, 100_000), d.zscore_lag)
+    values["zscore_threshold"] = r.get(data, "zscore_threshold", _weight, d.zscore_threshold)
+    values["sla_windows"] = r.get(data, "sla_windows", _int_in(1, 100_000), d.sla_windows)
+    if any(v is None for v in values.values()):
+        return d
+    return MetricsConfig(**values)
 
 
 def _power_of_two(value: Any) -> int:
@@ -696,7 +736,16 @@ def _check_references(r: _Reader, config: Config) -> None:
 
 def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
     r = _Reader()
-    sections = {"kafka", "influxdb", "flink", "dataplane", "switches", "routers", "links"}
+    sections = {
+        "kafka",
+        "influxdb",
+        "flink",
+        "dataplane",
+        "metrics",
+        "switches",
+        "routers",
+        "links",
+    }
     r.unknown(data, sections | {"testbed"})
     with r.at("kafka"):
         kafka = _read_kafka(r, r.table(data, "kafka"))
@@ -706,6 +755,15 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
         flink = _read_flink(r, r.table(data, "flink"))
     with r.at("dataplane"):
         dataplane = _read_dataplane(r, r.table(data, "dataplane"))
+    with r.at("metrics"):
+        metrics = _read_metrics(r, r.table(data, "metrics"))
+    if flink.window_ns % dataplane.export_interval_ns:
+        # A window then holds whole counter intervals and whole RTT batches.
+        r.problem(
+            "flink.window",
+            f"must be a multiple of dataplane.export_interval ({dataplane.export_interval_ns} "
+            f"ns), got {flink.window_ns} ns",
+        )
 
     tables = {name: r.tables(data, name) for name in ("switches", "routers", "links")}
 
@@ -736,6 +794,7 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
         links=links,
         testbed=testbed,
         dataplane=dataplane,
+        metrics=metrics,
     )
     _check_references(r, config)
     if r.problems:

@@ -66,6 +66,9 @@ class Scenario:
     # Capture both taps to tap-before.pcap / tap-after.pcap (ns timestamps), keeping this many
     # bytes of each frame; None: no capture.
     capture_snaplen: int | None = None
+    # After the long flows end, the probe and the captures go on this long: closing
+    # handshakes and the data plane's idle timeouts land in the captures too.
+    tail_s: float = 0.0
 
 
 @dataclass
@@ -233,6 +236,7 @@ class TrafficRun:
                     waits=True,
                 )
             self._wait_clients(began + s.duration_s + 30)
+            time.sleep(s.tail_s)  # the scenario's own schedule
         finally:
             for started in reversed(self._started):
                 procs.stop(started.pidfile, timeout_s=5)
