@@ -9,10 +9,12 @@ so the bytes Flink's `avro` format reads and writes are exactly the p4bs codec's
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from pyflink.common import Configuration
-from pyflink.table import EnvironmentSettings, TableEnvironment
+from pyflink.datastream import StreamExecutionEnvironment
+from pyflink.table import EnvironmentSettings, StreamTableEnvironment, TableEnvironment
 
 from p4bs import paths
 from p4bs_schemas.registry import STREAMS, current_schema
@@ -37,12 +39,16 @@ def connector_jars() -> list[str]:
     return [jar.as_uri() for jar in jars]
 
 
-def table_environment(
+def flink_configuration(
     mode: str = "embedded",
     jobmanager: str = "127.0.0.1:8081",
     parallelism: int = 1,
     checkpoint_interval_ns: int | None = None,
-) -> TableEnvironment:
+    checkpoint_dir: Path | None = None,
+    restore_from: Path | None = None,
+) -> Configuration:
+    """Connector jars, parallelism, checkpointing and where the job runs. Checkpoints are
+    exactly-once and kept when the job stops, so a restart can resume from the last one."""
     conf = Configuration()
     conf.set_string("pipeline.jars", ";".join(connector_jars()))
     conf.set_string("parallelism.default", str(parallelism))
@@ -50,6 +56,14 @@ def table_environment(
         conf.set_string(
             "execution.checkpointing.interval", f"{checkpoint_interval_ns // 1_000_000} ms"
         )
+        conf.set_string("execution.checkpointing.mode", "EXACTLY_ONCE")
+        conf.set_string(
+            "execution.checkpointing.externalized-checkpoint-retention", "RETAIN_ON_CANCELLATION"
+        )
+    if checkpoint_dir is not None:
+        conf.set_string("execution.checkpointing.dir", checkpoint_dir.resolve().as_uri())
+    if restore_from is not None:
+        conf.set_string("execution.state-recovery.path", restore_from.resolve().as_uri())
     if mode == "remote":
         host, _, port = jobmanager.rpartition(":")
         conf.set_string("execution.target", "remote")
@@ -57,8 +71,26 @@ def table_environment(
         conf.set_string("rest.port", port)
     elif mode != "embedded":
         raise ValueError(f"Flink mode must be embedded or remote, got {mode!r}")
+    return conf
+
+
+def table_environment(
+    mode: str = "embedded",
+    jobmanager: str = "127.0.0.1:8081",
+    parallelism: int = 1,
+    checkpoint_interval_ns: int | None = None,
+) -> TableEnvironment:
+    """A Table API environment, for jobs that are SQL from end to end."""
+    conf = flink_configuration(mode, jobmanager, parallelism, checkpoint_interval_ns)
     settings = EnvironmentSettings.new_instance().in_streaming_mode().with_configuration(conf)
     return TableEnvironment.create(settings.build())
+
+
+def stream_table_environment(conf: Configuration) -> StreamTableEnvironment:
+    """A Table API environment over a DataStream one, for jobs with keyed Python stages."""
+    env = StreamExecutionEnvironment.get_execution_environment(conf)
+    settings = EnvironmentSettings.new_instance().in_streaming_mode().build()
+    return StreamTableEnvironment.create(env, environment_settings=settings)
 
 
 def _sql_type(where: str, avro_type: Any) -> str:
