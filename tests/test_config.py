@@ -88,6 +88,8 @@ BAD = [
     (_set("metrics.zscore_lag", 1), "metrics.zscore_lag: must be an integer in [2"),
     (_set("metrics.long_flow_ttl", "0s"), "metrics.long_flow_ttl: long_flow_ttl must be"),
     (_set("metrics.sla_window", 3), "metrics.sla_window: unknown field"),
+    (_set("alerts.webhook", "ftp://am:9093"), "alerts.webhook: must be an http:// or https://"),
+    (_set("alerts.attempts", 0), "alerts.attempts: must be an integer in [1, 1000]"),
     (_set("links", []), "links: at least one [[links]] entry is required"),
 ]
 

@@ -121,6 +121,16 @@ class MetricsConfig:
     sla_windows: int = 5  # K: consecutive windows to raise or to resolve an SLA alert
 
 
+@dataclass(frozen=True)
+class AlertsConfig:
+    """Where the alert dispatcher posts SLA alerts (Prometheus Alertmanager v2 API)."""
+
+    webhook: str | None = None  # e.g. http://alertmanager:9093/api/v2/alerts; None: not posted
+    timeout_ns: int = 5_000_000_000
+    attempts: int = 6  # per alert, then it is counted as failed and logged
+    backoff_ns: int = 1_000_000_000  # before the second attempt, doubling up to 30 s
+
+
 LONG_FLOW_MODES = ("sketch", "window")
 
 
@@ -229,6 +239,7 @@ class Config:
     testbed: TestbedConfig | None = None
     dataplane: DataplaneConfig = field(default_factory=DataplaneConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
 
     def link(self, link_id: str) -> LinkConfig:
         for link in self.links:
@@ -465,6 +476,19 @@ def _read_metrics(r: _Reader, data: dict[str, Any]) -> MetricsConfig:
     if any(v is None for v in values.values()):
         return d
     return MetricsConfig(**values)
+
+
+def _read_alerts(r: _Reader, data: dict[str, Any]) -> AlertsConfig:
+    d = AlertsConfig()
+    r.unknown(data, {"webhook", "timeout", "attempts", "backoff"})
+    timeout = r.get(data, "timeout", _positive(parse_duration_ns, "the timeout"), d.timeout_ns)
+    backoff = r.get(data, "backoff", _positive(parse_duration_ns, "the backoff"), d.backoff_ns)
+    return AlertsConfig(
+        webhook=r.get(data, "webhook", _url, None),
+        timeout_ns=timeout or d.timeout_ns,
+        attempts=r.get(data, "attempts", _int_in(1, 1000), d.attempts) or d.attempts,
+        backoff_ns=backoff or d.backoff_ns,
+    )
 
 
 def _power_of_two(value: Any) -> int:
@@ -742,6 +766,7 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
         "flink",
         "dataplane",
         "metrics",
+        "alerts",
         "switches",
         "routers",
         "links",
@@ -757,6 +782,8 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
         dataplane = _read_dataplane(r, r.table(data, "dataplane"))
     with r.at("metrics"):
         metrics = _read_metrics(r, r.table(data, "metrics"))
+    with r.at("alerts"):
+        alerts = _read_alerts(r, r.table(data, "alerts"))
     if flink.window_ns % dataplane.export_interval_ns:
         # A window then holds whole counter intervals and whole RTT batches.
         r.problem(
@@ -795,6 +822,7 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
         testbed=testbed,
         dataplane=dataplane,
         metrics=metrics,
+        alerts=alerts,
     )
     _check_references(r, config)
     if r.problems:

@@ -6,7 +6,8 @@ window over the union of those flow rows with the link counters, the flow events
 applied buffer decisions. Each record lands in the window of its *interval start*: a batch
 or a counters record covers [ts_ns - interval_ns, ts_ns). Python then sees one row per
 link and window (`link_state.LinkState`): the sequential EWMA, SRTT, N and z-score state,
-kept in Flink's keyed state so that checkpoints cover it.
+kept in Flink's keyed state so that checkpoints cover it. The SLA stage (`sla.SlaState`)
+follows on the metrics stream in the same job, so alerts come out with their window.
 """
 
 from __future__ import annotations
@@ -14,17 +15,20 @@ from __future__ import annotations
 import pickle
 from collections.abc import Iterator, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pyflink.common import Configuration, Row, Types
 from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import ValueStateDescriptor
-from pyflink.table import StreamTableEnvironment, Table, TableResult
+from pyflink.table import StatementSet, StreamTableEnvironment, Table, TableResult
 
 from p4bs.config import Config, LinkConfig, MetricsConfig
 from p4bs_jobs.flink_env import kafka_table_ddl, stream_table_environment
 from p4bs_jobs.link_state import LinkState, WindowSummary
+from p4bs_jobs.sla import SlaState
 from p4bs_schemas.registry import STREAMS, current_schema
+
+T = TypeVar("T")
 
 FLOW_KEY_SQL = (
     "CONCAT(src_ip, ':', CAST(src_port AS STRING), '>', dst_ip, ':', "
@@ -183,8 +187,9 @@ _FLINK_TYPES = {
 }
 
 
-def _metrics_row_type() -> Any:
-    fields = current_schema(STREAMS["link_metrics"])["fields"]
+def _row_type(stream: str) -> Any:
+    """The Flink row type of a stream's records (Avro field order and types)."""
+    fields = current_schema(STREAMS[stream])["fields"]
     names = [f["name"] for f in fields]
     types = []
     for f in fields:
@@ -193,13 +198,17 @@ def _metrics_row_type() -> Any:
     return Types.ROW_NAMED(names, types)
 
 
-class LinkMetricsFunction(KeyedProcessFunction):  # type: ignore[misc]
-    """Keyed by link: one window summary in, one LinkMetrics row out, state in Flink."""
+def _row(stream: str, record: dict[str, Any]) -> Row:
+    return Row(*(record[f["name"]] for f in current_schema(STREAMS[stream])["fields"]))
+
+
+class _PerLinkFunction(KeyedProcessFunction):  # type: ignore[misc]
+    """Keyed by link, with the link's state pickled in Flink's keyed state (so checkpoints
+    cover it); records of links the config does not describe are counted and dropped."""
 
     def __init__(self, links: Mapping[str, LinkConfig], metrics: MetricsConfig) -> None:
         self.links = dict(links)
         self.metrics = metrics
-        self.names = [f["name"] for f in current_schema(STREAMS["link_metrics"])["fields"]]
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.state = runtime_context.get_state(
@@ -207,20 +216,35 @@ class LinkMetricsFunction(KeyedProcessFunction):  # type: ignore[misc]
         )
         self.unknown_links = runtime_context.get_metrics_group().counter("unknown_links")
 
+    def _load(self, new: type[T]) -> T:
+        stored = self.state.value()
+        return pickle.loads(stored) if stored is not None else new()
+
+
+class LinkMetricsFunction(_PerLinkFunction):
+    """One window summary in, one LinkMetrics row out."""
+
     def process_element(self, value: Row, ctx: KeyedProcessFunction.Context) -> Iterator[Row]:
         link = self.links.get(value.link_id)
-        if link is None:  # a link the config does not describe: no capacity, no SLA
+        if link is None:
             self.unknown_links.inc()
             return
-        stored = self.state.value()
-        state = pickle.loads(stored) if stored is not None else LinkState()
+        state = self._load(LinkState)
         record = state.update(summary_of(value), link, self.metrics)
         self.state.update(pickle.dumps(state))
-        yield Row(*(record[name] for name in self.names))
+        yield _row("link_metrics", record)
 
 
-def metrics_sink_ddl(topic: str, bootstrap: str, options: Mapping[str, str]) -> str:
-    return kafka_table_ddl("metrics_out", "link_metrics", topic, bootstrap, options=options)
+class SlaFunction(_PerLinkFunction):
+    """One LinkMetrics row in, the SLA alerts it raises or resolves out."""
+
+    def process_element(self, value: Row, ctx: KeyedProcessFunction.Context) -> Iterator[Row]:
+        link = self.links[value.link_id]  # LinkMetricsFunction passed only known links
+        state = self._load(SlaState)
+        alerts = state.update(value.as_dict(), link, self.metrics.sla_windows)
+        self.state.update(pickle.dumps(state))
+        for alert in alerts:
+            yield _row("sla_alerts", alert)
 
 
 def build_metrics_job(
@@ -229,21 +253,30 @@ def build_metrics_job(
     topics: Mapping[str, str],
     *,
     source_options: Mapping[str, str],
-    sink_options: Mapping[str, str],
-) -> Table:
-    """Declares the sources, the SQL and the keyed Python stage; returns the metrics table
-    (insert it into `metrics_out`, declared here too)."""
+    transactional_id_prefix: str,
+) -> StatementSet:
+    """Declares the sources, the SQL, the keyed Python stages and the two sinks (link
+    metrics, SLA alerts); returns the statements to execute as one Flink job."""
     env.get_config().set("table.local-time-zone", "UTC")
-    create_sources(env, topics, config.kafka.bootstrap, config.metrics, source_options)
-    env.execute_sql(metrics_sink_ddl(topics["link_metrics"], config.kafka.bootstrap, sink_options))
-    summaries = window_summaries(env, config.flink.window_ns)
+    bootstrap = config.kafka.bootstrap
+    create_sources(env, topics, bootstrap, config.metrics, source_options)
+    for table, stream in (("metrics_out", "link_metrics"), ("alerts_out", "sla_alerts")):
+        # Each sink's transactions need their own ids.
+        options = exactly_once_sink_options(f"{transactional_id_prefix}.{stream}")
+        env.execute_sql(kafka_table_ddl(table, stream, topics[stream], bootstrap, options=options))
     links = {f"{link.router}:{link.interface}": link for link in config.links}
     metrics = (
-        env.to_data_stream(summaries)
+        env.to_data_stream(window_summaries(env, config.flink.window_ns))
         .key_by(lambda row: row.link_id, key_type=Types.STRING())
-        .process(LinkMetricsFunction(links, config.metrics), output_type=_metrics_row_type())
+        .process(LinkMetricsFunction(links, config.metrics), output_type=_row_type("link_metrics"))
     )
-    return env.from_data_stream(metrics)
+    alerts = metrics.key_by(lambda row: row.link_id, key_type=Types.STRING()).process(
+        SlaFunction(links, config.metrics), output_type=_row_type("sla_alerts")
+    )
+    statements = env.create_statement_set()
+    statements.add_insert("metrics_out", env.from_data_stream(metrics))
+    statements.add_insert("alerts_out", env.from_data_stream(alerts))
+    return statements
 
 
 def source_options(group_id: str, *, bounded: bool) -> dict[str, str]:
@@ -283,11 +316,11 @@ def run_metrics_job(
     if not bounded:
         # A live topic (or partition) without records must not hold event time back forever.
         env.get_config().set("table.exec.source.idle-timeout", "1 s")
-    metrics = build_metrics_job(
+    statements = build_metrics_job(
         env,
         config,
         topics,
         source_options=source_options(group_id, bounded=bounded),
-        sink_options=exactly_once_sink_options(group_id),
+        transactional_id_prefix=group_id,
     )
-    return metrics.execute_insert("metrics_out")
+    return statements.execute()
