@@ -14,7 +14,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from p4bs_schemas.codec import RecordError, codec
@@ -118,8 +125,12 @@ class RecordConsumer:
         topics: Mapping[str, str],
         *,
         from_beginning: bool = True,
+        store_on_poll: bool = True,
     ) -> None:
+        """`store_on_poll=False`: a record's offset is committed only once the caller says
+        it is handled (`handled`), for consumers that write records elsewhere in batches."""
         self.group = group
+        self._store_on_poll = store_on_poll
         self.stats = ConsumerStats()
         self._stream_of = {topics[s]: s for s in streams}
         self._consumer = Consumer(
@@ -150,7 +161,8 @@ class RecordConsumer:
                 log.warning("consumer %s: %s", self.group, err)
                 continue
             received = self._decode(msg)
-            self._consumer.store_offsets(msg)
+            if received is None or self._store_on_poll:
+                self._consumer.store_offsets(msg)
             if received is not None:
                 return received
             if time.monotonic() >= deadline:
@@ -198,6 +210,16 @@ class RecordConsumer:
         # The offset moves past the record only once its dead letter is safely stored.
         if self._dead_letters.flush(30.0):
             raise KafkaException(f"dead letter for {msg.topic()}@{msg.offset()} not delivered")
+
+    def handled(self, records: Iterable[Received]) -> None:
+        """Marks records (and everything before them in their partitions) as done."""
+        last: dict[tuple[str, int], int] = {}
+        for r in records:
+            last[(r.topic, r.partition)] = max(r.offset, last.get((r.topic, r.partition), -1))
+        if last:
+            self._consumer.store_offsets(
+                offsets=[TopicPartition(t, p, offset + 1) for (t, p), offset in last.items()]
+            )
 
     def close(self) -> None:
         self._consumer.close()

@@ -1,0 +1,164 @@
+"""The InfluxDB sink: link metrics, SLA alerts and buffer decisions from Kafka into InfluxDB.
+
+Points are written in batches (line protocol, InfluxDB 1.x `/write`); a batch's Kafka
+offsets are committed only once InfluxDB has taken it, and a failed write is retried with a
+doubling backoff until it succeeds, so the history has no holes (Kafka holds the backlog
+meanwhile). A batch InfluxDB rejects for good (HTTP 4xx, e.g. points older than the
+retention policy) is counted, logged and passed over. A point is identified by its
+measurement, tags and time, so a batch written twice after a crash stays one set of points.
+
+Schema (time = the record's window end or event time, ns):
+- `link_metrics`, tags `link`, `router`, `interface`; every numeric field of LinkMetrics
+  (a null field is left out of the point), `change` as a boolean.
+- `sla_alerts`, tags `link`, `router`, `interface`, `kind`, `state`; fields `value`,
+  `bound`, `windows`, `alert_id`.
+- `buffer_decisions`, tags `link`, `router`, `interface`, `queue`, `policy`, `phase`,
+  `outcome`; fields `buffer_bytes`, `previous_buffer_bytes`, `trial`, `f`, `reason`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+
+from p4bs.bus import Received, RecordConsumer
+from p4bs.config import InfluxConfig
+
+log = logging.getLogger(__name__)
+
+STREAMS = ("link_metrics", "sla_alerts", "buffer_decisions")
+MAX_BACKOFF_S = 30.0
+
+# stream -> (time field, tag fields besides the link's, fields not written)
+_LAYOUT: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+    "link_metrics": ("window_end_ns", (), ("window_start_ns",)),
+    "sla_alerts": ("ts_ns", ("kind", "state"), ()),
+    "buffer_decisions": ("ts_ns", ("queue", "policy", "phase", "outcome"), ()),
+}
+
+
+def _escape(text: str, special: str) -> str:
+    for char in "\\" + special:
+        text = text.replace(char, "\\" + char)
+    return text
+
+
+def _field_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return f"{value}i"
+    if isinstance(value, float):
+        return repr(value)
+    return '"' + _escape(str(value), '"') + '"'
+
+
+def line_of(stream: str, record: Mapping[str, Any]) -> str:
+    """One point in InfluxDB's line protocol."""
+    time_field, tags, skipped = _LAYOUT[stream]
+    router, _, interface = record["link_id"].partition(":")
+    tag_values = {"link": record["link_id"], "router": router, "interface": interface}
+    tag_values.update({tag: str(record[tag]) for tag in tags})
+    key = ",".join(
+        [stream] + [f"{_escape(k, ',= ')}={_escape(v, ',= ')}" for k, v in tag_values.items() if v]
+    )
+    fields = ",".join(
+        f"{_escape(name, ',= ')}={_field_value(value)}"
+        for name, value in record.items()
+        if name not in (time_field, "link_id", *tags, *skipped) and value is not None
+    )
+    return f"{key} {fields} {record[time_field]}"
+
+
+@dataclass
+class SinkStats:
+    written: int = 0
+    rejected: int = 0  # points InfluxDB refused for good (see last_error)
+    batches: int = 0
+    retries: int = 0
+    last_error: str | None = None
+
+
+class InfluxSink:
+    def __init__(
+        self,
+        settings: InfluxConfig,
+        bootstrap: str,
+        topics: Mapping[str, str],
+        *,
+        group: str = "p4bs-influx-sink",
+        batch_size: int = 5000,
+        batch_interval_s: float = 0.2,
+    ) -> None:
+        self.settings = settings
+        self.batch_size = batch_size
+        self.batch_interval_s = batch_interval_s
+        self.stats = SinkStats()
+        self._session = requests.Session()
+        if settings.username is not None and settings.password is not None:
+            self._session.auth = (settings.username.resolve(), settings.password.resolve())
+        self._consumer = RecordConsumer(bootstrap, group, STREAMS, topics, store_on_poll=False)
+
+    def _write_batch(self, batch: list[Received], stop: threading.Event) -> bool:
+        """Writes until InfluxDB takes the batch or rejects it for good; False if stopped."""
+        body = "\n".join(line_of(r.stream, r.record) for r in batch).encode()
+        url = f"{self.settings.url}/write"
+        params = {"db": self.settings.database, "precision": "ns"}
+        backoff = 0.5
+        while True:
+            try:
+                reply = self._session.post(url, params=params, data=body, timeout=30)
+                if reply.status_code == 204:
+                    self.stats.written += len(batch)
+                    break
+                error = f"HTTP {reply.status_code}: {reply.text.strip()[:300]}"
+                if 400 <= reply.status_code < 500 and reply.status_code != 429:
+                    # Rejected for good (e.g. points older than the retention policy): no
+                    # retry can help. Counted and logged; the records stay in Kafka.
+                    self.stats.rejected += len(batch)
+                    self.stats.last_error = error
+                    log.error("InfluxDB rejected %d points: %s", len(batch), error)
+                    break
+            except requests.RequestException as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            self.stats.last_error = error
+            log.warning("InfluxDB write of %d points failed: %s", len(batch), error)
+            if stop.wait(backoff):
+                return False
+            self.stats.retries += 1
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
+        self._consumer.handled(batch)
+        self.stats.batches += 1
+        return True
+
+    def run(
+        self, stop: threading.Event, on_batch: Callable[[SinkStats], None] | None = None
+    ) -> SinkStats:
+        """Writes until `stop` is set; what is read but not yet written then is read again
+        by the next run (its offsets were not committed)."""
+        batch: list[Received] = []
+        opened = time.monotonic()
+        try:
+            while not stop.is_set():
+                received = self._consumer.poll(self.batch_interval_s / 4)
+                if received is not None:
+                    if not batch:
+                        opened = time.monotonic()
+                    batch.append(received)
+                due = time.monotonic() - opened >= self.batch_interval_s
+                if batch and (len(batch) >= self.batch_size or due):
+                    if not self._write_batch(batch, stop):
+                        break
+                    batch = []
+                    if on_batch is not None:
+                        on_batch(self.stats)
+        finally:
+            self._consumer.close()
+            self._session.close()
+        return self.stats
