@@ -29,6 +29,7 @@ from p4bs_infra.services import StackError
 from p4bs_infra.stack import Stack, StackSettings
 from p4bs_infra.testbed import Testbed, TestbedError, TestbedPlan
 from p4bs_infra.traffic import Scenario, ShortFlows, TrafficRun, Voip
+from p4bs_jobs import cli as jobs_cli
 
 
 def _default_config() -> Path:
@@ -57,7 +58,8 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 def cmd_stack_up(args: argparse.Namespace) -> int:
     try:
         settings = StackSettings.from_config(load_config(args.config), args.state_dir)
-        for name in ("kafka_port", "kafka_controller_port", "influx_port", "influx_rpc_port"):
+        overridable = ("kafka_port", "kafka_controller_port", "influx_port", "influx_rpc_port")
+        for name in (*overridable, "flink_taskmanagers"):
             if getattr(args, name) is not None:
                 setattr(settings, name, getattr(args, name))
         stack = Stack(settings)
@@ -75,8 +77,8 @@ def _print_health(stack: Stack) -> bool:
     for h in stack.health():
         state = "ready" if h.ready else ("running, not ready" if h.pid else "stopped")
         healthy &= h.ready
-        print(f"  {h.name:<9} {state:<19} pid {h.pid or '-':<8} {h.where}")
-    print(f"  topics    {', '.join(stack.settings.topics)}")
+        print(f"  {h.name:<20} {state:<19} pid {h.pid or '-':<8} {h.where}")
+    print(f"  {'topics':<20} {', '.join(stack.settings.topics)}")
     return healthy
 
 
@@ -331,6 +333,12 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for readiness")
     for flag in ("kafka-port", "kafka-controller-port", "influx-port", "influx-rpc-port"):
         up.add_argument(f"--{flag}", type=int, help="override the config's port")
+    up.add_argument(
+        "--flink-taskmanagers",
+        type=int,
+        help="also run a standalone Flink cluster with this many TaskManagers "
+        "(default: 2 when flink.mode is remote, else none)",
+    )
     up.set_defaults(func=cmd_stack_up)
     down = stack_sub.add_parser("down", parents=[state], help="stop what `up` started")
     down.set_defaults(func=cmd_stack_down)
@@ -411,6 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--stop-timeout", type=float, default=60.0, help="seconds to flush when stopped"
     )
     run.set_defaults(func=cmd_exporter_run)
+    jobs_cli.add_parser(sub, _default_config())
     return parser
 
 

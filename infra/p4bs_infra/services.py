@@ -17,7 +17,7 @@ import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from p4bs import paths
 from p4bs_infra import procs
@@ -262,3 +262,117 @@ bind-address = "{LOOPBACK}:{self.rpc_port}"
     def health(self) -> Health:
         pid = self.pid
         return Health(self.name, pid, pid is not None and self.ready(), self.url)
+
+
+def flink_home() -> Path:
+    """The Flink distribution PyFlink bundles (bin/, lib/, opt/)."""
+    import pyflink
+
+    return Path(pyflink.__file__).resolve().parent
+
+
+def _merge(into: dict[str, Any], update: dict[str, Any]) -> None:
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+
+
+class _FlinkProcess(_Process):
+    """A JobManager or TaskManager of a standalone Flink cluster, run in the foreground of
+    its own process from PyFlink's distribution, with this cluster's config folder."""
+
+    script = ""
+
+    def __init__(self, state_dir: Path, rest_port: int, rpc_port: int) -> None:
+        super().__init__(state_dir)
+        self.rest_port = rest_port
+        self.rpc_port = rpc_port
+        self.rest = f"http://{LOOPBACK}:{rest_port}"
+        self.conf_dir = state_dir / "flink-conf"
+        self.lib_dir = state_dir / "flink-lib"
+
+    def _write_config(self) -> None:
+        """One config for the whole cluster: the distribution's (JVM options among it) with
+        loopback only, 2 slots per TaskManager and the project's Python for Python workers."""
+        import yaml
+
+        config = yaml.safe_load((flink_home() / "conf" / "config.yaml").read_text())
+        ours = {
+            "jobmanager": {
+                "bind-host": LOOPBACK,
+                "rpc": {"address": LOOPBACK, "port": self.rpc_port},
+                "memory": {"process": {"size": "1024m"}},
+            },
+            "taskmanager": {"bind-host": LOOPBACK, "host": LOOPBACK, "numberOfTaskSlots": 2},
+            "rest": {"address": LOOPBACK, "bind-address": LOOPBACK, "port": self.rest_port},
+            "python": {"executable": str(paths.home() / ".venv" / "bin" / "python")},
+        }
+        _merge(config, ours)
+        self.conf_dir.mkdir(parents=True, exist_ok=True)
+        (self.conf_dir / "config.yaml").write_text(yaml.safe_dump(config))
+        # The distribution's console logging: a foreground process logs to its log file.
+        shutil.copy(flink_home() / "conf" / "log4j-console.properties", self.conf_dir)
+        # The distribution's lib/ plus flink-python from opt/, which Python jobs need on the
+        # cluster's classpath; links, so the installed distribution stays as it is.
+        self.lib_dir.mkdir(exist_ok=True)
+        home = flink_home()
+        for jar in [*(home / "lib").glob("*.jar"), *(home / "opt").glob("flink-python-*.jar")]:
+            link = self.lib_dir / jar.name
+            if not link.exists():
+                link.symlink_to(jar)
+
+    def start(self) -> None:
+        if self.pid is not None:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._write_config()
+        script = flink_home() / "bin" / self.script
+        self._need(script, "run `make setup` (PyFlink brings the Flink distribution)")
+        env = {
+            "FLINK_CONF_DIR": str(self.conf_dir),
+            "FLINK_LIB_DIR": str(self.lib_dir),
+            "FLINK_LOG_DIR": str(self.dir),
+        }
+        procs.start_detached(
+            ["bash", str(script), "start-foreground"], self.pidfile, self.logfile, env
+        )
+
+    def _overview(self) -> dict[str, int] | None:
+        try:
+            with urllib.request.urlopen(f"{self.rest}/overview", timeout=2) as reply:
+                overview: dict[str, int] = json.loads(reply.read())
+                return overview
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+
+
+class FlinkJobManager(_FlinkProcess):
+    name = "flink-jobmanager"
+    script = "jobmanager.sh"
+
+    def ready(self) -> bool:
+        return self._overview() is not None
+
+    def health(self) -> Health:
+        pid = self.pid
+        return Health(self.name, pid, pid is not None and self.ready(), self.rest)
+
+
+class FlinkTaskManager(_FlinkProcess):
+    script = "taskmanager.sh"
+
+    def __init__(self, state_dir: Path, rest_port: int, rpc_port: int, index: int) -> None:
+        self.name = f"flink-taskmanager-{index}"
+        super().__init__(state_dir, rest_port, rpc_port)
+        self.index = index
+
+    def ready(self) -> bool:
+        """Registered at the JobManager (TaskManagers start one after another)."""
+        overview = self._overview()
+        return overview is not None and overview.get("taskmanagers", 0) > self.index
+
+    def health(self) -> Health:
+        pid = self.pid
+        return Health(self.name, pid, pid is not None and self.ready(), f"via {self.rest}")

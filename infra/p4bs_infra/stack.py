@@ -3,7 +3,9 @@
 The ports and names come from the deployment config (kafka.bootstrap, influxdb.url, topics),
 overridable on the command line; what was started is remembered in `<state>/stack.json` so
 `down` and `status` need no arguments. Flink needs nothing here by default: jobs run in
-PyFlink's embedded MiniCluster.
+PyFlink's embedded MiniCluster; with `flink.mode = "remote"` (or --flink-taskmanagers) the
+stack also runs a standalone Flink cluster from PyFlink's distribution: a JobManager at
+`flink.jobmanager` and its TaskManagers.
 """
 
 from __future__ import annotations
@@ -18,7 +20,16 @@ from pathlib import Path
 from p4bs.bus import ensure_topics
 from p4bs.config import Config
 from p4bs_infra import procs
-from p4bs_infra.services import LOOPBACK, Health, InfluxDB, KafkaBroker, Service, StackError
+from p4bs_infra.services import (
+    LOOPBACK,
+    FlinkJobManager,
+    FlinkTaskManager,
+    Health,
+    InfluxDB,
+    KafkaBroker,
+    Service,
+    StackError,
+)
 
 STATE_FILE = "stack.json"
 
@@ -35,6 +46,11 @@ class StackSettings:
     replication_factor: int = 1
     database: str = "p4bs"
     retention_ns: int = 0
+    # A standalone Flink cluster (JobManager + this many TaskManagers) for `p4bs jobs
+    # submit`; 0: none, jobs run in PyFlink's embedded MiniCluster.
+    flink_taskmanagers: int = 0
+    flink_rest_port: int = 8081
+    flink_rpc_port: int = 6123
 
     @classmethod
     def from_config(cls, config: Config, state_dir: Path) -> StackSettings:
@@ -44,8 +60,17 @@ class StackSettings:
         for what, h in (("kafka.bootstrap", host), ("influxdb.url", influx.hostname)):
             if h not in (LOOPBACK, "localhost"):
                 raise StackError(f"the local stack binds to {LOOPBACK}; {what} names {h}")
+        flink_host, _, flink_port = config.flink.jobmanager.rpartition(":")
+        remote = config.flink.mode == "remote"
+        if remote and flink_host not in (LOOPBACK, "localhost"):
+            raise StackError(
+                f"the local stack binds to {LOOPBACK}; flink.jobmanager names {flink_host}"
+            )
         return cls(
             state_dir=state_dir,
+            flink_taskmanagers=2 if remote else 0,
+            flink_rest_port=int(flink_port),
+            flink_rpc_port=int(flink_port) + 42,
             kafka_port=int(kafka_port),
             kafka_controller_port=int(kafka_port) + 1,
             influx_port=influx.port or 8086,
@@ -66,6 +91,12 @@ class Stack:
             s.state_dir, s.influx_port, s.influx_rpc_port, s.database, s.retention_ns
         )
         self.services: list[Service] = [self.kafka, self.influxdb]
+        if s.flink_taskmanagers:
+            self.flink = FlinkJobManager(s.state_dir, s.flink_rest_port, s.flink_rpc_port)
+            self.services.append(self.flink)
+            for i in range(s.flink_taskmanagers):
+                tm = FlinkTaskManager(s.state_dir, s.flink_rest_port, s.flink_rpc_port, i)
+                self.services.append(tm)
 
     @classmethod
     def from_state(cls, state_dir: Path) -> Stack:
@@ -84,6 +115,11 @@ class Stack:
             ("kafka controller", s.kafka_controller_port),
             ("influxdb", s.influx_port),
             ("influxdb rpc", s.influx_rpc_port),
+            *(
+                (("flink rest", s.flink_rest_port), ("flink rpc", s.flink_rpc_port))
+                if s.flink_taskmanagers
+                else ()
+            ),
         ):
             if procs.port_open(LOOPBACK, port):
                 raise StackError(f"{name} port {port} on {LOOPBACK} is already in use")

@@ -8,12 +8,14 @@ so the bytes Flink's `avro` format reads and writes are exactly the p4bs codec's
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pyflink.common import Configuration
 from pyflink.datastream import StreamExecutionEnvironment
+from pyflink.java_gateway import get_gateway
 from pyflink.table import EnvironmentSettings, StreamTableEnvironment, TableEnvironment
 
 from p4bs import paths
@@ -52,6 +54,9 @@ def flink_configuration(
     conf = Configuration()
     conf.set_string("pipeline.jars", ";".join(connector_jars()))
     conf.set_string("parallelism.default", str(parallelism))
+    # Python workers run this interpreter (its venv has p4bs), in the MiniCluster or on
+    # a standalone cluster's TaskManagers.
+    conf.set_string("python.executable", sys.executable)
     if checkpoint_interval_ns:
         conf.set_string(
             "execution.checkpointing.interval", f"{checkpoint_interval_ns // 1_000_000} ms"
@@ -88,7 +93,16 @@ def table_environment(
 
 def stream_table_environment(conf: Configuration) -> StreamTableEnvironment:
     """A Table API environment over a DataStream one, for jobs with keyed Python stages."""
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
+    if conf.get_string("execution.target", "local") == "remote":
+        # get_execution_environment would make a local environment, which forces the
+        # target to local; the base environment honours execution.target and rest.*.
+        jvm = get_gateway().jvm
+        j_conf = jvm.org.apache.flink.configuration.Configuration.fromMap(conf.to_dict())
+        env = StreamExecutionEnvironment(
+            jvm.org.apache.flink.streaming.api.environment.StreamExecutionEnvironment(j_conf)
+        )
+    else:
+        env = StreamExecutionEnvironment.get_execution_environment(conf)
     settings = EnvironmentSettings.new_instance().in_streaming_mode().build()
     return StreamTableEnvironment.create(env, environment_settings=settings)
 

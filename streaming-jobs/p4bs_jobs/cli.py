@@ -1,0 +1,171 @@
+"""`p4bs jobs run|submit|influx|alerts`: the streaming jobs and their two companions.
+
+PyFlink is imported only by the commands that need it (it takes seconds to load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from p4bs import paths
+from p4bs.config import Config, ConfigError, load_config
+
+
+def _checkpoints(args: argparse.Namespace) -> Path:
+    default = paths.home() / ".run" / "flink" / "checkpoints" / args.group
+    return Path(args.checkpoints or default).resolve()
+
+
+def latest_checkpoint(folder: Path) -> Path | None:
+    """The newest completed checkpoint under `folder` (`<job id>/chk-<n>/_metadata`)."""
+    done = [m.parent for m in folder.glob("*/chk-*/_metadata")]
+    return max(done, key=lambda c: c.stat().st_mtime, default=None)
+
+
+def _start_job(args: argparse.Namespace, mode: str) -> tuple[Any, Config, Path]:
+    from p4bs_jobs.flink_env import flink_configuration
+    from p4bs_jobs.metrics import run_metrics_job
+
+    config = load_config(args.config)
+    checkpoints = _checkpoints(args)
+    restore = latest_checkpoint(checkpoints) if args.resume else None
+    if args.resume and restore is None:
+        raise ConfigError(str(checkpoints), ["--resume: no completed checkpoint there"])
+    conf = flink_configuration(
+        mode,
+        args.jobmanager or config.flink.jobmanager,
+        config.flink.parallelism,
+        config.flink.checkpoint_interval_ns,
+        checkpoint_dir=checkpoints,
+        restore_from=restore,
+    )
+    topics = config.kafka.topics
+    result = run_metrics_job(config, topics, conf, group_id=args.group, bounded=args.bounded)
+    where = f"from {restore}" if restore else "from the group's committed offsets"
+    print(
+        f"metrics + SLA job ({mode}) started {where}: {topics['rtt_samples']}, "
+        f"{topics['link_counters']}, {topics['flow_events']}, {topics['buffer_decisions']} -> "
+        f"{topics['link_metrics']}, {topics['sla_alerts']}; checkpoints in {checkpoints}",
+        flush=True,
+    )
+    return result, config, checkpoints
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        result, _, _ = _start_job(args, "embedded")
+    except ConfigError as exc:
+        print(f"p4bs jobs run: {exc}", file=sys.stderr)
+        return 2
+    client = result.get_job_client()
+    try:
+        while True:
+            status = client.get_job_status().result()
+            if status.is_globally_terminal_state():
+                print(f"job {status.name.lower()}")
+                return 0 if status.name == "FINISHED" else 1
+            time.sleep(1.0)  # the status is polled for the operator, nothing waits on it
+    except KeyboardInterrupt:
+        print("cancelling; restart with --resume to continue from the last checkpoint")
+        client.cancel().result()
+        return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    try:
+        result, config, _ = _start_job(args, "remote")
+    except ConfigError as exc:
+        print(f"p4bs jobs submit: {exc}", file=sys.stderr)
+        return 2
+    job = result.get_job_client().get_job_id()
+    rest = args.jobmanager or config.flink.jobmanager
+    print(f"submitted job {job}; its state: http://{rest}/jobs/{job}")
+    return 0
+
+
+def _serve(name: str, run: Callable[[threading.Event], Any], report: Callable[[], str]) -> int:
+    """Runs a companion service until Ctrl-C or SIGTERM, printing its counters every 10 s."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    worker = threading.Thread(target=run, args=(stop,), name=name)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(10.0)
+            print(report(), flush=True)
+    except KeyboardInterrupt:
+        stop.set()
+        worker.join()
+    print(f"{name} stopped: {report()}")
+    return 0
+
+
+def cmd_influx(args: argparse.Namespace) -> int:
+    from p4bs_jobs.influx_sink import InfluxSink
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"p4bs jobs influx: {exc}", file=sys.stderr)
+        return 2
+    sink = InfluxSink(config.influxdb, config.kafka.bootstrap, config.kafka.topics)
+    influx = config.influxdb
+    print(f"InfluxDB sink: {config.kafka.bootstrap} -> {influx.url}/{influx.database}")
+
+    def report() -> str:
+        s = sink.stats
+        return f"written {s.written:,}, rejected {s.rejected:,}, retries {s.retries:,}" + (
+            f", last error: {s.last_error}" if s.last_error else ""
+        )
+
+    return _serve("influx sink", sink.run, report)
+
+
+def cmd_alerts(args: argparse.Namespace) -> int:
+    from p4bs_jobs.alerts import AlertDispatcher
+
+    try:
+        config = load_config(args.config)
+        dispatcher = AlertDispatcher(config.kafka.bootstrap, config.kafka.topics, config.alerts)
+    except (ConfigError, ValueError) as exc:
+        print(f"p4bs jobs alerts: {exc}", file=sys.stderr)
+        return 2
+    print(f"alert dispatcher: {config.kafka.topics['sla_alerts']} -> {config.alerts.webhook}")
+
+    def report() -> str:
+        s = dispatcher.stats
+        return f"delivered {s.delivered:,}, failed {s.failed:,}, retries {s.retries:,}"
+
+    return _serve("alert dispatcher", dispatcher.run, report)
+
+
+def add_parser(sub: Any, default_config: Path) -> None:
+    jobs = sub.add_parser("jobs", help="the streaming jobs (Flink) and their sinks")
+    jobs_sub = jobs.add_subparsers(dest="action", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
+    job = argparse.ArgumentParser(add_help=False, parents=[common])
+    job.add_argument("--group", default="p4bs-metrics", help="Kafka group and checkpoint name")
+    job.add_argument("--checkpoints", type=Path, help="default: .run/flink/checkpoints/<group>")
+    job.add_argument("--resume", action="store_true", help="restore the latest checkpoint")
+    job.add_argument("--bounded", action="store_true", help="stop at the topics' current end")
+    job.add_argument("--jobmanager", help="host:port of the REST endpoint (default: config)")
+    run = jobs_sub.add_parser(
+        "run", parents=[job], help="metrics + SLA job in the embedded MiniCluster"
+    )
+    run.set_defaults(func=cmd_run)
+    submit = jobs_sub.add_parser(
+        "submit", parents=[job], help="submit the metrics + SLA job to a standalone cluster"
+    )
+    submit.set_defaults(func=cmd_submit)
+    influx = jobs_sub.add_parser("influx", parents=[common], help="Kafka -> InfluxDB sink")
+    influx.set_defaults(func=cmd_influx)
+    alerts = jobs_sub.add_parser("alerts", parents=[common], help="SLA alerts -> webhook")
+    alerts.set_defaults(func=cmd_alerts)
