@@ -1,0 +1,235 @@
+"""The recorded replay (tests/fixtures/metrics-replay.jsonl.gz: the data-plane model's records
+of a testbed run, see fixtures/record_metrics_replay.py) and what the metrics job must make of
+it, computed here straightforwardly from the definitions in streaming-jobs/README.md, without
+the job's code."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import math
+import statistics
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from p4bs.bus import RecordConsumer, RecordProducer
+from p4bs.config import Config, load_config
+from p4bs_schemas.rtt_batch import RttBatcher
+
+FIXTURE = Path(__file__).with_name("fixtures") / "metrics-replay.jsonl.gz"
+LINK = "r1:eth1"
+
+
+def replay() -> list[dict[str, Any]]:
+    with gzip.open(FIXTURE, "rt") as lines:
+        return [json.loads(line) for line in lines]
+
+
+def config_for(repo: Path, bootstrap: str) -> Config:
+    config = load_config(repo / "config" / "testbed.toml")
+    # A short change-detector lag so that the 12 s replay has z-scores to compare.
+    return dataclasses.replace(
+        config,
+        kafka=dataclasses.replace(config.kafka, bootstrap=bootstrap),
+        metrics=dataclasses.replace(config.metrics, zscore_lag=10, long_flow_ttl_ns=1_500_000_000),
+    )
+
+
+def decisions(start_ns: int) -> list[dict[str, Any]]:
+    """Two applied buffer changes and a failed one the job must ignore."""
+    base = {"link_id": LINK, "queue": 0, "policy": "static", "phase": "test", "reason": "test"}
+    return [
+        {**base, "ts_ns": start_ns + 2_050_000_000, "buffer_bytes": 375_000, "outcome": "applied"},
+        {**base, "ts_ns": start_ns + 5_000_000_000, "buffer_bytes": 9_999, "outcome": "failed"},
+        {**base, "ts_ns": start_ns + 6_420_000_000, "buffer_bytes": 125_000, "outcome": "applied"},
+    ]
+
+
+def _flow(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (r["src_ip"], r["src_port"], r["dst_ip"], r["dst_port"], r["protocol"])
+
+
+def expected(
+    records: list[dict[str, Any]], decisions: list[dict[str, Any]], config: Config
+) -> list[dict[str, Any]]:
+    """Every window's metrics from the definitions in streaming-jobs/README.md."""
+    window = config.flink.window_ns
+    link = config.links[0]
+    m = config.metrics
+    counters: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    samples: dict[int, dict[tuple[Any, ...], list[int]]] = defaultdict(lambda: defaultdict(list))
+    events: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        if r["kind"] == "link_counters":
+            counters[(r["ts_ns"] - r["interval_ns"]) // window].append(r)
+        elif r["kind"] == "rtt_sample":
+            # A sample travels in the batch of its 10 ms interval; the batch's start places it.
+            start = r["ts_ns"] // 10_000_000 * 10_000_000
+            samples[start // window][_flow(r)].append(r["rtt_ns"])
+        elif r["kind"] == "long_flow":
+            events[r["ts_ns"] // window].append(r)
+    applied = sorted(
+        (d["ts_ns"], d["buffer_bytes"]) for d in decisions if d["outcome"] == "applied"
+    )
+
+    out = []
+    srtt = loss_ewma = delay_ewma = None
+    minima: list[tuple[int, int]] = []
+    active: dict[tuple[Any, ...], int] = {}
+    history: list[float] = []
+    for w in sorted(counters):
+        end = (w + 1) * window
+        flows = samples.get(w, {})
+        hmean = len(flows) / sum(1 / (sum(v) / len(v)) for v in flows.values()) if flows else None
+        if hmean is not None:
+            srtt = hmean if srtt is None else m.srtt_alpha * srtt + (1 - m.srtt_alpha) * hmean
+        if flows:
+            minima.append((end, min(min(v) for v in flows.values())))
+        horizon = [v for t, v in minima if t > end - m.rtt_min_horizon_ns]
+        for e in sorted(events.get(w, []), key=lambda e: e["ts_ns"]):
+            if e["event"] == "start":
+                active.setdefault(_flow(e), e["ts_ns"])
+            else:
+                active.pop(_flow(e), None)
+        for f in flows:
+            if f in active:
+                active[f] = end
+        active = {f: seen for f, seen in active.items() if seen >= end - m.long_flow_ttl_ns}
+        c = counters[w]
+        data = sum(x["data_packets"] for x in c)
+        retrans = sum(x["retransmissions"] for x in c)
+        loss = retrans / data if data else 0.0
+        loss_ewma = (
+            loss if loss_ewma is None else m.loss_alpha * loss_ewma + (1 - m.loss_alpha) * loss
+        )
+        qd_n = sum(x["queue_delay_samples"] for x in c)
+        delay = sum(x["queue_delay_sum_ns"] for x in c) / qd_n if qd_n else None
+        if delay is not None:
+            delay_ewma = (
+                delay
+                if delay_ewma is None
+                else m.queue_delay_alpha * delay_ewma + (1 - m.queue_delay_alpha) * delay
+            )
+        f_value = -(
+            link.weight_loss * loss / link.max_loss
+            + link.weight_delay * (delay or 0) / link.max_queue_delay_ns
+        )
+        # The smoothed z-score over the last `lag` filtered values of f.
+        if len(history) < m.zscore_lag:
+            zscore, change = 0.0, False
+            history.append(f_value)
+        else:
+            lag = history[-m.zscore_lag :]
+            mean = statistics.fmean(lag)
+            dev = statistics.pstdev(lag)
+            zscore = (f_value - mean) / max(dev, 1e-9)
+            change = abs(zscore) > m.zscore_threshold
+            history.append(
+                m.zscore_influence * f_value + (1 - m.zscore_influence) * history[-1]
+                if change
+                else f_value
+            )
+        nbytes = sum(x["bytes"] for x in c)
+        buffers = [b for t, b in applied if t < end]
+        out.append(
+            {
+                "window_start_ns": w * window,
+                "window_end_ns": end,
+                "rtt_samples": sum(len(v) for v in flows.values()),
+                "rtt_flows": len(flows),
+                "rtt_hmean_ns": None if hmean is None else round(hmean),
+                "srtt_ns": None if srtt is None else round(srtt),
+                "rtt_min_ns": min(horizon) if horizon else None,
+                "long_flows": len(active),
+                "data_packets": data,
+                "retransmissions": retrans,
+                "loss_rate": loss,
+                "loss_rate_ewma": loss_ewma,
+                "queue_delay_samples": qd_n,
+                "queue_delay_ns": None if delay is None else round(delay),
+                "queue_delay_ewma_ns": None if delay_ewma is None else round(delay_ewma),
+                "throughput_bps": round(nbytes * 8 / (window / 1e9)),
+                "utilisation": nbytes * 8 / (window / 1e9) / link.capacity_bps,
+                "f": f_value,
+                "zscore": zscore,
+                "change": change,
+                "buffer_bytes": buffers[-1] if buffers else None,
+            }
+        )
+    return out
+
+
+def produce(
+    bootstrap: str,
+    topics: dict[str, str],
+    records: list[dict[str, Any]],
+    decisions: list[dict[str, Any]],
+) -> None:
+    producer = RecordProducer(bootstrap, topics)
+    batcher = RttBatcher(interval_ns=10_000_000, max_samples=1024)
+    for r in records:
+        body = {k: v for k, v in r.items() if k not in ("kind", "link_id")}
+        if r["kind"] == "rtt_sample":
+            for batch in batcher.add(r["link_id"], body):
+                producer.produce("rtt_samples", batch)
+        elif r["kind"] == "link_counters":
+            producer.produce("link_counters", {"link_id": r["link_id"], **body})
+        elif r["kind"] == "long_flow":
+            body["kind"] = body.pop("event")
+            producer.produce("flow_events", {"link_id": r["link_id"], **body})
+    for batch in batcher.close():
+        producer.produce("rtt_samples", batch)
+    for d in decisions:
+        producer.produce("buffer_decisions", d)
+    assert producer.flush(30) == 0
+
+
+def consume(
+    bootstrap: str, topics: dict[str, str], count: int, group: str, linger_s: float = 0.0
+) -> list[dict[str, Any]]:
+    """`count` metrics records (read committed), and whatever else arrives within `linger_s`
+    after them (duplicates would)."""
+    consumer = RecordConsumer(bootstrap, group, ["link_metrics"], topics)
+    got: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 120
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            received = consumer.poll(1.0)
+            if received is not None:
+                got.append(received.record)
+        deadline = time.monotonic() + linger_s
+        while time.monotonic() < deadline:
+            received = consumer.poll(max(0.0, deadline - time.monotonic()))
+            if received is not None:
+                got.append(received.record)
+    finally:
+        consumer.close()
+    assert consumer.stats.malformed == 0
+    return got
+
+
+def _close(a: Any, b: Any) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    return bool(a == b)
+
+
+def assert_windows_match(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> None:
+    """Every window once, none missing, each value as computed (counts exact, floats 1e-9)."""
+    got = sorted(got, key=lambda r: r["window_start_ns"])
+    starts = [g["window_start_ns"] for g in got]
+    wanted = [e["window_start_ns"] for e in want]
+    assert starts == wanted, {
+        "got": len(starts),
+        "want": len(wanted),
+        "missing": sorted(set(wanted) - set(starts)),
+        "unexpected": sorted(set(starts) - set(wanted)),
+        "duplicated": len(starts) - len(set(starts)),
+    }
+    for g, e in zip(got, want, strict=True):
+        assert g["link_id"] == LINK
+        wrong = {k: (g[k], v) for k, v in e.items() if not _close(g[k], v)}
+        assert not wrong, (e["window_start_ns"], wrong)
