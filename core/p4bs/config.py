@@ -110,6 +110,7 @@ class MetricsConfig:
     EWMA weights are the weight of the past: new = alpha * old + (1 - alpha) * sample."""
 
     max_out_of_orderness_ns: int = 200_000_000  # watermark delay behind the newest record
+    source_idle_timeout_ns: int = 1_000_000_000  # a topic partition this quiet is idle
     srtt_alpha: float = 0.875
     loss_alpha: float = 0.875
     queue_delay_alpha: float = 0.875
@@ -460,6 +461,7 @@ def _read_metrics(r: _Reader, data: dict[str, Any]) -> MetricsConfig:
     d = MetricsConfig()
     durations = {
         "max_out_of_orderness": "max_out_of_orderness_ns",
+        "source_idle_timeout": "source_idle_timeout_ns",
         "rtt_min_horizon": "rtt_min_horizon_ns",
         "long_flow_ttl": "long_flow_ttl_ns",
     }

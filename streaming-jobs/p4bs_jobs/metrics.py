@@ -315,7 +315,8 @@ def run_metrics_job(
     env = stream_table_environment(conf)
     if not bounded:
         # A live topic (or partition) without records must not hold event time back forever.
-        env.get_config().set("table.exec.source.idle-timeout", "1 s")
+        idle_ms = config.metrics.source_idle_timeout_ns // 1_000_000
+        env.get_config().set("table.exec.source.idle-timeout", f"{idle_ms} ms")
     statements = build_metrics_job(
         env,
         config,
