@@ -9,7 +9,6 @@ import argparse
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -66,16 +65,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     client = result.get_job_client()
     try:
-        while True:
-            status = client.get_job_status().result()
-            if status.is_globally_terminal_state():
-                print(f"job {status.name.lower()}")
-                return 0 if status.name == "FINISHED" else 1
-            time.sleep(1.0)  # the status is polled for the operator, nothing waits on it
+        client.get_job_execution_result().result()  # returns when the job ends
     except KeyboardInterrupt:
         print("cancelling; restart with --resume to continue from the last checkpoint")
         client.cancel().result()
         return 0
+    except Exception as exc:  # the job failed; Flink's own exception says why
+        print(f"p4bs jobs run: the job failed: {exc}", file=sys.stderr)
+        return 1
+    print("job finished")
+    return 0
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
