@@ -67,6 +67,18 @@ class _Process:
     def stop(self) -> bool:
         return procs.stop(self.pidfile)
 
+    def ready(self) -> bool:
+        raise NotImplementedError
+
+    @property
+    def where(self) -> str:
+        """Where it serves, for health reports."""
+        raise NotImplementedError
+
+    def health(self) -> Health:
+        pid = self.pid
+        return Health(self.name, pid, pid is not None and self.ready(), self.where)
+
     def _need(self, binary: Path, how: str) -> None:
         if not binary.exists():
             raise StackError(f"{self.name}: {binary} is missing; {how}")
@@ -88,6 +100,10 @@ class KafkaBroker(_Process):
         self.controller_port = controller_port
         self.heap = heap
         self.bootstrap = f"{LOOPBACK}:{port}"
+
+    @property
+    def where(self) -> str:
+        return self.bootstrap
 
     def _java(self) -> list[str]:
         jars = paths.jars_dir("kafka")
@@ -173,10 +189,6 @@ class KafkaBroker(_Process):
             return False
         return len(metadata.brokers) > 0
 
-    def health(self) -> Health:
-        pid = self.pid
-        return Health(self.name, pid, pid is not None and self.ready(), self.bootstrap)
-
 
 class InfluxDB(_Process):
     """InfluxDB 1.8 (built by `make setup` with go install), HTTP API with Flux enabled."""
@@ -192,6 +204,10 @@ class InfluxDB(_Process):
         self.database = database
         self.retention_ns = retention_ns
         self.url = f"http://{LOOPBACK}:{port}"
+
+    @property
+    def where(self) -> str:
+        return self.url
 
     def _write_config(self) -> Path:
         config = self.dir / "influxd.conf"
@@ -258,10 +274,6 @@ bind-address = "{LOOPBACK}:{self.rpc_port}"
             f'ALTER RETENTION POLICY "autogen" ON "{self.database}" '
             f"DURATION {duration} SHARD DURATION {shard} DEFAULT"
         )
-
-    def health(self) -> Health:
-        pid = self.pid
-        return Health(self.name, pid, pid is not None and self.ready(), self.url)
 
 
 def flink_home() -> Path:
@@ -357,12 +369,12 @@ class FlinkJobManager(_FlinkProcess):
     name = "flink-jobmanager"
     script = "jobmanager.sh"
 
+    @property
+    def where(self) -> str:
+        return self.rest
+
     def ready(self) -> bool:
         return self._overview() is not None
-
-    def health(self) -> Health:
-        pid = self.pid
-        return Health(self.name, pid, pid is not None and self.ready(), self.rest)
 
 
 class FlinkTaskManager(_FlinkProcess):
@@ -373,6 +385,10 @@ class FlinkTaskManager(_FlinkProcess):
         super().__init__(state_dir, rest_port, rpc_port)
         self.index = index
 
+    @property
+    def where(self) -> str:
+        return f"via {self.rest}"
+
     def _options(self) -> list[str]:
         # A stable id, so the REST API says which of ours runs what.
         return [f"-Dtaskmanager.resource-id={self.name}"]
@@ -381,7 +397,3 @@ class FlinkTaskManager(_FlinkProcess):
         """Registered at the JobManager (TaskManagers start one after another)."""
         overview = self._overview()
         return overview is not None and overview.get("taskmanagers", 0) > self.index
-
-    def health(self) -> Health:
-        pid = self.pid
-        return Health(self.name, pid, pid is not None and self.ready(), f"via {self.rest}")

@@ -28,7 +28,7 @@ def latest_checkpoint(folder: Path) -> Path | None:
     return max(done, key=lambda c: c.stat().st_mtime, default=None)
 
 
-def _start_job(args: argparse.Namespace, mode: str) -> tuple[Any, Config, Path]:
+def _start_job(args: argparse.Namespace, mode: str) -> tuple[Any, Config]:
     from p4bs_jobs.flink_env import flink_configuration
     from p4bs_jobs.metrics import run_metrics_job
 
@@ -54,12 +54,12 @@ def _start_job(args: argparse.Namespace, mode: str) -> tuple[Any, Config, Path]:
         f"{topics['link_metrics']}, {topics['sla_alerts']}; checkpoints in {checkpoints}",
         flush=True,
     )
-    return result, config, checkpoints
+    return result, config
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     try:
-        result, _, _ = _start_job(args, "embedded")
+        result, _ = _start_job(args, "embedded")
     except ConfigError as exc:
         print(f"p4bs jobs run: {exc}", file=sys.stderr)
         return 2
@@ -79,7 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     try:
-        result, config, _ = _start_job(args, "remote")
+        result, config = _start_job(args, "remote")
     except ConfigError as exc:
         print(f"p4bs jobs submit: {exc}", file=sys.stderr)
         return 2

@@ -65,11 +65,7 @@ class LinkState:
         """Advances the state by one window and returns that window's LinkMetrics record."""
         rtt_hmean = w.rtt_flows / w.rtt_inverse_sum if w.rtt_flows else None
         if rtt_hmean is not None:
-            self.srtt = (
-                rtt_hmean
-                if self.srtt is None
-                else m.srtt_alpha * self.srtt + (1 - m.srtt_alpha) * rtt_hmean
-            )
+            self.srtt = _ewma(self.srtt, rtt_hmean, m.srtt_alpha)
         if w.rtt_min_ns is not None:
             while self.rtt_minima and self.rtt_minima[-1][1] >= w.rtt_min_ns:
                 self.rtt_minima.pop()  # a later, smaller minimum outlives it
@@ -80,18 +76,10 @@ class LinkState:
         self._count_long_flows(w, m)
 
         loss = w.retransmissions / w.data_packets if w.data_packets else 0.0
-        self.loss_ewma = (
-            loss
-            if self.loss_ewma is None
-            else m.loss_alpha * self.loss_ewma + (1 - m.loss_alpha) * loss
-        )
+        self.loss_ewma = _ewma(self.loss_ewma, loss, m.loss_alpha)
         delay = w.queue_delay_sum_ns / w.queue_delay_samples if w.queue_delay_samples else None
         if delay is not None:
-            self.queue_delay_ewma = (
-                delay
-                if self.queue_delay_ewma is None
-                else m.queue_delay_alpha * self.queue_delay_ewma + (1 - m.queue_delay_alpha) * delay
-            )
+            self.queue_delay_ewma = _ewma(self.queue_delay_ewma, delay, m.queue_delay_alpha)
         f = -(
             link.weight_loss * loss / link.max_loss
             + link.weight_delay * (delay or 0.0) / link.max_queue_delay_ns
@@ -162,6 +150,11 @@ class LinkState:
             m.zscore_influence * f + (1 - m.zscore_influence) * previous if change else f
         )
         return zscore, change
+
+
+def _ewma(previous: float | None, sample: float, alpha: float) -> float:
+    """alpha * previous + (1 - alpha) * sample; the first sample starts it."""
+    return sample if previous is None else alpha * previous + (1 - alpha) * sample
 
 
 def _ns(value: float | None) -> int | None:
