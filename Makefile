@@ -16,7 +16,7 @@ CARGO   := CARGO_HOME=$(CURDIR)/$(CACHE)/cargo cargo
 CRATES  := infra/delay-wire p4/model exporter
 
 APT_PACKAGES := iproute2 iperf3 tshark tcpdump ethtool procps curl iputils-ping \
-                openjdk-17-jre-headless maven python3-venv build-essential zlib1g-dev
+                openjdk-17-jdk-headless maven python3-venv build-essential zlib1g-dev
 INFLUXDB_VERSION := v1.8.10
 GNMI_VERSION     := v0.14.1
 PYTHON_SOURCES   := core schemas infra streaming-jobs exporter tests
@@ -68,7 +68,18 @@ $(CACHE)/bin/influxd:
 $(CACHE)/bin/gnmi_cli:
 	$(GO_ENV) go install github.com/openconfig/gnmi/cmd/gnmi_cli@$(GNMI_VERSION)
 
-# The compiled parts (Rust), built into .cache/target/release/.
+# The compiled parts: Rust, built into .cache/target/release/, and the Java functions the
+# metrics job's SQL calls, compiled against the Flink that PyFlink ships.
+FUNCTIONS_JAR := $(CACHE)/build/flink-functions/p4bs-flink-functions.jar
+JAVA_SOURCES  := $(shell find streaming-jobs/functions -name '*.java')
+build: $(FUNCTIONS_JAR)
+$(FUNCTIONS_JAR): $(JAVA_SOURCES) $(STAMPS)/python
+	rm -rf $(@D) && mkdir -p $(@D)/classes
+	javac -Xlint:all,-processing -Werror --release 17 -d $(@D)/classes \
+	  -cp "$$($(PY) -c 'import os, pyflink; print(os.path.dirname(pyflink.__file__))')/lib/*" \
+	  $(JAVA_SOURCES)
+	jar cf $@ -C $(@D)/classes .
+
 build:
 	for crate in $(CRATES); do \
 	  $(CARGO) build -q --release --locked --manifest-path $$crate/Cargo.toml \

@@ -34,6 +34,11 @@ def built(name: str) -> Path:
     return cache_dir() / "target" / "release" / name
 
 
+def flink_functions_jar() -> Path:
+    """The project's Java functions for Flink SQL (streaming-jobs/functions), built by make."""
+    return cache_dir() / "build" / "flink-functions" / "p4bs-flink-functions.jar"
+
+
 def default_state_dir() -> Path:
     override = os.environ.get("P4BS_STATE_DIR")
     return Path(override) if override else home() / ".run" / "stack"

@@ -32,13 +32,17 @@ _SQL_TYPES = {
 }
 
 
-def connector_jars() -> list[str]:
+def pipeline_jars() -> list[str]:
+    """The Kafka connector and Avro format jars, and the project's own Flink functions."""
     jars = sorted(paths.jars_dir("flink").glob("*.jar"))
     if not jars:
         raise FileNotFoundError(
             f"no Flink connector jars in {paths.jars_dir('flink')}; run `make setup`"
         )
-    return [jar.as_uri() for jar in jars]
+    functions = paths.flink_functions_jar()
+    if not functions.is_file():
+        raise FileNotFoundError(f"no {functions}; run `make setup`")
+    return [jar.as_uri() for jar in [*jars, functions]]
 
 
 def flink_configuration(
@@ -52,11 +56,15 @@ def flink_configuration(
     """Connector jars, parallelism, checkpointing and where the job runs. Checkpoints are
     exactly-once and kept when the job stops, so a restart can resume from the last one."""
     conf = Configuration()
-    conf.set_string("pipeline.jars", ";".join(connector_jars()))
+    conf.set_string("pipeline.jars", ";".join(pipeline_jars()))
     conf.set_string("parallelism.default", str(parallelism))
     # Python workers run this interpreter (its venv has p4bs), in the MiniCluster or on
     # a standalone cluster's TaskManagers.
     conf.set_string("python.executable", sys.executable)
+    # Window output latency: Python workers hand back their results at least every 100 ms
+    # (default 1 s) and sources emit watermarks every 50 ms (default 200 ms).
+    conf.set_string("python.fn-execution.bundle.time", "100")
+    conf.set_string("pipeline.auto-watermark-interval", "50 ms")
     if checkpoint_interval_ns:
         conf.set_string(
             "execution.checkpointing.interval", f"{checkpoint_interval_ns // 1_000_000} ms"

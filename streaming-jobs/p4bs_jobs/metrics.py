@@ -1,24 +1,26 @@
 """The metrics job: raw data-plane records in, one LinkMetrics record per link and window out.
 
-Per-sample work is Flink SQL on the JVM. The RTT batches are unnested and reduced per flow
-and window (count, sum, minimum), the flows then per link and window, in one tumbling
-window over the union of those flow rows with the link counters, the flow events and the
-applied buffer decisions. Each record lands in the window of its *interval start*: a batch
-or a counters record covers [ts_ns - interval_ns, ts_ns). Python then sees one row per
-link and window (`link_state.LinkState`): the sequential EWMA, SRTT, N and z-score state,
-kept in Flink's keyed state so that checkpoints cover it. The SLA stage (`sla.SlaState`)
-follows on the metrics stream in the same job, so alerts come out with their window.
+Per-sample work runs on the JVM. One tumbling window per link runs over the union of the
+RTT batches, the link counters, the flow events and the applied buffer decisions; a Java
+aggregate (`FlowRtts`, streaming-jobs/functions) reduces the window's RTT samples per flow
+(count, sum, minimum). Each record lands in the window of its *interval start*: a batch or
+a counters record covers [ts_ns - interval_ns, ts_ns). The links' window rows are then
+gathered per group of links, and Python sees one row per group and window
+(`LinkGroupFunction`): the sequential EWMA, SRTT, N, z-score and SLA state of each link
+(`link_state.LinkState`, `sla.SlaState`), kept in Flink's keyed state so that checkpoints
+cover it. SLA alerts come out with their window.
 """
 
 from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from pyflink.common import Configuration, Row, Types
-from pyflink.datastream import KeyedProcessFunction, RuntimeContext
+from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext
 from pyflink.datastream.state import ValueStateDescriptor
 from pyflink.table import StatementSet, StreamTableEnvironment, Table, TableResult
 
@@ -28,13 +30,19 @@ from p4bs_jobs.link_state import LinkState, WindowSummary
 from p4bs_jobs.sla import SlaState
 from p4bs_schemas.registry import STREAMS, current_schema
 
-T = TypeVar("T")
-
+# Links are grouped (by a hash of their id) for the Python stage; a group is the unit of
+# keyed state and of parallelism there.
+LINK_GROUPS = 64
 FLOW_KEY_SQL = (
     "CONCAT(src_ip, ':', CAST(src_port AS STRING), '>', dst_ip, ':', "
     "CAST(dst_port AS STRING), '/', CAST(protocol AS STRING))"
 )
-SAMPLE_FIELDS = "s_ts_ns, src_ip, dst_ip, src_port, dst_port, protocol, rtt_ns"
+# The Java aggregate (streaming-jobs/java) that reduces a window's RTT batches per flow.
+FLOW_RTTS_CLASS = "io.p4bs.flink.FlowRtts"
+RTT_BATCH_SQL = (
+    "ARRAY<ROW<ts_ns BIGINT, src_ip STRING, dst_ip STRING, src_port INT, dst_port INT, "
+    "protocol INT, rtt_ns BIGINT>>"
+)
 
 
 def _rowtime(column_ns: str, out_of_orderness_ns: int) -> tuple[str, ...]:
@@ -75,55 +83,38 @@ def create_sources(
 
 
 def window_summaries(env: StreamTableEnvironment, window_ns: int) -> Table:
-    """One row per link and window with everything `WindowSummary` holds."""
+    """One row per group of links and window: the group's `WindowSummary` fields, a row
+    per link (`summaries_of`)."""
     size = f"INTERVAL '{window_ns // 1_000_000 / 1000:.3f}' SECOND"
-    rtt_flat = f"""
-        SELECT link_id, rowtime, src_ip, dst_ip, src_port, dst_port, protocol, rtt_ns
-        FROM rtt_in CROSS JOIN UNNEST(samples) AS s({SAMPLE_FIELDS})"""
-    env.create_temporary_view("rtt_flat", env.sql_query(rtt_flat))
-    per_flow = f"""
-        SELECT link_id, window_time AS rowtime, {FLOW_KEY_SQL} AS flow,
-               COUNT(*) AS n, SUM(rtt_ns) AS total, MIN(rtt_ns) AS lo
-        FROM TABLE(TUMBLE(TABLE rtt_flat, DESCRIPTOR(rowtime), {size}))
-        GROUP BY link_id, window_start, window_end, window_time,
-                 src_ip, src_port, dst_ip, dst_port, protocol"""
-    env.create_temporary_view("rtt_per_flow", env.sql_query(per_flow))
-    nothing = (
-        "CAST(NULL AS BIGINT) AS n, CAST(NULL AS DOUBLE) AS inverse, CAST(NULL AS BIGINT) AS lo, "
-        "CAST(NULL AS STRING) AS flow"
-    )
+    env.create_java_temporary_system_function("FLOW_RTTS", FLOW_RTTS_CLASS)
+    no_samples = f"CAST(NULL AS {RTT_BATCH_SQL}) AS samples"
     no_counts = (
         "CAST(NULL AS BIGINT) AS packets, CAST(NULL AS BIGINT) AS nbytes, "
         "CAST(NULL AS BIGINT) AS data_packets, CAST(NULL AS BIGINT) AS retransmissions, "
         "CAST(NULL AS BIGINT) AS qd_n, CAST(NULL AS BIGINT) AS qd_sum"
     )
     rows = f"""
-        SELECT link_id, rowtime, n, CAST(n AS DOUBLE) / total AS inverse, lo, flow,
-               {no_counts}, CAST(NULL AS STRING) AS event, CAST(NULL AS STRING) AS decision
-        FROM rtt_per_flow
+        SELECT link_id, rowtime, samples, {no_counts},
+               CAST(NULL AS STRING) AS event, CAST(NULL AS STRING) AS decision
+        FROM rtt_in
         UNION ALL
-        SELECT link_id, rowtime, {nothing}, packets, `bytes`, data_packets, retransmissions,
-               queue_delay_samples, queue_delay_sum_ns,
+        SELECT link_id, rowtime, {no_samples}, packets, `bytes`, data_packets,
+               retransmissions, queue_delay_samples, queue_delay_sum_ns,
                CAST(NULL AS STRING), CAST(NULL AS STRING)
         FROM counters_in
         UNION ALL
-        SELECT link_id, rowtime, {nothing}, {no_counts},
+        SELECT link_id, rowtime, {no_samples}, {no_counts},
                CONCAT(CAST(ts_ns AS STRING), ' ', kind, ' ', {FLOW_KEY_SQL}),
                CAST(NULL AS STRING)
         FROM events_in
         UNION ALL
-        SELECT link_id, rowtime, {nothing}, {no_counts},
+        SELECT link_id, rowtime, {no_samples}, {no_counts},
                CAST(NULL AS STRING),
                CONCAT(CAST(ts_ns AS STRING), ' ', CAST(buffer_bytes AS STRING))
         FROM decisions_in WHERE outcome = 'applied' AND queue = 0"""
     env.create_temporary_view("link_rows", env.sql_query(rows))
-    return env.sql_query(f"""
-        SELECT link_id, window_start, window_end,
-               COALESCE(SUM(n), 0) AS rtt_samples,
-               CAST(COUNT(flow) AS INT) AS rtt_flows,
-               COALESCE(SUM(inverse), 0.0) AS rtt_inverse_sum,
-               MIN(lo) AS rtt_min_ns,
-               LISTAGG(flow, ',') AS rtt_flow_keys,
+    per_link = f"""
+        SELECT link_id, window_time, FLOW_RTTS(samples) AS rtt,
                COALESCE(SUM(packets), 0) AS packets,
                COALESCE(SUM(nbytes), 0) AS `bytes`,
                COALESCE(SUM(data_packets), 0) AS data_packets,
@@ -133,7 +124,18 @@ def window_summaries(env: StreamTableEnvironment, window_ns: int) -> Table:
                LISTAGG(event, ',') AS flow_events,
                LISTAGG(decision, ',') AS decisions
         FROM TABLE(TUMBLE(TABLE link_rows, DESCRIPTOR(rowtime), {size}))
-        GROUP BY link_id, window_start, window_end""")
+        GROUP BY link_id, window_start, window_end, window_time"""
+    env.create_temporary_view("per_link", env.sql_query(per_link))
+    # Python is called once per group of links and window, not once per link: its per-call
+    # cost (the crossing and the keyed state) is then paid by many links at once.
+    return env.sql_query(f"""
+        SELECT MOD(HASH_CODE(link_id), {LINK_GROUPS}) AS link_group, window_start, window_end,
+               ARRAY_AGG(ROW(link_id, rtt.samples, rtt.flows, rtt.inverse_sum, rtt.min_ns,
+                             rtt.flow_keys, packets, `bytes`, data_packets, retransmissions,
+                             queue_delay_samples, queue_delay_sum_ns, flow_events,
+                             decisions)) AS links
+        FROM TABLE(TUMBLE(TABLE per_link, DESCRIPTOR(window_time), {size}))
+        GROUP BY MOD(HASH_CODE(link_id), {LINK_GROUPS}), window_start, window_end""")
 
 
 _EPOCH = datetime(1970, 1, 1)
@@ -149,33 +151,53 @@ def _split(text: str | None) -> list[str]:
     return text.split(",") if text else []
 
 
-def summary_of(row: Row) -> WindowSummary:
-    events = []
-    for item in _split(row.flow_events):
-        ts, kind, key = item.split(" ")
-        events.append((int(ts), kind, key))
-    decisions = []
-    for item in _split(row.decisions):
-        ts, buffer = item.split(" ")
-        decisions.append((int(ts), int(buffer)))
-    return WindowSummary(
-        link_id=row.link_id,
-        window_start_ns=_epoch_ns(row.window_start),
-        window_end_ns=_epoch_ns(row.window_end),
-        rtt_samples=row.rtt_samples,
-        rtt_flows=row.rtt_flows,
-        rtt_inverse_sum=row.rtt_inverse_sum,
-        rtt_min_ns=row.rtt_min_ns,
-        rtt_flow_keys=tuple(_split(row.rtt_flow_keys)),
-        packets=row.packets,
-        bytes=row.bytes,
-        data_packets=row.data_packets,
-        retransmissions=row.retransmissions,
-        queue_delay_samples=row.queue_delay_samples,
-        queue_delay_sum_ns=row.queue_delay_sum_ns,
-        flow_events=tuple(events),
-        decisions=tuple(decisions),
-    )
+def summaries_of(row: Row) -> Iterator[WindowSummary]:
+    """The window summaries of one group of links (rows unpacked by position: a Row's
+    attribute lookup costs more than the rest of the conversion)."""
+    start, end = _epoch_ns(row.window_start), _epoch_ns(row.window_end)
+    for link in row.links:
+        (
+            link_id,
+            samples,
+            flows,
+            inverse_sum,
+            rtt_min,
+            flow_keys,
+            packets,
+            nbytes,
+            data_packets,
+            retransmissions,
+            qd_samples,
+            qd_sum,
+            flow_events,
+            decisions,
+        ) = link
+        events = []
+        for item in _split(flow_events):
+            ts, kind, key = item.split(" ")
+            events.append((int(ts), kind, key))
+        applied = []
+        for item in _split(decisions):
+            ts, buffer = item.split(" ")
+            applied.append((int(ts), int(buffer)))
+        yield WindowSummary(
+            link_id=link_id,
+            window_start_ns=start,
+            window_end_ns=end,
+            rtt_samples=samples,
+            rtt_flows=flows,
+            rtt_inverse_sum=inverse_sum,
+            rtt_min_ns=rtt_min,
+            rtt_flow_keys=tuple(_split(flow_keys)),
+            packets=packets,
+            bytes=nbytes,
+            data_packets=data_packets,
+            retransmissions=retransmissions,
+            queue_delay_samples=qd_samples,
+            queue_delay_sum_ns=qd_sum,
+            flow_events=tuple(events),
+            decisions=tuple(applied),
+        )
 
 
 _FLINK_TYPES = {
@@ -202,9 +224,22 @@ def _row(stream: str, record: dict[str, Any]) -> Row:
     return Row(*(record[f["name"]] for f in current_schema(STREAMS[stream])["fields"]))
 
 
-class _PerLinkFunction(KeyedProcessFunction):  # type: ignore[misc]
-    """Keyed by link, with the link's state pickled in Flink's keyed state (so checkpoints
-    cover it); records of links the config does not describe are counted and dropped."""
+@dataclass
+class _LinkStates:
+    metrics: LinkState = field(default_factory=LinkState)
+    sla: SlaState = field(default_factory=SlaState)
+
+
+ALERTS = OutputTag("sla_alerts", _row_type("sla_alerts"))
+
+
+class LinkGroupFunction(KeyedProcessFunction):  # type: ignore[misc]
+    """Keyed by link group: one row in holds the window summaries of the group's links; out
+    come a LinkMetrics row per link and, on the ALERTS side output, the SLA alerts they
+    raise or resolve. The links' states are pickled into Flink's keyed state after every
+    window (so checkpoints cover them) and kept in memory between windows; a restarted
+    worker starts from what the checkpoint restored. Records of links the config does not
+    describe are counted and dropped."""
 
     def __init__(self, links: Mapping[str, LinkConfig], metrics: MetricsConfig) -> None:
         self.links = dict(links)
@@ -212,39 +247,29 @@ class _PerLinkFunction(KeyedProcessFunction):  # type: ignore[misc]
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.state = runtime_context.get_state(
-            ValueStateDescriptor("link_state", Types.PICKLED_BYTE_ARRAY())
+            ValueStateDescriptor("link_states", Types.PICKLED_BYTE_ARRAY())
         )
         self.unknown_links = runtime_context.get_metrics_group().counter("unknown_links")
+        self.groups: dict[int, dict[str, _LinkStates]] = {}
 
-    def _load(self, new: type[T]) -> T:
-        stored = self.state.value()
-        return pickle.loads(stored) if stored is not None else new()
-
-
-class LinkMetricsFunction(_PerLinkFunction):
-    """One window summary in, one LinkMetrics row out."""
-
-    def process_element(self, value: Row, ctx: KeyedProcessFunction.Context) -> Iterator[Row]:
-        link = self.links.get(value.link_id)
-        if link is None:
-            self.unknown_links.inc()
-            return
-        state = self._load(LinkState)
-        record = state.update(summary_of(value), link, self.metrics)
-        self.state.update(pickle.dumps(state))
-        yield _row("link_metrics", record)
-
-
-class SlaFunction(_PerLinkFunction):
-    """One LinkMetrics row in, the SLA alerts it raises or resolves out."""
-
-    def process_element(self, value: Row, ctx: KeyedProcessFunction.Context) -> Iterator[Row]:
-        link = self.links[value.link_id]  # LinkMetricsFunction passed only known links
-        state = self._load(SlaState)
-        alerts = state.update(value.as_dict(), link, self.metrics.sla_windows)
-        self.state.update(pickle.dumps(state))
-        for alert in alerts:
-            yield _row("sla_alerts", alert)
+    def process_element(self, value: Row, ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
+        group = self.groups.get(value.link_group)
+        if group is None:
+            stored = self.state.value()
+            group = self.groups[value.link_group] = pickle.loads(stored) if stored else {}
+        for summary in summaries_of(value):
+            link = self.links.get(summary.link_id)
+            if link is None:
+                self.unknown_links.inc()
+                continue
+            states = group.get(summary.link_id)
+            if states is None:
+                states = group[summary.link_id] = _LinkStates()
+            record = states.metrics.update(summary, link, self.metrics)
+            yield _row("link_metrics", record)
+            for alert in states.sla.update(record, link, self.metrics.sla_windows):
+                yield ALERTS, _row("sla_alerts", alert)
+        self.state.update(pickle.dumps(group))
 
 
 def build_metrics_job(
@@ -264,15 +289,13 @@ def build_metrics_job(
         # Each sink's transactions need their own ids.
         options = exactly_once_sink_options(f"{transactional_id_prefix}.{stream}")
         env.execute_sql(kafka_table_ddl(table, stream, topics[stream], bootstrap, options=options))
-    links = {f"{link.router}:{link.interface}": link for link in config.links}
+    links = {link.id: link for link in config.links}
     metrics = (
         env.to_data_stream(window_summaries(env, config.flink.window_ns))
-        .key_by(lambda row: row.link_id, key_type=Types.STRING())
-        .process(LinkMetricsFunction(links, config.metrics), output_type=_row_type("link_metrics"))
+        .key_by(lambda row: row.link_group, key_type=Types.INT())
+        .process(LinkGroupFunction(links, config.metrics), output_type=_row_type("link_metrics"))
     )
-    alerts = metrics.key_by(lambda row: row.link_id, key_type=Types.STRING()).process(
-        SlaFunction(links, config.metrics), output_type=_row_type("sla_alerts")
-    )
+    alerts = metrics.get_side_output(ALERTS)
     statements = env.create_statement_set()
     statements.add_insert("metrics_out", env.from_data_stream(metrics))
     statements.add_insert("alerts_out", env.from_data_stream(alerts))
