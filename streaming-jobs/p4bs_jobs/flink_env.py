@@ -61,10 +61,6 @@ def flink_configuration(
     # Python workers run this interpreter (its venv has p4bs), in the MiniCluster or on
     # a standalone cluster's TaskManagers.
     conf.set_string("python.executable", sys.executable)
-    # Window output latency: Python workers hand back their results at least every 100 ms
-    # (default 1 s) and sources emit watermarks every 50 ms (default 200 ms).
-    conf.set_string("python.fn-execution.bundle.time", "100")
-    conf.set_string("pipeline.auto-watermark-interval", "50 ms")
     if checkpoint_interval_ns:
         conf.set_string(
             "execution.checkpointing.interval", f"{checkpoint_interval_ns // 1_000_000} ms"
