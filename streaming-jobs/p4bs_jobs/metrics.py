@@ -37,7 +37,7 @@ FLOW_KEY_SQL = (
     "CONCAT(src_ip, ':', CAST(src_port AS STRING), '>', dst_ip, ':', "
     "CAST(dst_port AS STRING), '/', CAST(protocol AS STRING))"
 )
-# The Java aggregate (streaming-jobs/java) that reduces a window's RTT batches per flow.
+# The Java aggregate (streaming-jobs/functions) that reduces a window's RTT batches per flow.
 FLOW_RTTS_CLASS = "io.p4bs.flink.FlowRtts"
 RTT_BATCH_SQL = (
     "ARRAY<ROW<ts_ns BIGINT, src_ip STRING, dst_ip STRING, src_port INT, dst_port INT, "
