@@ -50,6 +50,18 @@ class Service(Protocol):
     def failure(self, what: str) -> StackError: ...
 
 
+def wait_ready(svc: Service, timeout_s: float) -> None:
+    """Returns once `svc` is ready; raises its failure if it exits or is not ready in time."""
+
+    def ready_or_dead() -> bool:
+        if svc.pid is None:
+            raise svc.failure("exited during start-up")
+        return svc.ready()
+
+    if not procs.wait_until(ready_or_dead, max(0.0, timeout_s), 0.2):
+        raise svc.failure("was not ready in time")
+
+
 class _Process:
     """What both servers share: a folder with a pid file and a log."""
 

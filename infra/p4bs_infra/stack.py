@@ -29,6 +29,7 @@ from p4bs_infra.services import (
     KafkaBroker,
     Service,
     StackError,
+    wait_ready,
 )
 
 STATE_FILE = "stack.json"
@@ -141,7 +142,7 @@ class Stack:
                 svc.start()
             deadline = began + timeout_s
             for svc in self.services:
-                self._wait_ready(svc, deadline)
+                wait_ready(svc, deadline - time.monotonic())
                 progress(f"{svc.name} ready after {time.monotonic() - began:.1f} s")
             created = ensure_topics(
                 self.kafka.bootstrap, s.topics, s.partitions, s.replication_factor
@@ -153,16 +154,6 @@ class Stack:
             self.down()
             raise
         return time.monotonic() - began
-
-    @staticmethod
-    def _wait_ready(svc: Service, deadline: float) -> None:
-        def ready_or_dead() -> bool:
-            if svc.pid is None:
-                raise svc.failure("exited during start-up")
-            return svc.ready()
-
-        if not procs.wait_until(ready_or_dead, max(0.0, deadline - time.monotonic()), 0.2):
-            raise svc.failure("was not ready in time")
 
     def down(self) -> list[str]:
         """Stops exactly the processes this stack started; returns their names."""

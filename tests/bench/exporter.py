@@ -37,8 +37,8 @@ from p4bs import paths
 from p4bs.bus import RecordProducer, ensure_topics
 from p4bs.config import Config, KafkaConfig, load_config
 from p4bs_exporter import EXPORTED_STREAMS, ExporterStats, run_spec
-from p4bs_infra.procs import free_ports, wait_until
-from p4bs_infra.services import KafkaBroker
+from p4bs_infra.procs import free_ports
+from p4bs_infra.services import KafkaBroker, wait_ready
 from p4bs_schemas.registry import STREAMS
 from p4bs_schemas.rtt_batch import RttBatcher
 
@@ -214,10 +214,7 @@ def main() -> int:
     broker = KafkaBroker(work, *free_ports(2))
     try:
         broker.start()
-        if not wait_until(lambda: broker.pid is None or broker.ready(), 90, 0.2):
-            raise broker.failure("was not ready in time")
-        if broker.pid is None:
-            raise broker.failure("exited during start-up")
+        wait_ready(broker, 90)
         pin(broker.pid, BROKER_CPU)
         base = load_config(paths.home() / "config" / "testbed.toml")
         config = dataclasses.replace(base, kafka=KafkaConfig(bootstrap=broker.bootstrap))

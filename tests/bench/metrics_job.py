@@ -53,7 +53,7 @@ from p4bs import paths
 from p4bs.bus import ensure_topics, producer_config
 from p4bs.config import Config, KafkaConfig, load_config
 from p4bs_infra.procs import free_ports, wait_until
-from p4bs_infra.services import KafkaBroker
+from p4bs_infra.services import KafkaBroker, wait_ready
 from p4bs_jobs.flink_env import (
     flink_configuration,
     stream_table_environment,
@@ -343,12 +343,7 @@ def produce_backlog(sender: Sender, seconds: int, start_ns: int) -> None:
 def run_baseline(config: Config, topics: dict[str, str], out_topic: str, work: Path) -> Any:
     """The metrics job's SQL per link and window (sources, windows, the Java per-flow
     aggregate) into Kafka as JSON: the job without the link groups and Python."""
-    conf = flink_configuration(
-        parallelism=PARALLELISM,
-        checkpoint_interval_ns=500_000_000,
-        checkpoint_dir=work / "checkpoints-baseline",
-    )
-    env = stream_table_environment(conf)
+    env = stream_table_environment(flink_conf(work, "baseline"))
     env.get_config().set("table.local-time-zone", "UTC")
     create_sources(
         env,
@@ -382,7 +377,8 @@ def run_baseline(config: Config, topics: dict[str, str], out_topic: str, work: P
         FROM per_link""")
 
 
-def metrics_conf(work: Path, name: str) -> Any:
+def flink_conf(work: Path, name: str) -> Any:
+    """Every job of the bench: parallelism 2, checkpoints every 0.5 s into its own folder."""
     return flink_configuration(
         parallelism=PARALLELISM,
         checkpoint_interval_ns=500_000_000,
@@ -415,7 +411,7 @@ def throughput(config: Config, traffic: Traffic, seconds: int, work: Path) -> tu
         started = time.monotonic()
         if name == "job":
             result = run_metrics_job(
-                config, topics, metrics_conf(work, "throughput"), group_id="bench-job", bounded=True
+                config, topics, flink_conf(work, "throughput"), group_id="bench-job", bounded=True
             )
         else:
             result = run_baseline(config, topics, out_topic, work)
@@ -448,7 +444,7 @@ def latency(config: Config, traffic: Traffic, seconds: int, warmup_s: int, work:
     topics = fresh_topics(bootstrap, INPUTS + OUTPUTS)
     committed = OutputWatch(bootstrap, topics["link_metrics"], True, _metrics_window_end())
     uncommitted = OutputWatch(bootstrap, topics["link_metrics"], False, _metrics_window_end())
-    result = run_metrics_job(config, topics, metrics_conf(work, "live"), group_id="bench-live")
+    result = run_metrics_job(config, topics, flink_conf(work, "live"), group_id="bench-live")
     sender = Sender(bootstrap, topics, traffic)
     start = (time.time_ns() // WINDOW_NS + 1) * WINDOW_NS
     sender.events(start)
@@ -521,8 +517,7 @@ def main() -> int:
     broker = KafkaBroker(work, *free_ports(2))
     try:
         broker.start()
-        if not wait_until(lambda: broker.pid is None or broker.ready(), 90, 0.2):
-            raise broker.failure("was not ready in time")
+        wait_ready(broker, 90)
         config = bench_config(broker.bootstrap, args.links)
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
         print(
