@@ -69,8 +69,15 @@ class RecordProducer:
             self.stats.last_error = str(err)
             log.error("delivery failed: %s", err)
 
-    def produce(self, stream: str, record: dict[str, Any], key: str | bytes | None = None) -> None:
-        """Encode and queue one record keyed by its link (or `key`).
+    def produce(
+        self,
+        stream: str,
+        record: dict[str, Any],
+        key: str | bytes | None = None,
+        partition: int | None = None,
+    ) -> None:
+        """Encode and queue one record keyed by its link (or `key`), into the partition the
+        key hashes to (or `partition`).
 
         Raises RecordError, sending nothing, if the record does not fit its schema.
         """
@@ -81,7 +88,13 @@ class RecordProducer:
         while True:
             try:
                 self._producer.produce(
-                    topic, value, key, headers=schema.headers, on_delivery=self._on_delivery
+                    topic,
+                    value,
+                    key,
+                    headers=schema.headers,
+                    on_delivery=self._on_delivery,
+                    # -1: librdkafka's "unassigned", the partitioner picks by key.
+                    partition=-1 if partition is None else partition,
                 )
                 break
             except BufferError:  # local queue full: let deliveries drain, then retry

@@ -61,9 +61,12 @@ def create_sources(
     bootstrap: str,
     metrics: MetricsConfig,
     source_options: Mapping[str, str],
+    stop_offsets: Mapping[str, Mapping[int, int]] | None = None,
 ) -> None:
-    """Kafka tables for the four input streams, with event time and watermarks."""
+    """Kafka tables for the four input streams, with event time and watermarks; a stream
+    named in `stop_offsets` is read up to those offsets (see `stop_at`)."""
     lag = metrics.max_out_of_orderness_ns
+    stop_offsets = stop_offsets or {}
     for table, stream, time_ns in (
         ("rtt_in", "rtt_samples", "ts_ns - interval_ns"),
         ("counters_in", "link_counters", "ts_ns - interval_ns"),
@@ -77,7 +80,7 @@ def create_sources(
                 topics[stream],
                 bootstrap,
                 extra_columns=_rowtime(time_ns, lag),
-                options=source_options,
+                options={**source_options, **stop_at(stop_offsets.get(stream))},
             )
         )
 
@@ -278,13 +281,14 @@ def build_metrics_job(
     topics: Mapping[str, str],
     *,
     source_options: Mapping[str, str],
+    stop_offsets: Mapping[str, Mapping[int, int]] | None = None,
     transactional_id_prefix: str,
 ) -> StatementSet:
     """Declares the sources, the SQL, the keyed Python stages and the two sinks (link
     metrics, SLA alerts); returns the statements to execute as one Flink job."""
     env.get_config().set("table.local-time-zone", "UTC")
     bootstrap = config.kafka.bootstrap
-    create_sources(env, topics, bootstrap, config.metrics, source_options)
+    create_sources(env, topics, bootstrap, config.metrics, source_options, stop_offsets)
     for table, stream in (("metrics_out", "link_metrics"), ("alerts_out", "sla_alerts")):
         # Each sink's transactions need their own ids.
         options = exactly_once_sink_options(f"{transactional_id_prefix}.{stream}")
@@ -315,6 +319,20 @@ def source_options(group_id: str, *, bounded: bool) -> dict[str, str]:
     return options
 
 
+def stop_at(offsets: Mapping[int, int] | None) -> dict[str, str]:
+    """Source options that end a bounded read of a topic at the given offset of each
+    partition (every partition of the topic must be named), whether or not the records up
+    to it have been written yet: a replay of an exact range of the log."""
+    if not offsets:
+        return {}
+    return {
+        "scan.bounded.mode": "specific-offsets",
+        "scan.bounded.specific-offsets": ";".join(
+            f"partition:{p},offset:{offset}" for p, offset in sorted(offsets.items())
+        ),
+    }
+
+
 def exactly_once_sink_options(transactional_id_prefix: str) -> dict[str, str]:
     """Kafka transactions committed with each checkpoint: consumers that read committed
     data see every window once, even across a crash and a restart from a checkpoint."""
@@ -332,9 +350,14 @@ def run_metrics_job(
     *,
     group_id: str = "p4bs-metrics",
     bounded: bool = False,
+    stop_offsets: Mapping[str, Mapping[int, int]] | None = None,
 ) -> TableResult:
     """Submits the metrics job (embedded or remote, as `conf` says) and returns at once;
-    `.wait()` on the result blocks until a bounded job has read everything."""
+    `.wait()` on the result blocks until a bounded job has read everything. A bounded job
+    reads each stream up to the offsets that were the latest when it started, or, for the
+    streams in `stop_offsets` (stream -> partition -> offset), up to those."""
+    if stop_offsets and not bounded:
+        raise ValueError("stop offsets end a bounded run; the job is unbounded")
     env = stream_table_environment(conf)
     if not bounded:
         # A live topic (or partition) without records must not hold event time back forever.
@@ -345,6 +368,7 @@ def run_metrics_job(
         config,
         topics,
         source_options=source_options(group_id, bounded=bounded),
+        stop_offsets=stop_offsets,
         transactional_id_prefix=group_id,
     )
     return statements.execute()
