@@ -26,7 +26,7 @@ from p4bs_infra import procs
 from p4bs_infra.stack import Stack
 from p4bs_schemas.codec import codec
 from p4bs_schemas.registry import STREAMS, current_schema
-from p4bs_schemas.rtt_batch import RttBatcher, samples_of
+from p4bs_schemas.rtt_batch import FLOW_FIELDS, RttBatcher, samples_of
 
 T0 = 1_700_000_000 * 10**9  # the captures' first second
 MS = 1_000_000
@@ -110,12 +110,10 @@ def model_records(spec: dict[str, Any], directory: Path) -> dict[str, list[dict[
         stream = KIND_STREAM[data.pop("kind")]
         if "event" in data:
             data["kind"] = data.pop("event")
-        schema = current_schema(STREAMS[stream])
-        if stream == "rtt_samples":  # a sample's fields and its link
-            schema = {
-                "fields": [schema["fields"][0], *schema["fields"][-1]["type"]["items"]["fields"]]
-            }
-        fields = [f["name"] for f in schema["fields"]]
+        if stream == "rtt_samples":  # a sample: its link, time, flow and RTT
+            fields = ["link_id", "ts_ns", *FLOW_FIELDS, "rtt_ns"]
+        else:
+            fields = [f["name"] for f in current_schema(STREAMS[stream])["fields"]]
         assert sorted(data) == sorted(fields), f"{stream}: {sorted(data)}"
         records[stream].append({f: data[f] for f in fields})
     batcher = RttBatcher(**spec["rtt_batch"])
@@ -196,8 +194,10 @@ def test_records_are_the_python_codecs_bytes_in_the_models_order(
     spec["rtt_batch"]["max_samples"] = 7  # busy intervals split over several batches
     expected = model_records(spec, tmp_path)
     assert len(samples(expected["rtt_samples"])) == 400 + 300 + 50 + 175
-    sizes = [len(b["samples"]) for b in expected["rtt_samples"]]
+    sizes = [len(b["rtt_ns"]) for b in expected["rtt_samples"]]
     assert max(sizes) == 7 and min(sizes) < 7
+    # Batches with several flows, some of them with several samples.
+    assert any(1 < len(b["flows"]) < len(b["rtt_ns"]) for b in expected["rtt_samples"])
     events = [(r["kind"], r["reason"]) for r in expected["flow_events"]]
     assert sorted(set(events)) == [("end", "fin"), ("end", "idle_timeout"), ("start", "threshold")]
     assert len(expected["link_counters"]) > 30

@@ -24,6 +24,7 @@ from p4bs_exporter.target import ExporterError
 from p4bs_exporter.tofino import TofinoTarget
 from p4bs_infra.procs import wait_until
 from p4bs_infra.stack import Stack
+from p4bs_schemas.rtt_batch import samples_of
 
 RTT_ID, FLOW_ID = 101, 202
 LINK0, LINK1 = "r1:eth1", "r1:eth2"
@@ -358,9 +359,10 @@ def test_rtt_digest_becomes_rtt_sample_in_a_batch(run: Run) -> None:
     batch = got.record
     assert batch["link_id"] == LINK1
     assert batch["interval_ns"] == run.target.config.dataplane.rtt_batch_interval_ns
-    (record,) = batch["samples"]
+    (record,) = samples_of(batch)
     assert batch["ts_ns"] - batch["interval_ns"] <= record["ts_ns"] < batch["ts_ns"]
     assert {k: v for k, v in record.items() if k != "ts_ns"} == {
+        "link_id": LINK1,
         "src_ip": "10.201.1.10",
         "dst_ip": "10.201.2.2",
         "src_port": 40000,
@@ -442,7 +444,7 @@ def test_malformed_digests_counted_loop_goes_on(run: Run) -> None:
     run.switch.digest(999, rtt())
     run.switch.digest(RTT_ID, rtt(rtt_ns=12_345_600))  # a good one after them
     got = run.wait_records("rtt_samples", 1)
-    assert [s["rtt_ns"] for r in got for s in r.record["samples"]] == [12_345_600]
+    assert [rtt for r in got for rtt in r.record["rtt_ns"]] == [12_345_600]
     assert wait_until(lambda: run.target.stats().pipeline.get("malformed_digests") == 5, 10)
     problems = "\n".join(run.target.stats().problems)
     assert "6 fields, expected 7; missing rtt" in problems

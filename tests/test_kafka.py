@@ -2,30 +2,32 @@
 
 from __future__ import annotations
 
+import io
 import time
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from fastavro import parse_schema, schemaless_writer
 
 from p4bs.bus import Received, RecordConsumer, RecordProducer
 from p4bs_infra.stack import Stack
 from p4bs_schemas.codec import FINGERPRINT_HEADER, RecordError, codec
+from p4bs_schemas.registry import current_schema
 
 
 def rtt(link_id: str = "r1:eth1", rtt_ns: object = 20_000_000) -> dict[str, Any]:
     """A batch of one RTT sample."""
-    sample = {
-        "ts_ns": 1_700_000_000_000_000_000,
-        "src_ip": "10.0.1.2",
-        "dst_ip": "10.0.2.2",
-        "src_port": 40000,
-        "dst_port": 5201,
-        "protocol": 6,
-        "rtt_ns": rtt_ns,
+    flow = {"src_ip": "10.0.1.2", "dst_ip": "10.0.2.2", "src_port": 40000, "dst_port": 5201}
+    return {
+        "link_id": link_id,
+        "ts_ns": 1_700_000_000_010_000_000,
+        "interval_ns": 10_000_000,
+        "flows": [{**flow, "protocol": 6}],
+        "flow_index": [0],
+        "offset_ns": [0],
+        "rtt_ns": [rtt_ns],
     }
-    end = 1_700_000_000_010_000_000
-    return {"link_id": link_id, "ts_ns": end, "interval_ns": 10_000_000, "samples": [sample]}
 
 
 def _drain(consumer: RecordConsumer, want: int, timeout_s: float = 60.0) -> list[Received]:
@@ -51,7 +53,7 @@ def test_record_produced_consumed_and_decoded(stack: Stack, topics: dict[str, st
         got = _drain(consumer, 2)
     finally:
         consumer.close()
-    assert sorted((r.key, r.record["samples"][0]["rtt_ns"]) for r in got) == [
+    assert sorted((r.key, r.record["rtt_ns"][0]) for r in got) == [
         ("r1:eth1", 20_000_000),
         ("r2:eth0", 7),
     ]
@@ -65,10 +67,16 @@ def test_malformed_record_goes_to_dead_letters_and_consumer_keeps_going(
     raw = Producer({"bootstrap.servers": stack.kafka.bootstrap})
     good = codec("RttSampleBatch").encode(rtt())
     garbage = b"\xff\xfe not avro"
-    # One partition (same key) keeps the order: good, garbage, wrong fingerprint, good.
+    # Fits the schema, but its sample's flow is not in the batch.
+    no_flow = io.BytesIO()
+    schemaless_writer(
+        no_flow, parse_schema(current_schema("RttSampleBatch")), rtt() | {"flows": []}
+    )
+    # One partition (same key) keeps the order: good, garbage, wrong fingerprint, no flow, good.
     raw.produce(topic, good, b"r1:eth1")
     raw.produce(topic, garbage, b"r1:eth1")
     raw.produce(topic, good, b"r1:eth1", headers=[(FINGERPRINT_HEADER, b"deadbeefdeadbeef")])
+    raw.produce(topic, no_flow.getvalue(), b"r1:eth1")
     raw.produce(topic, codec("RttSampleBatch").encode(rtt(rtt_ns=99)), b"r1:eth1")
     assert raw.flush(30) == 0
 
@@ -77,21 +85,24 @@ def test_malformed_record_goes_to_dead_letters_and_consumer_keeps_going(
         got = _drain(consumer, 2)
     finally:
         consumer.close()
-    assert [r.record["samples"][0]["rtt_ns"] for r in got] == [20_000_000, 99]
-    assert consumer.stats.malformed == 2
+    assert [r.record["rtt_ns"][0] for r in got] == [20_000_000, 99]
+    assert consumer.stats.malformed == 3
 
     letters_reader = RecordConsumer(
         stack.kafka.bootstrap, "test-dlq-read", ["dead_letters"], topics
     )
     try:
-        letters = [r.record for r in _drain(letters_reader, 2)]
+        letters = [r.record for r in _drain(letters_reader, 3)]
     finally:
         letters_reader.close()
-    assert len(letters) == 2
-    assert {letter["source_offset"] for letter in letters} == {1, 2}
+    assert len(letters) == 3
+    assert {letter["source_offset"] for letter in letters} == {1, 2, 3}
     by_offset = {letter["source_offset"]: letter for letter in letters}
     assert by_offset[1]["value"] == garbage and "undecodable" in by_offset[1]["error"]
     assert "unknown writer schema fingerprint deadbeefdeadbeef" in by_offset[2]["error"]
+    assert by_offset[3]["error"] == (
+        "RttSampleBatch: flow_index[0] = 0 is not a position in flows (0 flows)"
+    )
     assert all(letter["source_topic"] == topic for letter in letters)
     assert all(letter["consumer"] == "test-dlq" for letter in letters)
 

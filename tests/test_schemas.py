@@ -16,20 +16,22 @@ from p4bs_schemas.compat import check_backward
 from p4bs_schemas.registry import STREAMS, Schema, current_schema, released_schemas, schema_names
 from p4bs_schemas.rtt_batch import RttBatcher, samples_of
 
-SAMPLE = {
-    "ts_ns": 1_700_000_000_123_456_789,
+FLOW = {
     "src_ip": "10.0.1.2",
     "dst_ip": "10.0.2.2",
     "src_port": 40000,
     "dst_port": 5201,
     "protocol": 6,
-    "rtt_ns": 21_500_000,
 }
+SAMPLE = {"ts_ns": 1_700_000_000_123_456_789, **FLOW, "rtt_ns": 21_500_000}
 RTT = {
     "link_id": "r1:eth1",
     "ts_ns": 1_700_000_000_130_000_000,
     "interval_ns": 10_000_000,
-    "samples": [SAMPLE, {**SAMPLE, "ts_ns": SAMPLE["ts_ns"] + 1, "rtt_ns": 7}],
+    "flows": [FLOW, {**FLOW, "src_port": 40001}],
+    "flow_index": [0, 1, 0],
+    "offset_ns": [3_456_789, 3_456_790, 9_999_999],
+    "rtt_ns": [21_500_000, 7, 22_000_000],
 }
 
 
@@ -56,8 +58,11 @@ def test_current_schema_is_released_and_every_release_stays_readable(name: str) 
             assert not problems, f"{name} v{later_version} cannot read v{version}: {problems}"
 
 
-def _evolve(change: Callable[[Schema], None]) -> tuple[Schema, Schema]:
-    old = current_schema("FlowEvent")
+Change = Callable[[Schema], None]
+
+
+def _evolve(name: str, change: Change) -> tuple[Schema, Schema]:
+    old = current_schema(name)
     new = copy.deepcopy(old)
     change(new)
     return new, old
@@ -67,32 +72,70 @@ def _field(schema: Schema, name: str) -> dict[str, Any]:
     return next(f for f in schema["fields"] if f["name"] == name)
 
 
-BREAKING = {
-    "new field without default": lambda s: s["fields"].append({"name": "x", "type": "long"}),
-    "long narrowed to int": lambda s: _field(s, "ts_ns").update(type="int"),
-    "string to long": lambda s: _field(s, "src_ip").update(type="long"),
-    "allowed value removed": lambda s: _field(s, "kind").update(allowed=["start"]),
-    "long to boolean": lambda s: _field(s, "packets").update(type="boolean"),
-}
-COMPATIBLE = {
-    "new field with default": lambda s: s["fields"].append(
-        {"name": "x", "type": ["null", "long"], "default": None}
+def _items(schema: Schema, name: str) -> Any:
+    return _field(schema, name)["type"]["items"]
+
+
+# Changes of FlowEvent (flat), and of RttSampleBatch's arrays of numbers and of records.
+BREAKING: dict[str, tuple[str, Change]] = {
+    "new field without default": (
+        "FlowEvent",
+        lambda s: s["fields"].append({"name": "x", "type": "long"}),
     ),
-    "field removed": lambda s: s["fields"].pop(),
-    "int widened to long": lambda s: _field(s, "src_port").update(type="long"),
-    "allowed value added": lambda s: _field(s, "kind").update(allowed=["start", "end", "x"]),
-    "field made nullable": lambda s: _field(s, "packets").update(type=["null", "long"]),
+    "long narrowed to int": ("FlowEvent", lambda s: _field(s, "ts_ns").update(type="int")),
+    "string to long": ("FlowEvent", lambda s: _field(s, "src_ip").update(type="long")),
+    "allowed value removed": (
+        "FlowEvent",
+        lambda s: _field(s, "kind").update(allowed=["start"]),
+    ),
+    "long to boolean": ("FlowEvent", lambda s: _field(s, "packets").update(type="boolean")),
+    "array items narrowed long to int": (
+        "RttSampleBatch",
+        lambda s: _field(s, "rtt_ns")["type"].update(items="int"),
+    ),
+    "array of numbers to array of strings": (
+        "RttSampleBatch",
+        lambda s: _field(s, "flow_index")["type"].update(items="string"),
+    ),
+    "array item record: new field without default": (
+        "RttSampleBatch",
+        lambda s: _items(s, "flows")["fields"].append({"name": "x", "type": "long"}),
+    ),
+}
+COMPATIBLE: dict[str, tuple[str, Change]] = {
+    "new field with default": (
+        "FlowEvent",
+        lambda s: s["fields"].append({"name": "x", "type": ["null", "long"], "default": None}),
+    ),
+    "field removed": ("FlowEvent", lambda s: s["fields"].pop()),
+    "int widened to long": ("FlowEvent", lambda s: _field(s, "src_port").update(type="long")),
+    "allowed value added": (
+        "FlowEvent",
+        lambda s: _field(s, "kind").update(allowed=["start", "end", "x"]),
+    ),
+    "field made nullable": (
+        "FlowEvent",
+        lambda s: _field(s, "packets").update(type=["null", "long"]),
+    ),
+    "array items widened int to long": (
+        "RttSampleBatch",
+        lambda s: _field(s, "flow_index")["type"].update(items="long"),
+    ),
+    "array item record: field removed": (
+        "RttSampleBatch",
+        lambda s: _items(s, "flows")["fields"].pop(),
+    ),
 }
 
 
 @pytest.mark.parametrize("change", list(BREAKING), ids=list(BREAKING))
 def test_checker_rejects_breaking_changes(change: str) -> None:
-    assert check_backward(*_evolve(BREAKING[change]))
+    assert check_backward(*_evolve(*BREAKING[change]))
 
 
 @pytest.mark.parametrize("change", list(COMPATIBLE), ids=list(COMPATIBLE))
 def test_checker_accepts_compatible_changes(change: str) -> None:
-    assert check_backward(*_evolve(COMPATIBLE[change])) == []
+    assert check_backward(*_evolve(*COMPATIBLE[change])) == []
 
 
 def test_codec_round_trip_and_headers() -> None:
@@ -119,11 +162,13 @@ def test_codec_reads_an_older_writer_by_fingerprint() -> None:
     [
         (lambda r: r.update(interval_ns="fast"), "interval_ns"),
         (lambda r: r.pop("link_id"), "link_id"),
-        (lambda r: r.update(samples=[{**SAMPLE, "rtt_ns": "fast"}]), "rtt_ns"),
+        (lambda r: r.update(rtt_ns=[1, "fast", 2]), "rtt_ns"),
         (
-            lambda r: r.update(samples=[SAMPLE, {**SAMPLE, "src_port": 2**40}]),
-            r"samples\[1\]\.src_port",
+            lambda r: r.update(flows=[FLOW, {**FLOW, "src_port": 2**40}]),
+            r"flows\[1\]\.src_port: 1099511627776 is outside",
         ),
+        (lambda r: r.update(flow_index=[0, 2**31, 0]), r"flow_index\[1\]: 2147483648 is outside"),
+        (lambda r: r.update(offset_ns=[0, 1, 2**63]), r"offset_ns\[2\]: 9223372036854775808 is"),
     ],
 )
 def test_encoding_a_bad_record_names_the_field(
@@ -173,13 +218,42 @@ def test_decoding_garbage_is_a_record_error(
         codec("RttSampleBatch").decode(data, headers)
 
 
+@pytest.mark.parametrize(
+    ("columns", "message"),
+    [
+        ({"rtt_ns": [1, 2]}, r"differ in length \(flow_index 3, offset_ns 3, rtt_ns 2\)"),
+        ({"flow_index": [], "offset_ns": [], "rtt_ns": []}, "no samples"),
+        ({"flow_index": [0, 2, 0]}, r"flow_index\[1\] = 2 is not a position in flows \(2 flows\)"),
+        ({"flow_index": [0, 1, -1]}, r"flow_index\[2\] = -1 is not a position"),
+        (
+            {"offset_ns": [0, 10_000_000, 1]},
+            r"offset_ns\[1\] = 10000000 is outside \[0, interval_ns = 10000000\)",
+        ),
+        ({"offset_ns": [-1, 0, 1]}, r"offset_ns\[0\] = -1 is outside"),
+    ],
+)
+def test_a_batch_whose_columns_do_not_fit_together_is_refused_both_ways(
+    columns: dict[str, list[int]], message: str
+) -> None:
+    """Such a batch fits the schema, but its samples cannot be read: the codec refuses to
+    write it, and a consumer reading it gets a RecordError (a dead letter) naming why."""
+    batch = {**RTT, **columns}
+    rtt = codec("RttSampleBatch")
+    with pytest.raises(RecordError, match=message):
+        rtt.encode(batch)
+    out = io.BytesIO()
+    schemaless_writer(out, parse_schema(current_schema("RttSampleBatch")), batch)
+    with pytest.raises(RecordError, match=f"RttSampleBatch: .*{message}"):
+        rtt.decode(out.getvalue(), rtt.headers)
+
+
 def test_rtt_batches_hold_one_interval_of_one_link_and_split_when_full() -> None:
     batcher = RttBatcher(interval_ns=10, max_samples=3)
     done = []
     for link, ts in [("a", 0), ("b", 5), ("a", 9), ("a", 9), ("a", 9), ("a", 10), ("a", 35)]:
         done += batcher.add(link, {**SAMPLE, "ts_ns": ts})
     # "a" at 9 filled the first batch; 10 starts the next interval, 35 the one after.
-    assert [(b["link_id"], b["ts_ns"], [s["ts_ns"] for s in b["samples"]]) for b in done] == [
+    assert [(b["link_id"], b["ts_ns"], [s["ts_ns"] for s in samples_of(b)]) for b in done] == [
         ("a", 10, [0, 9, 9]),
         ("a", 10, [9]),
         ("a", 20, [10]),
@@ -192,3 +266,26 @@ def test_rtt_batches_hold_one_interval_of_one_link_and_split_when_full() -> None
     assert batcher.close() == []
     for batch in done:
         assert codec("RttSampleBatch").decode(codec("RttSampleBatch").encode(batch)) == batch
+
+
+def test_a_batch_lists_each_flow_once_in_the_order_of_its_first_sample() -> None:
+    flows = [FLOW, {**FLOW, "src_port": 40001}, {**FLOW, "dst_ip": "10.0.2.3"}]
+    start = 1_700_000_000_120_000_000
+    added = [
+        {"ts_ns": start + 1000 * i, **flows[f], "rtt_ns": 20_000_000 + i}
+        for i, f in enumerate([1, 0, 1, 2, 1])
+    ]
+    batcher = RttBatcher(interval_ns=10_000_000)
+    assert [b for sample in added for b in batcher.add("r1:eth1", sample)] == []
+    (batch,) = batcher.close()
+    assert batch == {
+        "link_id": "r1:eth1",
+        "ts_ns": start + 10_000_000,
+        "interval_ns": 10_000_000,
+        "flows": [flows[1], flows[0], flows[2]],
+        "flow_index": [0, 1, 0, 2, 0],
+        "offset_ns": [0, 1000, 2000, 3000, 4000],
+        "rtt_ns": [20_000_000, 20_000_001, 20_000_002, 20_000_003, 20_000_004],
+    }
+    assert samples_of(batch) == [{"link_id": "r1:eth1", **s} for s in added]
+    assert codec("RttSampleBatch").decode(codec("RttSampleBatch").encode(batch)) == batch

@@ -123,13 +123,18 @@ def stream_spec(stream: str, topic: str) -> dict[str, Any]:
 
 def _flat_fields(schema: dict[str, Any], prefix: str = "") -> list[list[str]]:
     """[path, type] of every field, nested records' fields after their array as
-    `samples[].ts_ns`: the form the Rust encoder compares with its own."""
+    `flows[].src_ip`, an array of numbers' item type as `rtt_ns[]`: the form the Rust encoder
+    compares with its own."""
     flat = []
     for f in schema["fields"]:
-        kind = f["type"]
+        kind, path = f["type"], prefix + f["name"]
         if isinstance(kind, dict) and kind["type"] == "array":
-            flat.append([prefix + f["name"], "array"])
-            flat += _flat_fields(kind["items"], f"{prefix}{f['name']}[].")
+            flat.append([path, "array"])
+            items = kind["items"]
+            if isinstance(items, dict):
+                flat += _flat_fields(items, f"{path}[].")
+            else:
+                flat.append([f"{path}[]", items])
         else:
-            flat.append([prefix + f["name"], kind])
+            flat.append([path, kind])
     return flat

@@ -736,7 +736,7 @@ class TofinoTarget:
             s.produced[stream] = s.produced.get(stream, 0) + 1
             s.produced_total += 1
             if stream == "rtt_samples":
-                s.rtt_samples_produced += len(record["samples"])
+                s.rtt_samples_produced += len(record["rtt_ns"])
         if self._first_record is None:
             self._first_record = time.monotonic()
 

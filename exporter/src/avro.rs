@@ -1,26 +1,33 @@
 //! Schemaless Avro binary of the three exported records, byte for byte what
 //! `p4bs_schemas.codec.codec(NAME).encode(record)` writes: fields in schema order, `int` and
 //! `long` as zigzag varints, strings as a varint length and UTF-8 bytes, an array as one
-//! block (its item count, the items, then 0). Nothing allocates: every record is appended to
-//! a caller's buffer.
+//! block (its item count, the items, then 0). Nothing allocates once warm: every record is
+//! appended to a caller's buffer, and an RTT batch's columns keep their capacity between
+//! batches.
+
+use std::collections::HashMap;
 
 use p4bs_model::record::{Flow, Record};
 
 /// The fields (path, Avro type) each encoder writes, in order; a nested record's fields follow
-/// their array as `array[].field`. The run spec carries the schemas' own field lists and the
-/// exporter refuses to start if they differ.
+/// their array as `array[].field`, an array of numbers' item type as `array[]`. The run spec
+/// carries the schemas' own field lists and the exporter refuses to start if they differ.
 pub const RTT_SAMPLE_BATCH: &[(&str, &str)] = &[
     ("link_id", "string"),
     ("ts_ns", "long"),
     ("interval_ns", "long"),
-    ("samples", "array"),
-    ("samples[].ts_ns", "long"),
-    ("samples[].src_ip", "string"),
-    ("samples[].dst_ip", "string"),
-    ("samples[].src_port", "int"),
-    ("samples[].dst_port", "int"),
-    ("samples[].protocol", "int"),
-    ("samples[].rtt_ns", "long"),
+    ("flows", "array"),
+    ("flows[].src_ip", "string"),
+    ("flows[].dst_ip", "string"),
+    ("flows[].src_port", "int"),
+    ("flows[].dst_port", "int"),
+    ("flows[].protocol", "int"),
+    ("flow_index", "array"),
+    ("flow_index[]", "int"),
+    ("offset_ns", "array"),
+    ("offset_ns[]", "long"),
+    ("rtt_ns", "array"),
+    ("rtt_ns[]", "long"),
 ];
 
 pub const FLOW_EVENT: &[(&str, &str)] = &[
@@ -151,43 +158,78 @@ impl Stream {
     }
 }
 
-/// Appends one `RttSample` (an item of a batch's `samples`) to `items`.
-pub fn put_rtt_sample(
-    items: &mut Vec<u8>,
-    ts_ns: u64,
-    flow: &Flow,
-    rtt_ns: u64,
-) -> Result<(), OutOfRange> {
-    let mark = items.len();
-    let written = put_u64(items, ts_ns, "ts_ns").and_then(|()| {
-        put_flow(items, flow);
-        put_u64(items, rtt_ns, "rtt_ns")
-    });
-    if written.is_err() {
-        items.truncate(mark);
-    }
-    written
+/// The columns of an open `RttSampleBatch`, encoded as its samples come: each flow once, in
+/// the order of its first sample, and per sample its flow's index, its offset in the
+/// interval and its RTT. Cleared, the buffers and the flow table keep their capacity, so a
+/// link's batches stop allocating once it has had its busiest one.
+#[derive(Default)]
+pub struct RttColumns {
+    index_of: HashMap<Flow, u32>,
+    flows: Vec<u8>,
+    flow_index: Vec<u8>,
+    offset_ns: Vec<u8>,
+    rtt_ns: Vec<u8>,
+    samples: u32,
 }
 
-/// Writes an `RttSampleBatch` to `buf` (cleared first): `count` samples already encoded in
-/// `items` by `put_rtt_sample`, for the interval `[end_ns - interval_ns, end_ns)`.
-pub fn put_rtt_batch(
-    buf: &mut Vec<u8>,
-    link_id: &[u8],
-    end_ns: u64,
-    interval_ns: u64,
-    count: u32,
-    items: &[u8],
-) -> Result<(), OutOfRange> {
-    buf.clear();
-    buf.extend_from_slice(link_id);
-    put_u64(buf, end_ns, "ts_ns")?;
-    put_u64(buf, interval_ns, "interval_ns")?;
+impl RttColumns {
+    pub fn samples(&self) -> u32 {
+        self.samples
+    }
+
+    /// Appends a sample of `flow` seen `offset_ns` after the interval's start. A value the
+    /// schema cannot carry leaves the columns as they were.
+    pub fn push(&mut self, flow: &Flow, offset_ns: u64, rtt_ns: u64) -> Result<(), OutOfRange> {
+        let offset_ns = i64::try_from(offset_ns).map_err(|_| OutOfRange("offset_ns"))?;
+        let rtt_ns = i64::try_from(rtt_ns).map_err(|_| OutOfRange("rtt_ns"))?;
+        let next = self.index_of.len() as u32;
+        let index = *self.index_of.entry(*flow).or_insert_with(|| {
+            put_flow(&mut self.flows, flow);
+            next
+        });
+        put_long(&mut self.flow_index, i64::from(index));
+        put_long(&mut self.offset_ns, offset_ns);
+        put_long(&mut self.rtt_ns, rtt_ns);
+        self.samples += 1;
+        Ok(())
+    }
+
+    pub fn clear(&mut self) {
+        self.index_of.clear();
+        self.flows.clear();
+        self.flow_index.clear();
+        self.offset_ns.clear();
+        self.rtt_ns.clear();
+        self.samples = 0;
+    }
+}
+
+/// Appends an array of `count` items already encoded in `items`.
+fn put_array(buf: &mut Vec<u8>, count: u32, items: &[u8]) {
     if count > 0 {
         put_long(buf, i64::from(count));
         buf.extend_from_slice(items);
     }
     buf.push(0); // end of the array
+}
+
+/// Writes an `RttSampleBatch` to `buf` (cleared first): the samples of `columns`, for the
+/// interval `[end_ns - interval_ns, end_ns)`.
+pub fn put_rtt_batch(
+    buf: &mut Vec<u8>,
+    link_id: &[u8],
+    end_ns: u64,
+    interval_ns: u64,
+    columns: &RttColumns,
+) -> Result<(), OutOfRange> {
+    buf.clear();
+    buf.extend_from_slice(link_id);
+    put_u64(buf, end_ns, "ts_ns")?;
+    put_u64(buf, interval_ns, "interval_ns")?;
+    put_array(buf, columns.index_of.len() as u32, &columns.flows);
+    for column in [&columns.flow_index, &columns.offset_ns, &columns.rtt_ns] {
+        put_array(buf, columns.samples, column);
+    }
     Ok(())
 }
 
@@ -292,11 +334,12 @@ mod tests {
         }
     }
 
-    fn flow() -> Flow {
+    /// Flow `i` of the tests: 10.201.1.(10 + i):(40000 + i) > 10.201.2.2:5201.
+    fn flow(i: u8) -> Flow {
         Flow {
-            src: u32::from(Ipv4Addr::new(10, 201, 1, 10)),
+            src: u32::from(Ipv4Addr::new(10, 201, 1, 10 + i)),
             dst: u32::from(Ipv4Addr::new(10, 201, 2, 2)),
-            sport: 40000,
+            sport: 40000 + u16::from(i),
             dport: 5201,
         }
     }
@@ -310,11 +353,16 @@ mod tests {
     // The expected bytes below were written once by fastavro through
     // `p4bs_schemas.codec.codec(NAME).encode(...)` for the same records, and pinned here.
 
-    #[test]
-    fn rtt_sample_batch_matches_the_python_codec() {
-        let mut items = Vec::new();
-        put_rtt_sample(&mut items, 1_700_000_000_123_456_789, &flow(), 20_000_000).unwrap();
-        put_rtt_sample(&mut items, 1_700_000_000_129_999_999, &flow(), 1).unwrap();
+    /// (flow, offset_ns, rtt_ns): several flows, flow 0 more than once.
+    const SAMPLES: [(u8, u64, u64); 5] = [
+        (0, 3_456_789, 20_000_000),
+        (1, 3_500_000, 23_000_000),
+        (0, 5_000_000, 20_100_000),
+        (2, 7_000_000, 26_000_000),
+        (0, 9_999_999, 1),
+    ];
+
+    fn rtt_batch(columns: &RttColumns) -> Vec<u8> {
         let mut buf = vec![0xaa; 3]; // cleared
         let link = link_field("r1:eth1");
         put_rtt_batch(
@@ -322,11 +370,29 @@ mod tests {
             &link,
             1_700_000_000_130_000_000,
             10_000_000,
-            2,
-            &items,
+            columns,
         )
         .unwrap();
-        assert_eq!(buf, PY_RTT_SAMPLE_BATCH);
+        buf
+    }
+
+    fn columns(samples: &[(u8, u64, u64)]) -> RttColumns {
+        let mut columns = RttColumns::default();
+        for &(i, offset_ns, rtt_ns) in samples {
+            columns.push(&flow(i), offset_ns, rtt_ns).unwrap();
+        }
+        columns
+    }
+
+    #[test]
+    fn rtt_sample_batch_matches_the_python_codec() {
+        let mut reused = columns(&SAMPLES);
+        assert_eq!(reused.samples(), 5);
+        assert_eq!(rtt_batch(&reused), PY_RTT_SAMPLE_BATCH);
+        // Cleared, the columns start the next batch afresh: its first flow gets index 0.
+        reused.clear();
+        reused.push(&flow(2), 1, 2).unwrap();
+        assert_eq!(rtt_batch(&reused), rtt_batch(&columns(&[(2, 1, 2)])));
     }
 
     #[test]
@@ -336,7 +402,7 @@ mod tests {
             ts_ns: 1_700_000_000_000_000_000,
             kind: FlowEventKind::End,
             reason: FlowEventReason::IdleTimeout,
-            flow: flow(),
+            flow: flow(0),
             packets: 2001,
         });
         assert_eq!(stream, Some(Stream::FlowEvents));
@@ -367,13 +433,14 @@ mod tests {
 
     #[test]
     fn values_above_the_long_range_are_refused_and_leave_no_bytes() {
-        let mut items = vec![1, 2];
-        for (ts, rtt, field) in [(1, u64::MAX, "rtt_ns"), (u64::MAX, 1, "ts_ns")] {
+        let mut refusing = columns(&SAMPLES[..1]);
+        for (offset_ns, rtt_ns, field) in [(1, u64::MAX, "rtt_ns"), (u64::MAX, 1, "offset_ns")] {
             assert_eq!(
-                put_rtt_sample(&mut items, ts, &flow(), rtt),
+                refusing.push(&flow(1), offset_ns, rtt_ns),
                 Err(OutOfRange(field))
             );
-            assert_eq!(items, [1, 2]);
+            assert_eq!(refusing.samples(), 1);
+            assert_eq!(rtt_batch(&refusing), rtt_batch(&columns(&SAMPLES[..1])));
         }
     }
 
@@ -382,14 +449,14 @@ mod tests {
         let record = Record::QueueDelay {
             link: 0,
             ts_ns: 1,
-            flow: flow(),
+            flow: flow(0),
             delay_ns: 5,
         };
         assert_eq!(encoded(&record).0, None);
         let record = Record::Rtt {
             link: 0,
             ts_ns: 1,
-            flow: flow(),
+            flow: flow(0),
             rtt_ns: 5,
         };
         assert_eq!(encoded(&record).0, None);
@@ -397,18 +464,22 @@ mod tests {
 
     #[test]
     fn field_lists_are_the_schemas() {
-        assert_eq!(Stream::ALL.map(|s| s.fields().len()), [11, 10, 12]);
+        assert_eq!(Stream::ALL.map(|s| s.fields().len()), [15, 10, 12]);
         assert!(Stream::ALL.iter().all(|s| s.fields()[0].0 == "link_id"));
     }
 
     const PY_RTT_SAMPLE_BATCH: &[u8] = &[
         0x0e, 0x72, 0x31, 0x3a, 0x65, 0x74, 0x68, 0x31, 0x80, 0x92, 0xcd, 0xde, 0xc7, 0xbf, 0xce,
-        0x97, 0x2f, 0x80, 0xda, 0xc4, 0x09, 0x04, 0xaa, 0xb4, 0xae, 0xd8, 0xc7, 0xbf, 0xce, 0x97,
-        0x2f, 0x16, 0x31, 0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x31, 0x2e, 0x31, 0x30, 0x14, 0x31,
-        0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x32, 0x2e, 0x32, 0x80, 0xf1, 0x04, 0xa2, 0x51, 0x0c,
-        0x80, 0xb4, 0x89, 0x13, 0xfe, 0x91, 0xcd, 0xde, 0xc7, 0xbf, 0xce, 0x97, 0x2f, 0x16, 0x31,
-        0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x31, 0x2e, 0x31, 0x30, 0x14, 0x31, 0x30, 0x2e, 0x32,
-        0x30, 0x31, 0x2e, 0x32, 0x2e, 0x32, 0x80, 0xf1, 0x04, 0xa2, 0x51, 0x0c, 0x02, 0x00,
+        0x97, 0x2f, 0x80, 0xda, 0xc4, 0x09, 0x06, 0x16, 0x31, 0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e,
+        0x31, 0x2e, 0x31, 0x30, 0x14, 0x31, 0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x32, 0x2e, 0x32,
+        0x80, 0xf1, 0x04, 0xa2, 0x51, 0x0c, 0x16, 0x31, 0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x31,
+        0x2e, 0x31, 0x31, 0x14, 0x31, 0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x32, 0x2e, 0x32, 0x82,
+        0xf1, 0x04, 0xa2, 0x51, 0x0c, 0x16, 0x31, 0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x31, 0x2e,
+        0x31, 0x32, 0x14, 0x31, 0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x32, 0x2e, 0x32, 0x84, 0xf1,
+        0x04, 0xa2, 0x51, 0x0c, 0x00, 0x0a, 0x00, 0x02, 0x00, 0x04, 0x00, 0x00, 0x0a, 0xaa, 0xfc,
+        0xa5, 0x03, 0xc0, 0x9f, 0xab, 0x03, 0x80, 0xad, 0xe2, 0x04, 0x80, 0xbf, 0xd6, 0x06, 0xfe,
+        0xd9, 0xc4, 0x09, 0x00, 0x0a, 0x80, 0xb4, 0x89, 0x13, 0x80, 0xcf, 0xf7, 0x15, 0xc0, 0xce,
+        0x95, 0x13, 0x80, 0xea, 0xe5, 0x18, 0x02, 0x00,
     ];
     const PY_FLOW_EVENT: &[u8] = &[
         0x0e, 0x72, 0x31, 0x3a, 0x65, 0x74, 0x68, 0x31, 0x80, 0x80, 0xd0, 0xe2, 0xc6, 0xbf, 0xce,

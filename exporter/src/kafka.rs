@@ -130,8 +130,7 @@ struct LinkKey {
 #[derive(Default)]
 struct RttBatch {
     end_ns: u64,
-    samples: u32,
-    items: Vec<u8>,
+    columns: avro::RttColumns,
 }
 
 /// A stream's topic handle and header prototype as librdkafka objects, so that producing a
@@ -313,7 +312,8 @@ impl Sink {
                 } => self.add_rtt(usize::from(*link), *ts_ns, flow, *rtt_ns, full, &mut idle),
                 Record::FlowEvent { link, ts_ns, .. } | Record::Counters { link, ts_ns, .. } => {
                     let link = usize::from(*link);
-                    if self.batches[link].samples > 0 && self.batches[link].end_ns <= *ts_ns {
+                    let batch = &self.batches[link];
+                    if batch.columns.samples() > 0 && batch.end_ns <= *ts_ns {
                         self.send_batch(link, full, &mut idle);
                     }
                     self.send(record, full, &mut idle);
@@ -328,7 +328,7 @@ impl Sink {
     pub fn close_batches(&mut self, now_ns: Option<u64>, full: Full, mut idle: impl FnMut(&Sink)) {
         for link in 0..self.batches.len() {
             let batch = &self.batches[link];
-            if batch.samples > 0 && now_ns.is_none_or(|now| batch.end_ns <= now) {
+            if batch.columns.samples() > 0 && now_ns.is_none_or(|now| batch.end_ns <= now) {
                 self.send_batch(link, full, &mut idle);
             }
         }
@@ -353,16 +353,13 @@ impl Sink {
             return;
         };
         let batch = &self.batches[link];
-        if batch.samples > 0 && (batch.end_ns != end || batch.samples >= self.batching.max_samples)
-        {
+        let samples = batch.columns.samples();
+        if samples > 0 && (batch.end_ns != end || samples >= self.batching.max_samples) {
             self.send_batch(link, full, idle);
         }
         let batch = &mut self.batches[link];
-        match avro::put_rtt_sample(&mut batch.items, ts_ns, flow, rtt_ns) {
-            Ok(()) => {
-                batch.end_ns = end;
-                batch.samples += 1;
-            }
+        match batch.columns.push(flow, ts_ns % interval, rtt_ns) {
+            Ok(()) => batch.end_ns = end,
             Err(avro::OutOfRange(field)) => self.refuse(field),
         }
     }
@@ -376,18 +373,16 @@ impl Sink {
     /// Produces link `link`'s open batch and empties it.
     fn send_batch(&mut self, link: usize, full: Full, idle: &mut impl FnMut(&Sink)) {
         let batch = &mut self.batches[link];
-        let samples = batch.samples;
+        let samples = batch.columns.samples();
         avro::put_rtt_batch(
             &mut self.buf,
             &self.links[link].field,
             batch.end_ns,
             self.batching.interval_ns,
-            samples,
-            &batch.items,
+            &batch.columns,
         )
         .expect("the batch's end and interval were checked when its first sample came");
-        batch.items.clear();
-        batch.samples = 0;
+        batch.columns.clear();
         if self.produce_buf(Stream::RttSamples, link, full, idle) {
             self.rtt_samples_produced += u64::from(samples);
         } else if full == Full::Drop {

@@ -37,12 +37,14 @@ FLOW_KEY_SQL = (
     "CONCAT(src_ip, ':', CAST(src_port AS STRING), '>', dst_ip, ':', "
     "CAST(dst_port AS STRING), '/', CAST(protocol AS STRING))"
 )
-# The Java aggregate (streaming-jobs/functions) that reduces a window's RTT batches per flow.
+# The Java aggregate (streaming-jobs/functions) that reduces a window's RTT batches per flow,
+# and the batch columns it reads, with their types as it declares them.
 FLOW_RTTS_CLASS = "io.p4bs.flink.FlowRtts"
-RTT_BATCH_SQL = (
-    "ARRAY<ROW<ts_ns BIGINT, src_ip STRING, dst_ip STRING, src_port INT, dst_port INT, "
-    "protocol INT, rtt_ns BIGINT>>"
-)
+RTT_BATCH_COLUMNS_SQL = {
+    "flows": "ARRAY<ROW<src_ip STRING, dst_ip STRING, src_port INT, dst_port INT, protocol INT>>",
+    "flow_index": "ARRAY<INT>",
+    "rtt_ns": "ARRAY<BIGINT>",
+}
 
 
 def _rowtime(column_ns: str, out_of_orderness_ns: int) -> tuple[str, ...]:
@@ -90,34 +92,35 @@ def window_summaries(env: StreamTableEnvironment, window_ns: int) -> Table:
     per link (`summaries_of`)."""
     size = f"INTERVAL '{window_ns // 1_000_000 / 1000:.3f}' SECOND"
     env.create_java_temporary_system_function("FLOW_RTTS", FLOW_RTTS_CLASS)
-    no_samples = f"CAST(NULL AS {RTT_BATCH_SQL}) AS samples"
+    rtt_columns = ", ".join(RTT_BATCH_COLUMNS_SQL)
+    no_rtt = ", ".join(f"CAST(NULL AS {t}) AS {c}" for c, t in RTT_BATCH_COLUMNS_SQL.items())
     no_counts = (
         "CAST(NULL AS BIGINT) AS packets, CAST(NULL AS BIGINT) AS nbytes, "
         "CAST(NULL AS BIGINT) AS data_packets, CAST(NULL AS BIGINT) AS retransmissions, "
         "CAST(NULL AS BIGINT) AS qd_n, CAST(NULL AS BIGINT) AS qd_sum"
     )
     rows = f"""
-        SELECT link_id, rowtime, samples, {no_counts},
+        SELECT link_id, rowtime, {rtt_columns}, {no_counts},
                CAST(NULL AS STRING) AS event, CAST(NULL AS STRING) AS decision
         FROM rtt_in
         UNION ALL
-        SELECT link_id, rowtime, {no_samples}, packets, `bytes`, data_packets,
+        SELECT link_id, rowtime, {no_rtt}, packets, `bytes`, data_packets,
                retransmissions, queue_delay_samples, queue_delay_sum_ns,
                CAST(NULL AS STRING), CAST(NULL AS STRING)
         FROM counters_in
         UNION ALL
-        SELECT link_id, rowtime, {no_samples}, {no_counts},
+        SELECT link_id, rowtime, {no_rtt}, {no_counts},
                CONCAT(CAST(ts_ns AS STRING), ' ', kind, ' ', {FLOW_KEY_SQL}),
                CAST(NULL AS STRING)
         FROM events_in
         UNION ALL
-        SELECT link_id, rowtime, {no_samples}, {no_counts},
+        SELECT link_id, rowtime, {no_rtt}, {no_counts},
                CAST(NULL AS STRING),
                CONCAT(CAST(ts_ns AS STRING), ' ', CAST(buffer_bytes AS STRING))
         FROM decisions_in WHERE outcome = 'applied' AND queue = 0"""
     env.create_temporary_view("link_rows", env.sql_query(rows))
     per_link = f"""
-        SELECT link_id, window_time, FLOW_RTTS(samples) AS rtt,
+        SELECT link_id, window_time, FLOW_RTTS({rtt_columns}) AS rtt,
                COALESCE(SUM(packets), 0) AS packets,
                COALESCE(SUM(nbytes), 0) AS `bytes`,
                COALESCE(SUM(data_packets), 0) AS data_packets,

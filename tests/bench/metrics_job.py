@@ -7,9 +7,10 @@ window output latency p99 < 1 s after the window closes.
 Traffic: LINKS links, each with FLOWS long flows giving SAMPLES RTT samples per 100 ms
 (1M samples/s at the defaults), one `RttSampleBatch` and one `LinkCounters` record per link
 and 100 ms (`rtt_batch_interval` = the export interval; the flows' start events first). The
-batches are Avro made from a per-link template whose timestamps are rewritten per interval
-(encoding 1M samples/s in Python would need more than this machine's two cores); one of them
-is decoded and checked against the schema before any run. A Kafka broker of its own runs on
+batches are Avro made from a per-link template whose ts_ns is rewritten per interval (the
+samples' offsets into the interval stay; encoding 1M samples/s in Python would need more
+than this machine's two cores); one of them is decoded and checked against the schema
+before any run. A Kafka broker of its own runs on
 free ports.
 
 1. Throughput: a backlog of SECONDS of traffic is produced first; the metrics job then reads
@@ -46,7 +47,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from confluent_kafka import Consumer, Producer
 
 from p4bs import paths
@@ -67,6 +67,7 @@ from p4bs_jobs.metrics import (
 )
 from p4bs_schemas.codec import codec
 from p4bs_schemas.registry import STREAMS
+from p4bs_schemas.rtt_batch import samples_of
 
 TARGET = 1_000_000  # RTT samples/s
 LATENCY_TARGET_S = 1.0
@@ -92,14 +93,9 @@ def _string(text: str) -> bytes:
     return _varint(len(data)) + data
 
 
-def _timestamps(values: np.ndarray) -> np.ndarray:
-    """Avro longs for ns timestamps since the epoch: always 9 bytes (2^55 < t < 2^62)."""
-    z = values.astype(np.uint64) << np.uint64(1)
-    out = np.empty((*values.shape, 9), np.uint8)
-    for i in range(8):
-        out[..., i] = ((z >> np.uint64(7 * i)) & np.uint64(0x7F)) | np.uint64(0x80)
-    out[..., 8] = z >> np.uint64(56)
-    return out
+def _array(items: list[bytes]) -> bytes:
+    """An Avro array of encoded items: one block, then the end."""
+    return (_varint(len(items)) if items else b"") + b"".join(items) + b"\0"
 
 
 class Traffic:
@@ -107,49 +103,45 @@ class Traffic:
     samples, round-robin over FLOWS flows, evenly spread in the interval) and one counters
     record."""
 
-    TS = b"\0" * 9  # placeholder for a 9-byte timestamp
-
     def __init__(self, links: int, flows: int, samples: int) -> None:
         self.link_ids = [f"r{i:04d}:eth1" for i in range(links)]
         self.flows = flows
         self.samples = samples
-        self.rows = np.stack([self._template(i) for i in range(links)])
+        self.templates = [self._template(i) for i in range(links)]
         self.counters = codec(STREAMS["link_counters"])
         self.seq = 0
 
     def _flow(self, link: int, flow: int) -> tuple[str, str, int, int]:
-        # Fixed-width addresses: every link's template has the same layout.
         src = f"10.{100 + link // 100}.{100 + link % 100}.{10 + flow}"
         return src, f"10.200.{100 + link % 100}.10", 40_000 + flow, 5201
 
     def _rtt_ns(self, link: int, flow: int) -> int:
-        return 20_000_000 + 100_000 * (link % 50) + 1_000_000 * flow  # 20-79 ms, 4-byte varints
+        return 20_000_000 + 100_000 * (link % 50) + 1_000_000 * flow  # 20-79 ms
 
-    def _template(self, link: int) -> np.ndarray:
-        parts = [_string(self.link_ids[link]), self.TS, _varint(WINDOW_NS), _varint(self.samples)]
-        positions = [len(parts[0])]
-        for j in range(self.samples):
-            flow = j % self.flows
+    def _offset_ns(self, sample: int) -> int:
+        return sample * (WINDOW_NS // self.samples)
+
+    def _template(self, link: int) -> tuple[bytes, bytes]:
+        """A link's batch before and after its ts_ns, the one field that changes per
+        interval (samples carry offsets into the interval, not times)."""
+        indexes = [j % self.flows for j in range(self.samples)]
+        flows = []
+        for flow in range(min(self.flows, self.samples)):
             src, dst, sport, dport = self._flow(link, flow)
-            positions.append(sum(map(len, parts)))
-            parts += [self.TS, _string(src), _string(dst), _varint(sport), _varint(dport)]
-            parts += [_varint(6), _varint(self._rtt_ns(link, flow))]
-        parts.append(b"\0")
-        self.positions = np.array(positions)
-        return np.frombuffer(b"".join(parts), np.uint8)
+            flows.append(_string(src) + _string(dst) + b"".join(map(_varint, (sport, dport, 6))))
+        columns = [
+            flows,
+            [_varint(i) for i in indexes],
+            [_varint(self._offset_ns(j)) for j in range(self.samples)],
+            [_varint(self._rtt_ns(link, flow)) for flow in indexes],
+        ]
+        tail = _varint(WINDOW_NS) + b"".join(map(_array, columns))
+        return _string(self.link_ids[link]), tail
 
     def rtt_batches(self, start_ns: int) -> list[bytes]:
         """The RTT batches of [start_ns, start_ns + 100 ms), one per link."""
-        stamps = np.concatenate(
-            (
-                [start_ns + WINDOW_NS],
-                start_ns + np.arange(self.samples) * (WINDOW_NS // self.samples),
-            )
-        )
-        rows = self.rows.copy()
-        columns = self.positions[:, None] + np.arange(9)  # (stamps, 9)
-        rows[:, columns] = _timestamps(stamps)
-        return [row.tobytes() for row in rows]
+        ts = _varint(start_ns + WINDOW_NS)
+        return [head + ts + tail for head, tail in self.templates]
 
     def counters_records(self, start_ns: int) -> list[bytes]:
         records = []
@@ -198,20 +190,28 @@ class Traffic:
 
     def check(self) -> None:
         """The template bytes decode, with the current schema, to the samples meant."""
-        batch = codec(STREAMS["rtt_samples"]).decode(self.rtt_batches(1_700_000_000 * 10**9)[-1])
+        start = 1_700_000_000 * 10**9
+        batch = codec(STREAMS["rtt_samples"]).decode(self.rtt_batches(start)[-1])
         last = len(self.link_ids) - 1
-        assert batch["link_id"] == self.link_ids[last]
-        assert batch["ts_ns"] == 1_700_000_000 * 10**9 + WINDOW_NS
-        assert len(batch["samples"]) == self.samples
-        sample = batch["samples"][-1]
-        flow = (self.samples - 1) % self.flows
-        assert sample["rtt_ns"] == self._rtt_ns(last, flow)
-        assert (sample["src_ip"], sample["dst_ip"], sample["src_port"], sample["dst_port"]) == (
-            self._flow(last, flow)
-        )
-        assert sample["ts_ns"] == 1_700_000_000 * 10**9 + (self.samples - 1) * (
-            WINDOW_NS // self.samples
-        )
+        assert (batch["ts_ns"], batch["interval_ns"]) == (start + WINDOW_NS, WINDOW_NS)
+        meant = []
+        for j in range(self.samples):
+            flow = j % self.flows
+            src, dst, sport, dport = self._flow(last, flow)
+            meant.append(
+                {
+                    "link_id": self.link_ids[last],
+                    "ts_ns": start + self._offset_ns(j),
+                    "src_ip": src,
+                    "dst_ip": dst,
+                    "src_port": sport,
+                    "dst_port": dport,
+                    "protocol": 6,
+                    "rtt_ns": self._rtt_ns(last, flow),
+                }
+            )
+        assert samples_of(batch) == meant
+        assert len(batch["flows"]) == min(self.flows, self.samples)  # each flow once
 
 
 class Sender:

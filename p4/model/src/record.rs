@@ -5,7 +5,7 @@ use std::io::{self, Write};
 use std::net::Ipv4Addr;
 
 /// A flow's 5-tuple (protocol 6) in its data direction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Flow {
     pub src: u32,
     pub dst: u32,
