@@ -101,7 +101,7 @@ class FlinkConfig:
     jobmanager: str = "127.0.0.1:8081"  # REST endpoint, used when mode = "remote"
     parallelism: int = 1
     window_ns: int = 100_000_000
-    checkpoint_interval_ns: int = 10_000_000_000
+    checkpoint_interval_ns: int = 500_000_000
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@
 Per-sample work runs on the JVM. One tumbling window per link runs over the union of the
 RTT batches, the link counters, the flow events and the applied buffer decisions; a Java
 aggregate (`FlowRtts`, streaming-jobs/functions) reduces the window's RTT samples per flow
-(count, sum, minimum). Each record lands in the window of its *interval start*: a batch or
-a counters record covers [ts_ns - interval_ns, ts_ns). The links' window rows are then
+(count, sum, minimum). A batch or a counters record covers [ts_ns - interval_ns, ts_ns) and
+lands in the window of that interval (its event time is the interval's last ns, ts_ns - 1,
+which windows of whole intervals hold with its start). The links' window rows are then
 gathered per group of links, and Python sees one row per group and window
 (`LinkGroupFunction`): the sequential EWMA, SRTT, N, z-score and SLA state of each link
 (`link_state.LinkState`, `sla.SlaState`), kept in Flink's keyed state so that checkpoints
@@ -70,8 +71,11 @@ def create_sources(
     lag = metrics.max_out_of_orderness_ns
     stop_offsets = stop_offsets or {}
     for table, stream, time_ns in (
-        ("rtt_in", "rtt_samples", "ts_ns - interval_ns"),
-        ("counters_in", "link_counters", "ts_ns - interval_ns"),
+        # An interval's record is stamped with the interval's last ns: in the same window as
+        # its start (windows are whole intervals), and it moves event time to the interval's
+        # end, so a window closes one interval sooner than with the start.
+        ("rtt_in", "rtt_samples", "ts_ns - 1"),
+        ("counters_in", "link_counters", "ts_ns - 1"),
         ("events_in", "flow_events", "ts_ns"),
         ("decisions_in", "buffer_decisions", "ts_ns"),
     ):
@@ -362,6 +366,13 @@ def run_metrics_job(
     if stop_offsets and not bounded:
         raise ValueError("stop offsets end a bounded run; the job is unbounded")
     env = stream_table_environment(conf)
+    # A window's rows wait in the Python stage's bundle for at most one window, and the
+    # sources publish watermarks twice a window (Flink's defaults, 1 s and 200 ms, add up to
+    # 1.2 s to when a window's record leaves; each watermark also flushes the window
+    # aggregates' buffers, so more often costs throughput).
+    window_ms = config.flink.window_ns // 1_000_000
+    env.get_config().set("python.fn-execution.bundle.time", str(window_ms))
+    env.get_config().set("pipeline.auto-watermark-interval", f"{max(window_ms // 2, 1)} ms")
     if not bounded:
         # A live topic (or partition) without records must not hold event time back forever.
         idle_ms = config.metrics.source_idle_timeout_ns // 1_000_000
