@@ -149,10 +149,15 @@ def test_rtt_samples_agree_with_tshark(capture: Capture) -> None:
     assert len(matched) / len(reference) >= 0.95, (len(matched), len(reference))
     errors = [abs(model[k] - reference[k]) / reference[k] for k in matched]
     assert statistics.median(errors) <= 0.01
-    # Each RTT group shows its own path RTT (the after tap excludes the router's queue).
+    # Each RTT group shows its own path RTT (the after tap excludes the router's queue) in its
+    # low decile. Not in its median: a segment that passed the tap behind one the router
+    # dropped is covered only by the cumulative ACK after the hole's retransmission, one or
+    # more RTTs later (tshark's ack_rtt too). BBR loses enough here that in one capture the
+    # upper half of the samples were such: deciles 20.0 ... 27.5, 51.8, 61.7 ms for 20 ms.
     for i, rtt_ns in enumerate(GROUP_RTTS_NS):
         group = [v for k, v in model.items() if k[1] == f"10.201.1.{10 + i}"]
-        assert abs(statistics.median(group) - rtt_ns) / rtt_ns <= 0.15, (rtt_ns, group[:20])
+        deciles = statistics.quantiles(group, n=10)
+        assert abs(deciles[0] - rtt_ns) / rtt_ns <= 0.15, (rtt_ns, deciles)
 
 
 def test_retransmissions_agree_with_tshark_and_the_router_drops(capture: Capture) -> None:
