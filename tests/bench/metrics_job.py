@@ -10,8 +10,7 @@ and 100 ms (`rtt_batch_interval` = the export interval; the flows' start events 
 batches are Avro made from a per-link template whose ts_ns is rewritten per interval (the
 samples' offsets into the interval stay; encoding 1M samples/s in Python would need more
 than this machine's two cores); one of them is decoded and checked against the schema
-before any run. A Kafka broker of its own runs on
-free ports.
+before any run. A Kafka broker of its own runs on free ports.
 
 1. Throughput: a backlog of SECONDS of traffic is produced first; the metrics job then reads
    it (bounded, parallelism 2, exactly-once sink). The rate is the samples of the windows
