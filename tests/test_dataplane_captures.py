@@ -100,7 +100,10 @@ def _capture(
     run_dir = tmp_path_factory.mktemp(f"capture-{cca}") / "run"
     try:
         testbed.up()
-        scenario = Scenario(duration_s=12, warmup_s=2, capture_snaplen=SNAPLEN)
+        # The tail: drops in the flows' last moments are retransmitted after the flows' end,
+        # and tcpdump loses what is still in its buffer when stopped (1,110 packets of one
+        # capture here), so the captures go on past the traffic.
+        scenario = Scenario(duration_s=12, warmup_s=2, tail_s=3.0, capture_snaplen=SNAPLEN)
         TrafficRun(testbed, run_dir, scenario).run(progress=lambda _: None)
     finally:
         testbed.down()
