@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+from offsets import partition_offsets
 from pcapgen import FlowPlan, write_taps
 
 from p4bs import paths
@@ -169,16 +170,7 @@ def consume_raw(bootstrap: str, topic: str, count: int, timeout_s: float = 60.0)
 def stored(bootstrap: str, topic: str) -> int:
     """Records the broker holds in `topic`: offsets are dense (no transactions), so this
     counts duplicates too."""
-    c = consumer(bootstrap)
-    try:
-        partitions = c.list_topics(topic, timeout=10).topics[topic].partitions
-        total = 0
-        for p in partitions:
-            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            total += high - low
-        return total
-    finally:
-        c.close()
+    return sum(high - low for low, high in partition_offsets(bootstrap, topic).values())
 
 
 def test_records_are_the_python_codecs_bytes_in_the_models_order(

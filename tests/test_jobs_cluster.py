@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from offsets import partition_offsets
 from replay import assert_windows_match, config_for, consume, decisions, expected, produce, replay
 
 from p4bs.bus import RecordProducer
@@ -65,18 +65,6 @@ def _completed_checkpoints(jm: FlinkJobManager, job: str) -> int:
     return int(_get(jm, f"/jobs/{job}/checkpoints")["counts"]["completed"])
 
 
-def _end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "offsets"})
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in partitions
-        }
-    finally:
-        consumer.close()
-
-
 def test_taskmanager_lost_mid_stream_every_window_exactly_once(
     cluster: list[Any], stack: Stack, topics: dict[str, str], repo: Path, tmp_path: Path
 ) -> None:
@@ -96,7 +84,8 @@ def test_taskmanager_lost_mid_stream_every_window_exactly_once(
     # cannot finish before the test writes that record (after the kill), however fast it
     # runs. (Live, a topic's burst after a quiet spell can arrive behind the watermark;
     # streaming-jobs/README.md.)
-    held = {p: end + 1 for p, end in _end_offsets(bootstrap, topics["link_counters"]).items()}
+    ends = partition_offsets(bootstrap, topics["link_counters"])
+    held = {p: high + 1 for p, (_, high) in ends.items()}
     conf = flink_configuration(
         "remote",
         f"127.0.0.1:{jm.rest_port}",
@@ -127,8 +116,8 @@ def test_taskmanager_lost_mid_stream_every_window_exactly_once(
         # The held records: counters of a link the config does not describe, past the replay.
         last = max(r["ts_ns"] for r in records if r["kind"] == "link_counters")
         producer = RecordProducer(bootstrap, topics)
+        counters = {**_EMPTY_COUNTERS, "link_id": "r9:held", "ts_ns": last + 100_000_000}
         for partition in held:
-            counters = {**_EMPTY_COUNTERS, "link_id": "r9:held", "ts_ns": last + 100_000_000}
             producer.produce("link_counters", counters, partition=partition)
         assert producer.flush(30) == 0
         assert wait_until(finished, 240, 0.5)
