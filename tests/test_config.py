@@ -31,6 +31,8 @@ def test_example_config_passes_with_units_converted(repo: Path) -> None:
     assert config.influxdb.retention_ns == 30 * 86_400 * 10**9
     assert config.routers[0].password == SecretRef(env="P4BS_ROUTER_PASSWORD")
     assert config.kafka.topics["rtt_samples"] == "p4bs.rtt-samples"
+    assert config.optimizer.stale_after_ns == 5_000_000_000
+    assert config.optimizer.min_change_interval_ns == 1_000_000_000
 
 
 def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
@@ -90,6 +92,10 @@ BAD = [
     (_set("metrics.sla_window", 3), "metrics.sla_window: unknown field"),
     (_set("alerts.webhook", "ftp://am:9093"), "alerts.webhook: must be an http:// or https://"),
     (_set("alerts.attempts", 0), "alerts.attempts: must be an integer in [1, 1000]"),
+    (_set("optimizer.stale_after", "0s"), "optimizer.stale_after: stale_after must be"),
+    (_set("optimizer.apply_attempts", 0), "optimizer.apply_attempts: must be an integer in"),
+    (_set("optimizer.dry", True), "optimizer.dry: unknown field"),
+    (_set("routers.0.driver", "linux-tc"), "routers[0].address: a linux-tc router is local"),
     (_set("links", []), "links: at least one [[links]] entry is required"),
 ]
 

@@ -132,6 +132,18 @@ class AlertsConfig:
     backoff_ns: int = 1_000_000_000  # before the second attempt, doubling up to 30 s
 
 
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """The optimizer service (optimizer/README.md): its consumer group, where it keeps each
+    link's state, and the safety guards every link gets."""
+
+    group: str = "p4bs-optimizer"  # Kafka consumer group; processes in it share the links
+    state_dir: str | None = None  # None: <p4bs home>/.run/optimizer/<group>
+    stale_after_ns: int = 5_000_000_000  # no metrics this long: fall back to the safe buffer
+    min_change_interval_ns: int = 1_000_000_000  # between two changes of one link's buffer
+    apply_attempts: int = 3  # per change, with backoff between them (transient failures only)
+
+
 LONG_FLOW_MODES = ("sketch", "window")
 
 
@@ -241,6 +253,7 @@ class Config:
     dataplane: DataplaneConfig = field(default_factory=DataplaneConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
 
     def link(self, link_id: str) -> LinkConfig:
         for link in self.links:
@@ -493,6 +506,23 @@ def _read_alerts(r: _Reader, data: dict[str, Any]) -> AlertsConfig:
     )
 
 
+def _read_optimizer(r: _Reader, data: dict[str, Any]) -> OptimizerConfig:
+    d = OptimizerConfig()
+    r.unknown(data, {"group", "state_dir", "stale_after", "min_change_interval", "apply_attempts"})
+    stale = r.get(data, "stale_after", _positive(parse_duration_ns, "stale_after"), None)
+    interval = r.get(
+        data, "min_change_interval", _positive(parse_duration_ns, "the interval"), None
+    )
+    return OptimizerConfig(
+        group=r.get(data, "group", _text, d.group) or d.group,
+        state_dir=r.get(data, "state_dir", _text, d.state_dir),
+        stale_after_ns=stale or d.stale_after_ns,
+        min_change_interval_ns=interval or d.min_change_interval_ns,
+        apply_attempts=r.get(data, "apply_attempts", _int_in(1, 100), d.apply_attempts)
+        or d.apply_attempts,
+    )
+
+
 def _power_of_two(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 2 or value > 2**24:
         raise ValueError(f"must be an integer in [2, 2^24], got {value!r}")
@@ -570,6 +600,14 @@ def _read_switch(r: _Reader, data: dict[str, Any]) -> SwitchConfig:
     )
 
 
+def _netns_address(value: Any) -> str:
+    """A local linux-tc router in another network namespace: "netns:NAME"."""
+    text = _text(value)
+    if not text.startswith("netns:") or not text[len("netns:") :].strip():
+        raise ValueError(f'a linux-tc router is local: omit it, or "netns:NAME", got {value!r}')
+    return text
+
+
 def _read_router(r: _Reader, data: dict[str, Any]) -> RouterConfig:
     known = {"name", "driver", "address", "username", "password", "ca_file", "timeout"}
     r.unknown(data, known | {"max_concurrent_changes"})
@@ -579,7 +617,7 @@ def _read_router(r: _Reader, data: dict[str, Any]) -> RouterConfig:
     return RouterConfig(
         name=r.get(data, "name", _text, required=True) or "",
         driver=driver,
-        address=r.get(data, "address", _endpoint, required=remote),
+        address=r.get(data, "address", _endpoint if remote else _netns_address, required=remote),
         username=r.get(data, "username", _secret, required=remote),
         password=r.get(data, "password", _secret, required=remote),
         ca_file=r.get(data, "ca_file", _text),
@@ -769,6 +807,7 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
         "dataplane",
         "metrics",
         "alerts",
+        "optimizer",
         "switches",
         "routers",
         "links",
@@ -786,6 +825,8 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
         metrics = _read_metrics(r, r.table(data, "metrics"))
     with r.at("alerts"):
         alerts = _read_alerts(r, r.table(data, "alerts"))
+    with r.at("optimizer"):
+        optimizer = _read_optimizer(r, r.table(data, "optimizer"))
     if flink.window_ns % dataplane.export_interval_ns:
         # A window then holds whole counter intervals and whole RTT batches.
         r.problem(
@@ -825,6 +866,7 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
         dataplane=dataplane,
         metrics=metrics,
         alerts=alerts,
+        optimizer=optimizer,
     )
     _check_references(r, config)
     if r.problems:

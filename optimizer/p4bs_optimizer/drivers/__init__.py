@@ -1,0 +1,1 @@
+"""Router drivers: one interface (`base.RouterDriver`) over gNMI, NETCONF and Linux tc."""

@@ -1,0 +1,1 @@
+"""Buffer-sizing policies, one module each, behind `base.Policy`."""

@@ -1,0 +1,108 @@
+"""What every policy has in common: the window of link metrics it reads, the decisions it
+returns, and the interface the service drives it through.
+
+A policy is a pure, deterministic state machine over the link's metrics stream: the service
+hands it each LinkMetrics window of its link, in event-time order, and applies what it
+returns. Time inside a policy is the windows' event time (`window_end_ns`), never the wall
+clock, so that a policy replays identically from recorded metrics and its settling waits
+mean the same on a slow machine. The buffer in force is what the windows say
+(`Window.buffer_bytes`, joined by the metrics job from the applied decisions).
+
+Safety (the link's [min, max], the minimum interval between changes, stale metrics) is the
+service's job, not the policy's; a policy still decides within the link's bounds.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+from p4bs.config import LinkConfig
+
+
+@dataclass(frozen=True)
+class Window:
+    """One LinkMetrics record (schemas/p4bs_schemas/avro/LinkMetrics.avsc): ns, bytes,
+    bit/s and fractions, as the metrics job wrote them."""
+
+    link_id: str
+    window_start_ns: int
+    window_end_ns: int
+    rtt_samples: int
+    rtt_flows: int
+    rtt_hmean_ns: int | None
+    srtt_ns: int | None
+    rtt_min_ns: int | None
+    long_flows: int
+    data_packets: int
+    retransmissions: int
+    loss_rate: float
+    loss_rate_ewma: float
+    queue_delay_samples: int
+    queue_delay_ns: int | None
+    queue_delay_ewma_ns: int | None
+    throughput_bps: int
+    utilisation: float
+    f: float
+    zscore: float
+    change: bool
+    buffer_bytes: int | None
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Window:
+        """The window of a decoded LinkMetrics record."""
+        return cls(**{f.name: record[f.name] for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A buffer a policy wants in force, and why (a BufferDecision record's policy fields)."""
+
+    buffer_bytes: int
+    phase: str  # e.g. "static", "bound_search", "optimise", "settled"
+    reason: str  # for people: what the policy saw and concluded
+    queue: int = 0  # router queue; 0 unless the policy separates flows into queues
+    trial: int | None = None  # optimisation trial this buffer is, if it is one
+    f: float | None = None  # mean f measured for the previous trial, if one ended
+    flows: tuple[str, ...] = ()  # flows classified into `queue` ("src:sport>dst:dport/proto")
+
+
+class Policy(ABC):
+    """One link's policy. `decide` is called once per window of the link, in order; it
+    returns the decisions to apply now ([] keeps what is in force). `snapshot` returns the
+    policy's state as JSON-able data and `restore` resumes from it, so that a restarted
+    service continues a search where it was."""
+
+    name: ClassVar[str]
+
+    def __init__(self, link: LinkConfig, options: Mapping[str, Any]) -> None:
+        self.link = link
+        self.options = dict(options)
+
+    @abstractmethod
+    def decide(self, window: Window) -> list[Decision]: ...
+
+    def snapshot(self) -> dict[str, Any]:
+        """The state to persist; a stateless policy has none."""
+        return {}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Resumes from what `snapshot` returned."""
+        if state:
+            raise ValueError(f"policy {self.name!r} keeps no state, was given {dict(state)!r}")
+
+    def clamp(self, buffer_bytes: float) -> int:
+        """A buffer within the link's [min, max], in whole bytes."""
+        low, high = self.link.min_buffer_bytes, self.link.max_buffer_bytes
+        return int(min(max(round(buffer_bytes), low), high))
+
+
+class PolicyOptionError(ValueError):
+    """A policy option in the config is unknown or has a bad value (the message says which)."""
+
+
+def bdp_bytes(capacity_bps: int, rtt_ns: int | float) -> float:
+    """The bandwidth-delay product C * RTT, bytes."""
+    return capacity_bps * rtt_ns / 8e9
