@@ -1,0 +1,186 @@
+"""RTT-unfairness flow separation (Gomez, Kfoury, Crichigno & Srivastava, "Reducing the impact
+of RTT unfairness using P4-programmable data planes", §III-C and §IV): the flows' RTTs are
+split into K router queues by Jenks natural breaks, with the goodness of variance fit (GVF)
+as the quality index, and each queue's buffer is set by the Stanford rule on its own flows.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from statistics import fmean, harmonic_mean
+from typing import Any
+
+import jenkspy
+
+from p4bs.config import LinkConfig
+from p4bs_optimizer.policies.base import Decision, Policy, Window
+from p4bs_optimizer.policies.baselines import OptionReader, clamp_note, stanford_bytes
+
+
+@dataclass(frozen=True)
+class Classes:
+    """Flows split into classes of similar RTT, lowest RTTs first."""
+
+    breaks_ns: tuple[float, ...]  # class bounds: the lowest RTT, the inner breaks, the highest
+    groups: tuple[tuple[str, ...], ...]  # each class's flow keys, sorted
+    gvf: float  # goodness of variance fit, 1 - within-class / total squared deviation
+
+
+def goodness_of_variance_fit(groups: Sequence[Sequence[float]]) -> float:
+    """GVF = 1 - Σ_j SD_j / SD_all (Gomez et al., Algorithm 1): 1 when every class holds
+    equal values; 1 also when all values are equal (nothing to explain)."""
+    values = [value for group in groups for value in group]
+    mean = fmean(values)
+    total = sum((value - mean) ** 2 for value in values)
+    if total == 0:
+        return 1.0
+    within = sum(sum((v - fmean(group)) ** 2 for v in group) for group in groups if group)
+    return 1 - within / total
+
+
+def classify(flow_rtts: Mapping[str, float], classes: int) -> Classes:
+    """Jenks natural breaks of the flows' RTTs into `classes` classes, fewer when there are
+    fewer distinct RTTs. A flow whose RTT equals an inner break belongs to the lower class."""
+    values = sorted(flow_rtts.values())
+    count = min(classes, len(set(values)))
+    if count == 1:
+        breaks = [float(values[0]), float(values[-1])]
+    else:
+        breaks = [float(b) for b in jenkspy.jenks_breaks(values, n_classes=count)]
+    inner = breaks[1:-1]
+    members: list[list[str]] = [[] for _ in range(count)]
+    for key in sorted(flow_rtts):
+        members[bisect_left(inner, flow_rtts[key])].append(key)
+    gvf = goodness_of_variance_fit([[flow_rtts[key] for key in group] for group in members])
+    return Classes(tuple(breaks), tuple(tuple(group) for group in members), gvf)
+
+
+class JenksPolicy(Policy):
+    """Separates the link's flows into `queues` router queues by RTT and sizes each queue.
+
+    `observe_flows(ts_ns, flow_rtts)` takes each flow's mean RTT over the last interval (flow
+    key "src:sport>dst:dport/proto" -> ns); a flow keeps its last mean until it is not seen
+    for `flow_ttl_ns`. `decide(window)` classifies the known flows with Jenks natural breaks
+    into K classes (fewer when there are fewer distinct RTTs), queue 0 holding the lowest
+    RTTs, and returns one Decision per queue 0..K-1, `flows` being the flows classified into
+    it and its buffer the Stanford rule on them:
+
+        B_q = C_q·RTT_q/√N_q
+
+    with N_q the queue's flows, RTT_q the harmonic mean of their RTTs (as the link's SRTT is a
+    harmonic mean across flows) and C_q = C/K', the link capacity shared equally among the K'
+    queues that hold flows. Equal shares follow the paper: §IV-A "divides the available
+    bandwidth equally as a function of the number of flows", with one flow per queue there,
+    so it does not tell per-queue from per-flow shares; §IV-B puts 100 flows with RTTs spread
+    over 1-100 ms in four queues and reports the queues' aggregate throughputs converging to
+    fairness (Fig. 6), which only an equal split per queue gives. A queue without flows gets
+    the link's minimum buffer. Buffers are clamped to the link's bounds.
+
+    It decides again only when the groups change: a flow joins, leaves or moves class, or a
+    class bound moves by more than `tolerance` (relative, default 5%) from the classification
+    last decided; otherwise []. Options: `queues` (K, default 4: the router in the paper's
+    evaluation has up to four queues, §IV-B), `tolerance`, `flow_ttl_ns` (default 2 s, the
+    data plane's long-flow idle timeout). The GVF of the classification in force is the
+    attribute `gvf` and is in each decision's reason.
+    """
+
+    name = "jenks"
+
+    def __init__(self, link: LinkConfig, options: Mapping[str, Any]) -> None:
+        super().__init__(link, options)
+        reader = OptionReader(self.name, options)
+        self.queues = reader.integer("queues", 4, low=1, high=64)
+        self.tolerance = reader.tolerance()
+        self.flow_ttl_ns = reader.duration_ns("flow_ttl_ns", 2_000_000_000)
+        reader.finish()
+        self._flows: dict[str, tuple[int, int]] = {}  # key -> (mean RTT ns, last seen ns)
+        self.classes: Classes | None = None  # the classification last decided
+
+    @property
+    def gvf(self) -> float | None:
+        """The GVF of the classification in force; None before the first."""
+        return self.classes.gvf if self.classes is not None else None
+
+    def observe_flows(self, ts_ns: int, flow_rtts: Mapping[str, int]) -> None:
+        """Records each flow's mean RTT (ns) over the interval ending at `ts_ns`."""
+        for key, rtt_ns in flow_rtts.items():
+            if rtt_ns > 0:  # a harmonic mean has no place for a zero or negative RTT
+                self._flows[key] = (rtt_ns, ts_ns)
+
+    def decide(self, window: Window) -> list[Decision]:
+        oldest = window.window_end_ns - self.flow_ttl_ns
+        self._flows = {k: seen for k, seen in self._flows.items() if seen[1] >= oldest}
+        if not self._flows:
+            return []
+        rtts = {key: rtt for key, (rtt, _) in self._flows.items()}
+        classes = classify(rtts, self.queues)
+        if not self._regrouped(classes):
+            return []
+        self.classes = classes
+        return self._decisions(classes, rtts)
+
+    def _regrouped(self, classes: Classes) -> bool:
+        before = self.classes
+        if before is None or classes.groups != before.groups:
+            return True
+        return any(
+            abs(bound - old) > self.tolerance * old
+            for bound, old in zip(classes.breaks_ns, before.breaks_ns, strict=True)
+        )
+
+    def _decisions(self, classes: Classes, rtts: Mapping[str, int]) -> list[Decision]:
+        occupied = sum(1 for group in classes.groups if group)
+        breaks = ", ".join(f"{bound / 1e6:.2f}" for bound in classes.breaks_ns)
+        summary = (
+            f"{len(classes.groups)} classes of {len(rtts)} flows, breaks [{breaks}] ms, "
+            f"GVF {classes.gvf:.4f}"
+        )
+        decisions = []
+        for queue in range(self.queues):
+            group = classes.groups[queue] if queue < len(classes.groups) else ()
+            if not group:
+                reason = f"queue {queue}: no flows; {summary}"
+                decisions.append(
+                    Decision(self.clamp(0), phase="separate", reason=reason, queue=queue)
+                )
+                continue
+            rtt = harmonic_mean([rtts[key] for key in group])
+            target = stanford_bytes(self.link.capacity_bps, rtt, len(group)) / occupied
+            buffer = self.clamp(target)
+            reason = (
+                f"queue {queue}: C_q·RTT_q/√N_q = {self.link.capacity_bps / occupied / 1e6:g} "
+                f"Mbit/s * {rtt / 1e6:.2f} ms / √{len(group)} = {target:.0f} B"
+                f"{clamp_note(self.link, target, buffer)}; {summary}"
+            )
+            decisions.append(
+                Decision(buffer, phase="separate", reason=reason, queue=queue, flows=group)
+            )
+        return decisions
+
+    def snapshot(self) -> dict[str, Any]:
+        classes = self.classes
+        return {
+            "flows": {key: list(seen) for key, seen in self._flows.items()},
+            "classes": None
+            if classes is None
+            else {
+                "breaks_ns": list(classes.breaks_ns),
+                "groups": [list(group) for group in classes.groups],
+                "gvf": classes.gvf,
+            },
+        }
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        self._flows = {key: (rtt, seen) for key, (rtt, seen) in state.get("flows", {}).items()}
+        classes = state.get("classes")
+        self.classes = (
+            None
+            if classes is None
+            else Classes(
+                breaks_ns=tuple(classes["breaks_ns"]),
+                groups=tuple(tuple(group) for group in classes["groups"]),
+                gvf=classes["gvf"],
+            )
+        )
