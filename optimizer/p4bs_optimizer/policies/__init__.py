@@ -1,1 +1,40 @@
-"""Buffer-sizing policies, one module each, behind `base.Policy`."""
+"""Buffer-sizing policies, one module each, behind `base.Policy`; `policy_for` makes the one
+a link's config names (`policy`, `policy_options`)."""
+
+from __future__ import annotations
+
+from p4bs.config import LinkConfig
+from p4bs_optimizer.policies.base import Policy
+from p4bs_optimizer.policies.baselines import (
+    AdtPolicy,
+    BdpPolicy,
+    BloatedPolicy,
+    BsclPolicy,
+    StanfordPolicy,
+    StaticPolicy,
+    TinyPolicy,
+)
+from p4bs_optimizer.policies.globecom import GlobecomPolicy
+from p4bs_optimizer.policies.jenks import JenksPolicy
+from p4bs_optimizer.policies.p4bs import P4bsPolicy
+
+POLICIES: dict[str, type[Policy]] = {
+    cls.name: cls
+    for cls in (
+        StaticPolicy,
+        BdpPolicy,
+        StanfordPolicy,
+        TinyPolicy,
+        BloatedPolicy,
+        BsclPolicy,
+        AdtPolicy,
+        GlobecomPolicy,
+        P4bsPolicy,
+        JenksPolicy,
+    )
+}
+
+
+def policy_for(link: LinkConfig) -> Policy:
+    """The link's policy with its options (PolicyOptionError names a bad one)."""
+    return POLICIES[link.policy](link, link.policy_options)

@@ -1,0 +1,250 @@
+"""Bayesian optimisation of one buffer size with Ax: a Gaussian process with an RBF kernel
+and Expected Improvement, as in P4BS (TNSM 2023, §V-B, Algorithm 2).
+
+`BufferSearch` searches one float parameter, the buffer in bytes, on a log scale within
+[low, high]; it maximises the performance function f (unitless, <= 0, higher is better).
+It is told observations as (buffer bytes, mean f, standard error of that mean), suggests the
+next buffer in whole bytes, and exposes the GP posterior and the EI over a grid so that both
+can be plotted (P4BS Fig. 7) and the search stopped when the EI is small (Algorithm 2).
+
+The observations live in one Ax `Client` (one completed single-arm trial each). Every fit
+starts from a new generation strategy, so from freshly initialised GP hyperparameters, and
+candidates are generated under the search's seed without becoming trials (no pending
+points). A search is therefore a pure function of (bounds, seed, observations in order): one
+rebuilt from persisted observations (warm start) suggests exactly what the original would
+have, which is what lets a restarted optimizer resume mid-search.
+
+Ax and torch take seconds to import: only this module imports them, and only when the first
+`BufferSearch` is made, so importing the policies stays fast.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from ax.api.client import Client
+    from ax.generation_strategy.generation_strategy import GenerationStrategy
+
+PARAMETER = "buffer"
+OBJECTIVE = "f"
+GRID_POINTS = 256  # log-spaced buffers on which the EI's maximum is taken
+# Raw samples and restarts of the acquisition optimiser. One dimension needs far fewer than
+# Ax's defaults (1024 and 20, sized for many dimensions): 128 points cover [low, high] at
+# 1/128 of its log range, and L-BFGS refines the best 8.
+RAW_SAMPLES = 128
+RESTARTS = 8
+
+
+class Observation(NamedTuple):
+    """f measured at one buffer: the mean over a trial's windows and its standard error."""
+
+    buffer_bytes: int
+    mean: float
+    sem: float
+
+
+def _load_ax() -> None:
+    """Sets up torch and Ax's logging before a search first uses them. Imported here, not at
+    the top: Ax and torch take seconds to import, and a process that only imports the
+    policies should not pay for that."""
+    import ax.adapter.transforms.standardize_y
+    import ax.api.client
+    import torch
+
+    # The policy runs one search per link in a service that handles many links; a fit is a
+    # small sequential computation, and more threads only contend with other links' work.
+    torch.set_num_threads(1)
+    # Ax logs every attached trial at INFO and warns that f is constant when one observation
+    # is all there is; the policy's decisions already say what the search did. (Ax sets its
+    # loggers' levels when their modules are imported, hence after the imports.)
+    for module in (ax.api.client, ax.adapter.transforms.standardize_y):
+        logging.getLogger(module.__name__).setLevel(logging.ERROR)
+
+
+def _generation_strategy() -> GenerationStrategy:
+    """One node, GP + EI from the first trial on (no quasi-random initialisation: the bound
+    search's measurements warm-start the GP, and `BufferSearch` picks the first point itself
+    when there is none).
+
+    What makes it RBF + EI rather than Ax's defaults:
+    - `SingleTaskGP` with `covar_module_class=ScaleKernel` around a plain `RBFKernel`: the
+      paper's K(x, x') = a * exp(-|x - x'|^2 / 2b^2), a = the scale kernel's outputscale,
+      b = the RBF lengthscale, both fitted by maximum likelihood (Eq. 11). Ax's default
+      would pick its own kernel and priors.
+    - Observation noise: the SEM told with each observation is the GP's fixed noise (the
+      sigma^2 the paper adds on the diagonal), not inferred.
+    - `botorch_acqf_class=ExpectedImprovement`, BoTorch's analytic EI (Eq. 13) with the best
+      observed mean as the incumbent. Ax's default would be qLogNoisyExpectedImprovement
+      (Monte-Carlo, log scale); we want EI itself, for the stopping rule and Fig. 7.
+    - Transforms: Ax's continuous-parameter ones (among them Log, so the GP works in
+      log(buffer), scaled to [0, 1] inside the model) and StandardizeY only. Ax's default
+      Y transforms also winsorize the objective, which would clip the poor end of f that
+      the GP should see.
+    """
+    from ax.adapter.registry import Generators, MBM_X_trans
+    from ax.adapter.transforms.standardize_y import StandardizeY
+    from ax.generation_strategy.generation_node import GenerationNode
+    from ax.generation_strategy.generation_strategy import GenerationStrategy
+    from ax.generation_strategy.generator_spec import GeneratorSpec
+    from ax.generators.torch.botorch_modular.surrogate import SurrogateSpec
+    from ax.generators.torch.botorch_modular.utils import ModelConfig
+    from botorch.acquisition.analytic import ExpectedImprovement
+    from botorch.models import SingleTaskGP
+    from gpytorch.kernels import RBFKernel, ScaleKernel  # type: ignore[import-untyped]
+
+    model = ModelConfig(
+        botorch_model_class=SingleTaskGP,
+        covar_module_class=ScaleKernel,
+        # A new RBFKernel per strategy: the fitted hyperparameters live in the module, and a
+        # shared one would carry them into the next fit and break determinism.
+        covar_module_options={"base_kernel": RBFKernel()},
+    )
+    spec = GeneratorSpec(
+        generator_enum=Generators.BOTORCH_MODULAR,
+        generator_kwargs={
+            "surrogate_spec": SurrogateSpec(model_configs=[model]),
+            "botorch_acqf_class": ExpectedImprovement,
+            "transforms": [*MBM_X_trans, StandardizeY],
+        },
+        generator_gen_kwargs={
+            "model_gen_options": {
+                "optimizer_kwargs": {"raw_samples": RAW_SAMPLES, "num_restarts": RESTARTS}
+            }
+        },
+    )
+    return GenerationStrategy(
+        name="p4bs_gp_rbf_ei", nodes=[GenerationNode(name="gp_rbf_ei", generator_specs=[spec])]
+    )
+
+
+class BufferSearch:
+    """GP (RBF kernel) + Expected Improvement over the buffer in [low_bytes, high_bytes],
+    log scale, maximising f. Deterministic for a given seed and set of observations."""
+
+    def __init__(
+        self,
+        low_bytes: int,
+        high_bytes: int,
+        *,
+        seed: int = 0,
+        observations: Iterable[Observation] = (),
+    ) -> None:
+        if not 0 < low_bytes < high_bytes:
+            raise ValueError(f"bounds must satisfy 0 < low < high, got [{low_bytes}, {high_bytes}]")
+        self.low_bytes = low_bytes
+        self.high_bytes = high_bytes
+        self.seed = seed
+        self._observations: list[Observation] = []
+        self._suggestion: int | None = None  # the EI maximiser for the current observations
+        _load_ax()
+        from ax.api.client import Client
+        from ax.api.configs import RangeParameterConfig
+
+        self._client: Client = Client(random_seed=seed)
+        self._client.configure_experiment(
+            parameters=[
+                RangeParameterConfig(
+                    name=PARAMETER,
+                    bounds=(float(low_bytes), float(high_bytes)),
+                    parameter_type="float",
+                    scaling="log",
+                )
+            ]
+        )
+        self._client.configure_optimization(objective=OBJECTIVE)
+        for obs in observations:
+            self.tell(*obs)
+
+    @property
+    def observations(self) -> tuple[Observation, ...]:
+        return tuple(self._observations)
+
+    def tell(self, buffer_bytes: int, mean: float, sem: float) -> None:
+        """Adds f measured at `buffer_bytes`: its mean and standard error (unitless)."""
+        if not self.low_bytes <= buffer_bytes <= self.high_bytes:
+            raise ValueError(
+                f"buffer {buffer_bytes} B is outside [{self.low_bytes}, {self.high_bytes}] B"
+            )
+        if not (math.isfinite(mean) and math.isfinite(sem) and sem >= 0):
+            raise ValueError(f"need a finite mean and a finite SEM >= 0, got {mean}, {sem}")
+        obs = Observation(int(buffer_bytes), float(mean), float(sem))
+        index = self._client.attach_trial({PARAMETER: float(obs.buffer_bytes)})
+        self._client.complete_trial(index, {OBJECTIVE: (obs.mean, obs.sem)})
+        self._observations.append(obs)
+        self._suggestion = None
+
+    def best(self) -> Observation:
+        """The observation with the highest mean f (the paper's x*)."""
+        if not self._observations:
+            raise ValueError("no observations yet")
+        return max(self._observations, key=lambda o: o.mean)
+
+    def suggest(self) -> int:
+        """The next buffer to try, bytes: the maximiser of EI, or with no observation yet
+        the geometric middle of the bounds."""
+        if not self._observations:
+            return round(math.sqrt(self.low_bytes * self.high_bytes))
+        return self._fit()
+
+    def grid(self, points: int = GRID_POINTS) -> list[float]:
+        """`points` buffers, bytes, evenly spaced in log(buffer) from low to high."""
+        ratio = self.high_bytes / self.low_bytes
+        inner = [self.low_bytes * ratio ** (i / (points - 1)) for i in range(1, points - 1)]
+        return [float(self.low_bytes), *inner, float(self.high_bytes)]  # ends exact: Ax checks
+
+    def posterior(self, buffers: Sequence[float]) -> tuple[list[float], list[float]]:
+        """The GP posterior of f at `buffers` (bytes): mean and standard deviation of the
+        latent f (without the observation noise), in units of f."""
+        self._fit()
+        predictions = self._client.predict([{PARAMETER: float(b)} for b in buffers])
+        means = [float(p[OBJECTIVE][0]) for p in predictions]
+        stds = [float(p[OBJECTIVE][1]) for p in predictions]
+        return means, stds
+
+    def expected_improvement(self, buffers: Sequence[float]) -> list[float]:
+        """EI at `buffers` (bytes) over the best observed mean, in units of f: the
+        acquisition Ax maximises, up to Ax's standardisation of f (a constant factor)."""
+        means, stds = self.posterior(buffers)
+        best = self.best().mean
+        return [_expected_improvement(m - best, s) for m, s in zip(means, stds, strict=True)]
+
+    def max_expected_improvement(self, points: int = GRID_POINTS) -> float:
+        """The largest EI on `grid(points)`, units of f; infinite with no observation."""
+        if not self._observations:
+            return math.inf
+        return max(self.expected_improvement(self.grid(points)))
+
+    def _fit(self) -> int:
+        """Fits the GP to the observations and returns the EI maximiser, bytes; once per
+        set of observations (`posterior` reads the same fitted model)."""
+        if not self._observations:
+            raise ValueError("no observations yet")
+        if self._suggestion is None:
+            from ax.utils.common.random import with_rng_seed
+
+            strategy = _generation_strategy()
+            self._client.set_generation_strategy(strategy)
+            with warnings.catch_warnings(), with_rng_seed(self.seed):
+                # BoTorch recommends log-EI for its numerics in high dimensions; in one
+                # dimension the optimiser's raw samples cover EI's flat parts.
+                warnings.filterwarnings("ignore", message=".*ExpectedImprovement has known")
+                run = strategy.gen_single_trial(experiment=strategy.experiment)
+            value = run.arms[0].parameters[PARAMETER]
+            assert isinstance(value, float)
+            self._suggestion = min(max(round(value), self.low_bytes), self.high_bytes)
+        return self._suggestion
+
+
+def _expected_improvement(gain: float, std: float) -> float:
+    """E[max(0, f - best)] for f ~ N(best + gain, std^2): gain * Phi(z) + std * phi(z)."""
+    if std <= 0:
+        return max(gain, 0.0)
+    z = gain / std
+    cdf = 0.5 * math.erfc(-z / math.sqrt(2))
+    pdf = math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+    return gain * cdf + std * pdf
