@@ -30,6 +30,7 @@ from p4bs_infra.stack import Stack, StackSettings
 from p4bs_infra.testbed import Testbed, TestbedError, TestbedPlan
 from p4bs_infra.traffic import Scenario, ShortFlows, TrafficRun, Voip
 from p4bs_jobs import cli as jobs_cli
+from p4bs_optimizer import cli as optimizer_cli
 
 
 def _default_config() -> Path:
@@ -420,6 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(func=cmd_exporter_run)
     jobs_cli.add_parser(sub, _default_config())
+    optimizer_cli.add_parser(sub, _default_config())
     return parser
 
 

@@ -1,0 +1,78 @@
+"""`p4bs optimizer run`: the optimizer service for the links of a config."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from p4bs.config import Config, ConfigError, load_config
+
+
+def check_policies(config: Config) -> list[str]:
+    """Every link's policy made once with its options: the problems, one line each."""
+    from p4bs_optimizer.policies import policy_for
+    from p4bs_optimizer.policies.base import PolicyOptionError
+
+    problems = []
+    for link in config.links:
+        try:
+            policy_for(link)
+        except PolicyOptionError as exc:
+            problems.append(f"link {link.id}: {exc}")
+    return problems
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from p4bs_optimizer.service import OptimizerService, default_state_dir, summary_line
+
+    try:
+        config = load_config(args.config)
+        problems = check_policies(config)
+        if problems:
+            raise ConfigError(str(args.config), problems)
+    except ConfigError as exc:
+        print(f"p4bs optimizer run: {exc}", file=sys.stderr)
+        return 2
+    state_dir = args.state_dir or default_state_dir(config)
+    service = OptimizerService(config, dry_run=args.dry_run, state_dir=state_dir)
+    topics = config.kafka.topics
+    print(
+        f"optimizer{' (dry run: deciding, not applying)' if args.dry_run else ''}: "
+        f"{topics['link_metrics']} -> {topics['buffer_decisions']} and the routers; group "
+        f"{config.optimizer.group}, {len(config.links)} links in the config, state in "
+        f"{state_dir}",
+        flush=True,
+    )
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, service.stop)
+        ticks = 0
+
+        def progress(s: OptimizerService) -> None:
+            nonlocal ticks
+            ticks += 1
+            if ticks % args.report_every == 0:
+                print(summary_line(s), flush=True)
+
+        await service.run(progress)
+
+    asyncio.run(main())
+    print(f"optimizer stopped: {summary_line(service)}")
+    return 0
+
+
+def add_parser(sub: Any, default_config: Path) -> None:
+    optimizer = sub.add_parser("optimizer", help="decide and apply buffer sizes")
+    optimizer_sub = optimizer.add_subparsers(dest="action", required=True)
+    run = optimizer_sub.add_parser("run", help="the optimizer service, until Ctrl-C")
+    run.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
+    run.add_argument("--dry-run", action="store_true", help="decide and record, apply nothing")
+    run.add_argument("--state-dir", type=Path, help="default: .run/optimizer/<group>")
+    run.add_argument("--report-every", type=int, default=10, help="seconds between progress lines")
+    run.set_defaults(func=cmd_run)

@@ -1,0 +1,410 @@
+"""The optimizer service: link metrics in, buffer decisions out and applied to routers.
+
+One process drives many links. A thread polls Kafka (the link_metrics topic, and
+rtt_samples when a link separates flows by RTT) and hands each window to its link's
+`LinkController` on the asyncio loop; the controller runs the link's policy, holds its
+decisions to the safety guards and applies them through the router's driver without blocking
+the other links (each driver limits its own concurrent changes). Processes in one consumer
+group share the links: Kafka gives each its partitions, and records are keyed by link.
+
+Safety, per link: a buffer is always within the link's [min, max]; two changes are at least
+`optimizer.min_change_interval` apart (a decision that comes sooner waits, and a newer one
+replaces it); when no window has come for `optimizer.stale_after`, the link's safe buffer is
+applied (phase "fallback") until metrics return, and then the policy's buffer again; every
+change is read back from the router; `dry_run` decides and records without applying. Every
+decision is a BufferDecision record on the decisions topic (the InfluxDB sink stores them).
+
+State (the policy's snapshot, what is in force) is saved per link (`state.StateStore`) after
+every decision and at least every `PERSIST_INTERVAL_NS`; Kafka offsets are committed only
+for windows whose state is saved, and a window the saved state already covers is skipped, so
+a restarted service resumes where it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from p4bs import paths
+from p4bs.bus import Received, RecordConsumer, RecordProducer
+from p4bs.config import Config, LinkConfig, RouterConfig
+from p4bs_jobs.link_state import flow_key
+from p4bs_optimizer.drivers.base import DriverError, RouterDriver, driver_for
+from p4bs_optimizer.policies import policy_for
+from p4bs_optimizer.policies.base import Decision, Policy, Window
+from p4bs_optimizer.policies.jenks import JenksPolicy
+from p4bs_optimizer.state import LinkState, StateStore
+
+log = logging.getLogger(__name__)
+
+PERSIST_INTERVAL_NS = 1_000_000_000
+POLL_BATCH = 500  # records handed to the loop at once
+POLL_TIMEOUT_S = 0.05
+
+
+@dataclass
+class ServiceStats:
+    windows: int = 0
+    replayed: int = 0  # windows the saved state already covered
+    unknown_links: int = 0  # windows of links the config does not describe
+    decisions: int = 0
+    applied: int = 0
+    failed: int = 0
+    skipped: int = 0
+    fallbacks: int = 0
+    apply_latency_ns: list[int] = field(default_factory=list)  # decision to read back
+
+
+def default_state_dir(config: Config) -> Path:
+    folder = config.optimizer.state_dir
+    if folder:
+        return Path(folder)
+    return paths.home() / ".run" / "optimizer" / config.optimizer.group
+
+
+class LinkController:
+    """One link: its policy, its safety guards, its state, and the changes in flight."""
+
+    def __init__(
+        self,
+        link: LinkConfig,
+        policy: Policy,
+        state: LinkState,
+        service: OptimizerService,
+    ) -> None:
+        self.link = link
+        self.policy = policy
+        self.state = state
+        self.service = service
+        self.last_window_wall_ns = time.monotonic_ns()
+        self.saved_ns = 0
+        self.pending: dict[int, Decision] = {}  # queue -> decision held by the interval guard
+        self.applying: asyncio.Task[None] | None = None
+        self.dirty = False
+
+    # ---- windows in --------------------------------------------------------------------
+    def on_window(self, window: Window) -> None:
+        self.last_window_wall_ns = time.monotonic_ns()
+        if window.window_end_ns <= self.state.last_window_end_ns:
+            self.service.stats.replayed += 1
+            return
+        self.service.stats.windows += 1
+        self.state.last_window_end_ns = window.window_end_ns
+        self.dirty = True
+        if self.state.fallback:
+            # Metrics are back: the policy's own buffers return.
+            self.state.fallback = False
+            restored = [
+                Decision(b, "resume", "metrics are back; the policy's buffer returns", queue=q)
+                for q, b in sorted(self.state.intended.items())
+            ]
+            self.submit(restored, from_policy=False)
+        self.submit(self.policy.decide(window), from_policy=True)
+
+    def check_stale(self, now_ns: int) -> None:
+        """Falls back to the safe buffer once when metrics have been missing too long."""
+        quiet_ns = now_ns - self.last_window_wall_ns
+        if self.state.fallback or quiet_ns < self.service.config.optimizer.stale_after_ns:
+            return
+        self.state.fallback = True
+        self.dirty = True
+        self.service.stats.fallbacks += 1
+        reason = (
+            f"no link metrics for {quiet_ns / 1e9:.1f} s (limit "
+            f"{self.service.config.optimizer.stale_after_ns / 1e9:g} s): the safe buffer"
+        )
+        log.warning("link %s: %s", self.link.id, reason)
+        self.submit([Decision(self.link.safe_buffer_bytes, "fallback", reason)], from_policy=False)
+
+    # ---- decisions out -----------------------------------------------------------------
+    def submit(self, decisions: list[Decision], *, from_policy: bool) -> None:
+        if not decisions:
+            return
+        for decision in decisions:
+            if from_policy:
+                self.state.intended[decision.queue] = decision.buffer_bytes
+                if self.state.fallback:
+                    continue  # remembered; applied when metrics return
+            replaced = self.pending.get(decision.queue)
+            if replaced is not None:
+                self.service.record(
+                    self.link,
+                    replaced,
+                    replaced.buffer_bytes,
+                    self.state.in_force.get(replaced.queue),
+                    f"{replaced.reason}; replaced by a newer decision within the minimum "
+                    "interval between changes",
+                    "skipped",
+                )
+            self.pending[decision.queue] = decision
+        self.save()
+        if self.applying is None or self.applying.done():
+            self.applying = asyncio.get_running_loop().create_task(self._apply_pending())
+
+    async def _apply_pending(self) -> None:
+        interval_ns = self.service.config.optimizer.min_change_interval_ns
+        while self.pending:
+            wait_ns = self.state.last_change_ns + interval_ns - time.time_ns()
+            if wait_ns > 0:
+                await asyncio.sleep(wait_ns / 1e9)  # a rate limit, not a synchronisation
+                continue
+            decisions = sorted(self.pending.values(), key=lambda d: d.queue)
+            self.pending.clear()
+            await self._apply(decisions)
+
+    async def _apply(self, decisions: list[Decision]) -> None:
+        service = self.service
+        driver = service.driver_of(self.link.router)
+        flows = {d.queue: list(d.flows) for d in decisions if d.flows}
+        classifier_error = None
+        if flows and not service.dry_run:
+            try:
+                await driver.set_classifier(self.link.interface, flows)
+            except (DriverError, NotImplementedError) as exc:
+                classifier_error = str(exc)
+        for decision in decisions:
+            began = time.monotonic_ns()
+            buffer = min(
+                max(decision.buffer_bytes, self.link.min_buffer_bytes), self.link.max_buffer_bytes
+            )
+            reason = decision.reason
+            if buffer != decision.buffer_bytes:
+                reason += f"; held to the link's bounds ({decision.buffer_bytes} B asked)"
+            previous = self.state.in_force.get(decision.queue)
+            if previous is None and not service.dry_run:
+                with contextlib.suppress(DriverError):  # the set below reports the failure
+                    previous = await driver.get_buffer(self.link.interface, decision.queue)
+            if service.dry_run:
+                outcome = "dry_run"
+            elif classifier_error is not None:
+                outcome, reason = "failed", f"{reason}; classifier not set: {classifier_error}"
+            else:
+                try:
+                    buffer = await driver.set_buffer(self.link.interface, decision.queue, buffer)
+                    outcome = "applied"
+                except DriverError as exc:
+                    outcome, reason = "failed", f"{reason}; {exc}"
+            if outcome == "applied":
+                self.state.in_force[decision.queue] = buffer
+                self.state.last_change_ns = time.time_ns()
+                service.stats.apply_latency_ns.append(time.monotonic_ns() - began)
+            service.record(self.link, decision, buffer, previous, reason, outcome)
+        self.save()
+
+    # ---- state -------------------------------------------------------------------------
+    def save(self) -> None:
+        self.state.policy_state = self.policy.snapshot()
+        self.service.store.save(self.link.id, self.state)
+        self.saved_ns = time.monotonic_ns()
+        self.dirty = False
+
+
+class OptimizerService:
+    """The links of one process (those on the partitions Kafka gives its consumer)."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        dry_run: bool = False,
+        state_dir: Path | None = None,
+        make_driver: Callable[[RouterConfig], RouterDriver] | None = None,
+    ) -> None:
+        self.config = config
+        self.dry_run = dry_run
+        self.store = StateStore(state_dir or default_state_dir(config))
+        self.stats = ServiceStats()
+        self.links = {link.id: link for link in config.links}
+        self.routers = {router.name: router for router in config.routers}
+        self.controllers: dict[str, LinkController] = {}
+        self._drivers: dict[str, RouterDriver] = {}
+        self._make_driver = make_driver or self._driver_for
+        self._producer = RecordProducer(
+            config.kafka.bootstrap, config.kafka.topics, client_id=f"{config.optimizer.group}"
+        )
+        self._stop = threading.Event()
+
+    def _driver_for(self, router: RouterConfig) -> RouterDriver:
+        links = self.config.links
+        rates = {k.interface: k.capacity_bps for k in links if k.router == router.name}
+        return driver_for(
+            router, line_rates_bps=rates, attempts=self.config.optimizer.apply_attempts
+        )
+
+    def driver_of(self, router: str) -> RouterDriver:
+        driver = self._drivers.get(router)
+        if driver is None:
+            driver = self._drivers[router] = self._make_driver(self.routers[router])
+        return driver
+
+    def controller(self, link_id: str) -> LinkController | None:
+        """The link's controller, made (and resumed from saved state) on its first record."""
+        controller = self.controllers.get(link_id)
+        if controller is not None:
+            return controller
+        link = self.links.get(link_id)
+        if link is None:
+            self.stats.unknown_links += 1
+            return None
+        policy = policy_for(link)
+        saved = self.store.load(link_id)
+        if saved is not None and saved.policy == link.policy:
+            policy.restore(saved.policy_state)
+            state = saved
+            log.info("link %s: resumed %s from saved state", link_id, link.policy)
+        else:
+            state = LinkState(policy=link.policy)
+        controller = self.controllers[link_id] = LinkController(link, policy, state, self)
+        return controller
+
+    def record(
+        self,
+        link: LinkConfig,
+        decision: Decision,
+        buffer: int,
+        previous: int | None,
+        reason: str,
+        outcome: str,
+    ) -> None:
+        """One BufferDecision record, and the log line an operator reads."""
+        self.stats.decisions += 1
+        if outcome == "applied":
+            self.stats.applied += 1
+        elif outcome == "failed":
+            self.stats.failed += 1
+        elif outcome == "skipped":
+            self.stats.skipped += 1
+        self._producer.produce(
+            "buffer_decisions",
+            {
+                "link_id": link.id,
+                "ts_ns": time.time_ns(),
+                "queue": decision.queue,
+                "policy": link.policy,
+                "phase": decision.phase,
+                "buffer_bytes": buffer,
+                "previous_buffer_bytes": previous,
+                "reason": reason,
+                "trial": decision.trial,
+                "outcome": outcome,
+                "f": decision.f,
+            },
+        )
+        level = logging.WARNING if outcome == "failed" else logging.INFO
+        log.log(
+            level,
+            "link %s q%d: %s %s %d B (%s): %s",
+            link.id,
+            decision.queue,
+            link.policy,
+            decision.phase,
+            buffer,
+            outcome,
+            reason,
+        )
+
+    # ---- the loop ----------------------------------------------------------------------
+    def _streams(self) -> list[str]:
+        streams = ["link_metrics"]
+        if any(link.policy == JenksPolicy.name for link in self.config.links):
+            streams.append("rtt_samples")
+        return streams
+
+    def handle(self, received: Received) -> None:
+        """One record from Kafka, on the loop."""
+        controller = self.controller(received.record["link_id"])
+        if controller is None:
+            return
+        if received.stream == "link_metrics":
+            controller.on_window(Window.from_record(received.record))
+        elif isinstance(controller.policy, JenksPolicy):
+            controller.policy.observe_flows(
+                received.record["ts_ns"], flow_mean_rtts(received.record)
+            )
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self, on_tick: Callable[[OptimizerService], None] | None = None) -> None:
+        """Consumes until `stop()`; `on_tick` is called about once a second (progress)."""
+        consumer = RecordConsumer(
+            self.config.kafka.bootstrap,
+            self.config.optimizer.group,
+            self._streams(),
+            self.config.kafka.topics,
+            store_on_poll=False,
+        )
+        unsaved: list[Received] = []
+        last_persist = last_tick = time.monotonic_ns()
+        try:
+            while not self._stop.is_set():
+                batch = await asyncio.to_thread(_poll_batch, consumer)
+                for received in batch:
+                    self.handle(received)
+                unsaved.extend(batch)
+                now = time.monotonic_ns()
+                for controller in self.controllers.values():
+                    controller.check_stale(now)
+                if now - last_persist >= PERSIST_INTERVAL_NS:
+                    for controller in self.controllers.values():
+                        if controller.dirty:
+                            controller.save()
+                    consumer.handled(unsaved)  # their state is saved: commit their offsets
+                    unsaved.clear()
+                    last_persist = now
+                if on_tick is not None and now - last_tick >= 1_000_000_000:
+                    on_tick(self)
+                    last_tick = now
+        finally:
+            in_flight = [c.applying for c in self.controllers.values() if c.applying]
+            if in_flight:
+                await asyncio.wait(in_flight, timeout=10)
+            for controller in self.controllers.values():
+                controller.save()
+            consumer.handled(unsaved)
+            consumer.close()
+            self._producer.flush(10.0)
+            for driver in self._drivers.values():
+                await driver.close()
+
+
+def flow_mean_rtts(batch: dict[str, Any]) -> dict[str, int]:
+    """An RttSampleBatch's flows ("src:sport>dst:dport/proto") and their mean RTT, ns."""
+    sums = [0] * len(batch["flows"])
+    counts = [0] * len(batch["flows"])
+    for index, rtt_ns in zip(batch["flow_index"], batch["rtt_ns"], strict=True):
+        sums[index] += rtt_ns
+        counts[index] += 1
+    return {
+        flow_key(f["src_ip"], f["src_port"], f["dst_ip"], f["dst_port"], f["protocol"]): s // n
+        for f, s, n in zip(batch["flows"], sums, counts, strict=True)
+        if n
+    }
+
+
+def _poll_batch(consumer: RecordConsumer) -> list[Received]:
+    """Up to POLL_BATCH records, waiting at most POLL_TIMEOUT_S for the first."""
+    batch: list[Received] = []
+    first = consumer.poll(POLL_TIMEOUT_S)
+    while first is not None:
+        batch.append(first)
+        if len(batch) >= POLL_BATCH:
+            break
+        first = consumer.poll(0)
+    return batch
+
+
+def summary_line(service: OptimizerService) -> str:
+    s = service.stats
+    return (
+        f"links {len(service.controllers)}, windows {s.windows} (replayed {s.replayed}), "
+        f"decisions {s.decisions}: applied {s.applied}, failed {s.failed}, "
+        f"fallbacks {s.fallbacks}, unknown links {s.unknown_links}"
+    )
