@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from p4bs.cli import main
-from p4bs.config import ConfigError, SecretRef, load_config, parse_config
+from p4bs.config import ConfigError, SecretRef, config_toml, load_config, parse_config
 
 
 @pytest.fixture
@@ -145,3 +145,10 @@ def test_cli_check_exit_codes(
     broken.write_text("[kafka\n")
     assert main(["config", "check", str(broken)]) == 1
     assert "not valid TOML" in capsys.readouterr().err
+
+
+def test_config_toml_writes_what_load_config_reads_back(example: dict[str, Any]) -> None:
+    example["optimizer"] = {"group": 'a "quoted" group', "stale_after": "2s"}
+    example["links"][0]["policy_options"] = {"gamma": 0.2, "nested": {"on": True}}
+    assert tomllib.loads(config_toml(example)) == example
+    assert parse_config(tomllib.loads(config_toml(example))).optimizer.stale_after_ns == 2 * 10**9

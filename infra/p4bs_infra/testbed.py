@@ -124,7 +124,7 @@ class TestbedPlan:
             buffer_bytes=tb.buffer_bytes,
             base_rtt_ns=tb.base_rtt_ns,
             extra_delay_max_ns=tb.extra_delay_max_ns,
-            groups=[_sender_group(i, g) for i, g in enumerate(tb.groups)],
+            groups=[sender_group(i, g) for i, g in enumerate(tb.groups)],
             router_address=_management_address(host),
             gnmi_port=int(port),
             username=router.username,
@@ -168,7 +168,7 @@ def _management_address(host: str) -> str:
     return str(address)
 
 
-def _sender_group(index: int, group: FlowGroup) -> SenderGroup:
+def sender_group(index: int, group: FlowGroup) -> SenderGroup:
     if index >= 200:
         raise TestbedError("at most 200 sender groups")
     return SenderGroup(

@@ -1,0 +1,232 @@
+"""The whole loop on one machine, around a testbed that is up: the software data plane on the
+testbed's taps (the exporter), the metrics job, and the optimizer driving the testbed's
+router agent over gNMI; each part a process of its own, started by the project's commands and
+stopped by PID. Used by `p4bs demo` and by the closed-loop tests and evaluations.
+
+The loop gets a config of its own (written to its folder): the base config's link and
+testbed, with the running stack's broker, fresh topics, the testbed's management address
+and CA, and the policy under test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from p4bs.bus import ensure_topics
+from p4bs.config import Config, config_toml, parse_config
+from p4bs_exporter.model import ModelTarget, run_spec
+from p4bs_infra.procs import wait_until
+from p4bs_infra.testbed import Testbed
+from p4bs_schemas.registry import STREAMS
+
+# Settings the loop changes from the base config, measured on this 2-core machine. The
+# testbed's traffic (a real-time delay wire, tens of TCP senders, two taps) takes most of the
+# CPU: with 100 ms windows and 10 ms RTT batches the metrics job fell behind by one window a
+# second (30 s behind after 40 s of traffic); with 500 ms windows, 100 ms batches and a
+# checkpoint a second it kept up, 2 to 6 s behind, so metrics count as stale only after 15 s.
+# P4BS's long-flow threshold (2000 packets in 10 s) is for 10-100 Gbit/s links; at 100 Mbit/s
+# fifty flows get 167 packets/s each, so a flow is long here from 500 packets in 10 s.
+LOOP_SECTIONS: dict[str, dict[str, Any]] = {
+    "flink": {"window": "500ms", "checkpoint_interval": "1s"},
+    "dataplane": {"rtt_batch_interval": "100ms", "long_flow_threshold": 500},
+    "optimizer": {"stale_after": "15s"},
+}
+
+
+class ClosedLoopError(RuntimeError):
+    """A part of the loop did not start; the message names it and where its log is."""
+
+
+def loop_config_data(
+    base: Mapping[str, Any],
+    testbed: Testbed,
+    *,
+    bootstrap: str,
+    topics: Mapping[str, str],
+    policy: str,
+    policy_options: Mapping[str, Any],
+    state_dir: Path,
+    influx_url: str | None = None,
+    sections: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The base config's raw data (as tomllib reads it) made into the loop's: the testbed's
+    link and router, on this broker and these topics, with `policy`; `sections` (e.g.
+    {"flink": {"window": "500ms"}}) override settings of the config's tables, after
+    LOOP_SECTIONS."""
+    data = copy.deepcopy(dict(base))
+    for overrides in (LOOP_SECTIONS, sections or {}):
+        for table, settings in overrides.items():
+            data[table] = {**data.get(table, {}), **settings}
+    data["kafka"] = {**data.get("kafka", {}), "bootstrap": bootstrap, "topics": dict(topics)}
+    if influx_url:
+        data["influxdb"] = {**data.get("influxdb", {}), "url": influx_url}
+    plan = testbed.plan
+    link = next(x for x in data["links"] if f"{x['router']}:{x['interface']}" == plan.link_id)
+    link["policy"] = policy
+    link["policy_options"] = dict(policy_options)
+    router = next(r for r in data["routers"] if r["name"] == link["router"])
+    router["address"] = f"{plan.router_address}:{plan.gnmi_port}"
+    router["ca_file"] = str(testbed.pki / "ca.pem")
+    data["optimizer"] = {
+        **data.get("optimizer", {}),
+        "group": f"optimizer-{uuid.uuid4().hex[:8]}",
+        "state_dir": str(state_dir),
+    }
+    return data
+
+
+class ClosedLoop:
+    """Exporter, metrics job and optimizer for one testbed; `start` waits until link metrics
+    come out, `stop` stops what was started (also after a failed start)."""
+
+    def __init__(
+        self,
+        base: Mapping[str, Any],
+        testbed: Testbed,
+        work_dir: Path,
+        *,
+        bootstrap: str,
+        policy: str,
+        policy_options: Mapping[str, Any] | None = None,
+        influx_url: str | None = None,
+        sections: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        self.testbed = testbed
+        self.work_dir = work_dir
+        work_dir.mkdir(parents=True, exist_ok=True)
+        run = f"loop-{uuid.uuid4().hex[:6]}"
+        self.topics = {stream: f"{run}.{stream}" for stream in STREAMS}
+        data = loop_config_data(
+            base,
+            testbed,
+            bootstrap=bootstrap,
+            topics=self.topics,
+            policy=policy,
+            policy_options=policy_options or {},
+            state_dir=work_dir / "optimizer-state",
+            influx_url=influx_url,
+            sections=sections,
+        )
+        self.config: Config = parse_config(data, "closed loop")
+        self.config_path = work_dir / "config.toml"
+        self.config_path.write_text(config_toml(data))
+        self.exporter: ModelTarget | None = None
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def _cli(self, name: str, *args: str) -> None:
+        """Starts `p4bs ARGS` with this loop's config; its output goes to NAME.log."""
+        argv = [sys.executable, "-m", "p4bs.cli", *args, "--config", str(self.config_path)]
+        with (self.work_dir / f"{name}.log").open("wb") as log:
+            self.processes[name] = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def log_tail(self, name: str, lines: int = 15) -> str:
+        path = self.work_dir / f"{name}.log"
+        text = path.read_text(errors="replace") if path.exists() else "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def start(
+        self,
+        *,
+        optimizer: bool = True,
+        timeout_s: float = 240.0,
+        progress: Callable[[str], None] = print,
+    ) -> None:
+        """Starts the parts, then waits until the first link metrics come out (the metrics
+        job takes tens of seconds from cold)."""
+        config = self.config
+        ensure_topics(
+            config.kafka.bootstrap,
+            self.topics.values(),
+            config.kafka.partitions,
+            config.kafka.replication_factor,
+        )
+        began = time.monotonic()
+        try:
+            spec = run_spec(
+                config,
+                stats_path=self.work_dir / "exporter-stats.json",
+                netns=self.testbed.ns["tap"],
+            )
+            self.exporter = ModelTarget(spec)
+            self.exporter.start()
+            progress(f"data plane model on the taps in {self.testbed.ns['tap']}")
+            self._cli(
+                "metrics-job",
+                "jobs",
+                "run",
+                "--group",
+                f"metrics-{uuid.uuid4().hex[:6]}",
+                "--checkpoints",
+                str(self.work_dir / "checkpoints"),
+            )
+            progress("metrics job starting (PyFlink MiniCluster)")
+            if optimizer:
+                self.start_optimizer()
+            if not wait_until(self._metrics_flowing, timeout_s, interval_s=1.0):
+                raise ClosedLoopError(
+                    f"no link metrics after {timeout_s:.0f} s; metrics job log "
+                    f"{self.work_dir / 'metrics-job.log'}:\n{self.log_tail('metrics-job')}"
+                )
+            for name, proc in self.processes.items():
+                if proc.poll() is not None:
+                    raise ClosedLoopError(f"{name} exited: {self.log_tail(name)}")
+            progress(f"link metrics flowing after {time.monotonic() - began:.0f} s")
+        except BaseException:
+            self.stop()
+            raise
+
+    def start_optimizer(self) -> None:
+        self._cli("optimizer", "optimizer", "run", "--report-every", "5")
+
+    def _metrics_flowing(self) -> bool:
+        for name, proc in self.processes.items():
+            if proc.poll() is not None:
+                raise ClosedLoopError(f"{name} exited: {self.log_tail(name)}")
+        consumer = Consumer(
+            {"bootstrap.servers": self.config.kafka.bootstrap, "group.id": "loop-watch"}
+        )
+        try:
+            topic = self.topics["link_metrics"]
+            partitions = range(self.config.kafka.partitions)
+            ends = [
+                consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
+                for p in partitions
+            ]
+            return sum(ends) > 0
+        except KafkaException:  # the topics are new: their leaders may not be elected yet
+            return False
+        finally:
+            consumer.close()
+
+    def stop(self) -> None:
+        """Stops the optimizer first (no decision after the loop is gone), then the rest."""
+        for name in ("optimizer", "metrics-job"):
+            proc = self.processes.get(name)
+            if proc is None or proc.poll() is not None:
+                continue
+            proc.send_signal(signal.SIGINT if name == "metrics-job" else signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        for proc in self.processes.values():
+            # What a part started in its session (PyFlink's JVM and Python workers) goes too.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        if self.exporter is not None:
+            self.exporter.stop()
