@@ -14,7 +14,15 @@ import time
 from pathlib import Path
 
 from p4bs import dataplane, paths
-from p4bs.config import Config, ConfigError, DataplaneConfig, SwitchConfig, load_config
+from p4bs.closed_loop import ClosedLoopError
+from p4bs.config import (
+    POLICIES,
+    Config,
+    ConfigError,
+    DataplaneConfig,
+    SwitchConfig,
+    load_config,
+)
 from p4bs_exporter import (
     ExporterError,
     ExporterStats,
@@ -302,6 +310,39 @@ def cmd_exporter_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _flow_groups(text: str) -> tuple[int, ...]:
+    try:
+        groups = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"flows per group, comma separated: {text!r}") from None
+    if not groups or min(groups) < 1:
+        raise argparse.ArgumentTypeError(f"each group needs at least one flow: {text!r}")
+    return groups
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from p4bs.demo import DemoSettings, default_out, run_demo
+
+    if args.every * (len(args.groups) - 1) >= args.duration:
+        print("p4bs demo: the last group would join after the traffic ends", file=sys.stderr)
+        return 2
+    try:
+        return run_demo(
+            DemoSettings(
+                config=args.config,
+                out=args.out or default_out(),
+                policy=args.policy,
+                groups=args.groups,
+                every_s=args.every,
+                duration_s=args.duration,
+                initial_buffer_ms=args.initial_buffer_ms,
+            )
+        )
+    except (ConfigError, StackError, TestbedError, ClosedLoopError) as exc:
+        print(f"p4bs demo: {exc}", file=sys.stderr)
+        return 1
+
+
 def _ipv4_prefix(text: str) -> str:
     try:
         return str(ipaddress.IPv4Network(text, strict=True))
@@ -422,6 +463,21 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_exporter_run)
     jobs_cli.add_parser(sub, _default_config())
     optimizer_cli.add_parser(sub, _default_config())
+    demo = sub.add_parser(
+        "demo", help="the whole system on this machine, live, with a report; torn down after"
+    )
+    demo.add_argument("--config", type=Path, default=_default_config(), help="%(default)s")
+    demo.add_argument("--policy", default="p4bs", choices=POLICIES, help="default: %(default)s")
+    demo.add_argument(
+        "--groups", type=_flow_groups, default=(10, 20, 20), help="Cubic flows per group (10,20,20)"
+    )
+    demo.add_argument("--every", type=float, default=60.0, help="s between groups (60)")
+    demo.add_argument("--duration", type=float, default=180.0, help="s of traffic (180)")
+    demo.add_argument(
+        "--initial-buffer-ms", type=float, default=200.0, help="router buffer at start (200)"
+    )
+    demo.add_argument("--out", type=Path, help="default: .run/demo/<date-time>")
+    demo.set_defaults(func=cmd_demo)
     return parser
 
 
