@@ -317,9 +317,9 @@ def test_state_machine_measures_only_the_settled_buffer_then_restarts_on_change(
 
 
 def test_a_decision_never_in_force_is_decided_again() -> None:
-    """The service held the BDP decision: after settle_ns + measure_ns (5 s) the policy
-    asks again, and measures once the windows show it."""
-    policy = P4bsPolicy(make_link(), {})
+    """The service held the BDP decision: after reissue_after_ns (here 5 s) the policy asks
+    again, and measures once the windows show it."""
+    policy = P4bsPolicy(make_link(), {"reissue_after_ns": "5s"})
     link = FakeLink(lambda b: -0.5, lambda b: 0.02, noise=0.01)
     first = policy.decide(link.window())
     assert [d.buffer_bytes for d in first] == [BDP_BYTES]
@@ -445,3 +445,13 @@ def test_importing_the_policies_does_not_import_ax() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_ei_rule_waits_for_min_trials_trials() -> None:
+    """A flat f (no improvement anywhere, EI 0) still gets `min_trials` trials before the
+    search settles: a GP on the bound search's points alone cannot rule the range out."""
+    policy = P4bsPolicy(make_link(), {"min_trials": 3})
+    link = FakeLink(lambda b: -0.5, lambda b: 0.0, noise=0.01)
+    decisions = run(policy, link, lambda d: d[-1].phase == "settled", limit=3000)
+    trials = [d.trial for d in decisions if d.phase == "optimise"]
+    assert trials == [1, 2, 3]

@@ -14,8 +14,8 @@ The policy is a state machine over the link's windows, in event time (`window_en
   Before each trial the search stops when the largest EI on a grid of the bounds is at most
   `ei_epsilon` times the noise, the median standard error of the observations' means (an
   improvement that small is a fraction of what one trial can resolve; with noise-free
-  measurements only an EI of 0 stops it), or when `max_trials` (the paper's n-bar) trials
-  were made.
+  measurements only an EI of 0 stops it), once `min_trials` trials were made, or when
+  `max_trials` (the paper's n-bar) trials were made.
 - "settled": the best observed buffer (highest mean f, the paper's x*) stays in force.
   A window flagged `change` (the metrics job's z-score detector) once the buffer has been in
   force for `change_holdoff_ns` restarts the bound search, keeping nothing: the flag says f
@@ -29,8 +29,8 @@ the buffer is in force (`Window.buffer_bytes`, joined by the metrics job from th
 decisions), from `settle_ns` after the first such window, until `measure_ns` of windows were
 counted (and at least 2). A step's f is the mean of those windows' f with its standard error;
 a bound-search step's loss is their retransmissions over their data packets. A decision that
-is not in force `settle_ns + measure_ns` after it was made (the service held or lost it) is
-made again.
+is not in force `reissue_after_ns` (and at least a step's time) after it was made is made
+again.
 
 `snapshot` holds everything as JSON data: the phase, the step being measured (with what it
 measured so far), the bounds, the bound search's and the trials' observations and the
@@ -69,6 +69,15 @@ class P4bsOptions:
     measure_ns: int = 3_000_000_000  # windows measured per step
     ei_epsilon: float = 0.1  # stop when max EI <= ei_epsilon * median SEM of the observations
     max_trials: int = 8  # n-bar: BO trials at most (Fig. 10: EI stopped at the 8th)
+    # Trials before the EI rule may stop the search: a GP fitted to one or two points (the
+    # bound search's) can claim no improvement anywhere, and stopped a search on the testbed
+    # at the cap without a single trial.
+    min_trials: int = 3
+    # A decision the windows do not show this long after it was made is made again (the
+    # service held it, or lost it). Windows arrive late when the metrics job lags (on the
+    # closed-loop testbed here, 5 to 40 s behind), and the decision only shows in windows
+    # that end after it was applied.
+    reissue_after_ns: int = 30_000_000_000
     seed: int = 0  # of the acquisition optimiser's random starts
     # The metrics job's z-score looks back 50 windows of 100 ms: after 5 s its window holds
     # only windows under the settled buffer, so a flag is no longer about the policy's move.
@@ -134,6 +143,8 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "measure_ns": _duration(1),
     "ei_epsilon": _number(0.0, math.inf, open_low=False),
     "max_trials": _integer(1),
+    "min_trials": _integer(0),
+    "reissue_after_ns": _duration(0),
     "seed": _integer(0),
     "change_holdoff_ns": _duration(0),
 }
@@ -305,7 +316,9 @@ class P4bsPolicy(Policy):
             best = search.best()
             return self._settle(window, best.buffer_bytes, best, last_f, reason)
         max_ei = search.max_expected_improvement()
-        if search.observations:
+        if done < self.config.min_trials:
+            ei_text = f"max EI {max_ei:.3g}, {done} of at least {self.config.min_trials} trials"
+        elif search.observations:
             noise = statistics.median(o.sem for o in search.observations)
             threshold = self.config.ei_epsilon * noise
             ei_text = f"max EI {max_ei:.3g} ({_ratio(max_ei, noise)} median SEM)"
@@ -392,7 +405,9 @@ class P4bsPolicy(Policy):
             self.step = _Step(step.buffer_bytes, step.phase, step.trial, step.f, decided_ns=now)
             return []
         waited = now - step.decided_ns
-        if waited < self.config.settle_ns + self.config.measure_ns:
+        if waited < max(
+            self.config.settle_ns + self.config.measure_ns, self.config.reissue_after_ns
+        ):
             return []
         step.decided_ns = now
         return [
