@@ -1,30 +1,39 @@
 """`p4bs optimizer run` against a simulated link (tests/simlink.py) whose metrics follow the
 buffer the real router agent holds: decisions applied over gNMI and read back, recorded on
-the decisions topic, the safety guards, and resuming after a kill."""
+the decisions topic, the safety guards, a value the router rejects, and resuming a P4BS
+search after a kill. Also, in process: a policy whose decide blocks (P4BS fitting its GP)
+decides in the decide thread, in order, while the other links go on."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import itertools
+import math
 import re
 import signal
 import subprocess
 import sys
+import threading
+import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from simlink import LinkModel, SimulatedLink
+from simlink import WINDOW_NS, LinkModel, SimulatedLink
 from test_agent import _kernel_limit
 
 from p4bs import paths
 from p4bs.bus import RecordConsumer, RecordProducer
-from p4bs.config import Config, load_config
+from p4bs.config import Config, LinkConfig, load_config
 from p4bs_infra.procs import wait_until
 from p4bs_infra.stack import Stack
 from p4bs_infra.testbed import Testbed, TestbedPlan
+from p4bs_optimizer.policies.base import Decision, Policy, Window
+from p4bs_optimizer.service import OptimizerService
 
 C_BYTES_PER_S = 100_000_000 / 8
 
@@ -44,9 +53,11 @@ def write_config(
     testbed: Testbed,
     policy: str,
     options: str = "{}",
+    buffer: str | None = None,
 ) -> Path:
     """The example config on the test's broker, topics and testbed router, with `policy`,
-    a 1 s stale limit and changes at least 0.3 s apart."""
+    a 1 s stale limit and changes at least 0.3 s apart; `buffer` replaces the link's buffer
+    table (TOML)."""
     text = (paths.home() / "config" / "testbed.toml").read_text()
     table = ", ".join(f'{s} = "{t}"' for s, t in topics.items())
     plan = testbed.plan
@@ -62,6 +73,8 @@ def write_config(
         r"^stale_after = .*$": 'stale_after = "1s"',
         r"^min_change_interval = .*$": 'min_change_interval = "300ms"',
     }
+    if buffer is not None:
+        replacements[r"^buffer = \{.*$"] = f"buffer = {buffer}"
     for pattern, value in replacements.items():
         text, n = re.subn(pattern, value, text, count=1, flags=re.M)
         assert n == 1, pattern
@@ -71,8 +84,12 @@ def write_config(
 
 
 @contextmanager
-def optimizer(config_path: Path, *extra: str) -> Iterator[subprocess.Popen[bytes]]:
-    log = config_path.with_name(f"optimizer-{uuid.uuid4().hex[:6]}.log")
+def optimizer(
+    config_path: Path, *extra: str, log: Path | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`p4bs optimizer run` with the config, its output in `log`; stopped (SIGTERM) at the
+    end unless it already ended."""
+    log = log or config_path.with_name(f"optimizer-{uuid.uuid4().hex[:6]}.log")
     argv = [sys.executable, "-m", "p4bs.cli", "optimizer", "run", "--config", str(config_path)]
     with log.open("wb") as out:
         proc = subprocess.Popen([*argv, "--report-every", "1", *extra], stdout=out, stderr=out)
@@ -117,11 +134,18 @@ def setup(
 ) -> Callable[..., tuple[Config, Path, SimulatedLink, Decisions]]:
     made: list[tuple[SimulatedLink, Decisions]] = []
 
-    def make(policy: str, options: str = "{}") -> tuple[Config, Path, SimulatedLink, Decisions]:
-        path = write_config(tmp_path, stack.kafka.bootstrap, topics, testbed, policy, options)
+    def make(
+        policy: str,
+        options: str = "{}",
+        *,
+        buffer: str | None = None,
+        model: LinkModel | None = None,
+    ) -> tuple[Config, Path, SimulatedLink, Decisions]:
+        bootstrap = stack.kafka.bootstrap
+        path = write_config(tmp_path, bootstrap, topics, testbed, policy, options, buffer)
         config = load_config(path)
         producer = RecordProducer(config.kafka.bootstrap, topics, client_id="simlink")
-        link = SimulatedLink(config.links[0], producer, lambda: _kernel_limit(testbed))
+        link = SimulatedLink(config.links[0], producer, lambda: _kernel_limit(testbed), model)
         decisions = Decisions(config)
         made.append((link, decisions))
         return config, path, link, decisions
@@ -189,3 +213,190 @@ def test_dry_run_decides_and_records_but_changes_nothing(
         decisions.until(lambda r: any(d["outcome"] == "dry_run" for d in r), 60)
     assert _kernel_limit(testbed) == before != 96 * 1024
     assert {d["outcome"] for d in decisions.records} == {"dry_run"}
+
+
+def test_a_value_the_router_rejects_is_recorded_as_failed_and_the_service_goes_on(
+    setup: Callable[..., Any], testbed: Testbed
+) -> None:
+    """A static 300 MiB, within the link's bounds (max raised to 512 MiB) but above the
+    256 MiB the router agent accepts (its --max-buffer-bytes default): a `failed` record
+    with the agent's reason, nothing changed on the router, and the service goes on: the
+    stale-metrics fallback is applied after it, and the policy's value fails again after."""
+    asked, agent_max = 300 * 2**20, 256 * 2**20
+    config, path, link, decisions = setup(
+        "static",
+        '{ buffer = "300MiB" }',
+        buffer='{ min = "32KiB", max = "512MiB", safe = "48KiB" }',
+    )
+    safe = config.links[0].safe_buffer_bytes
+    before = _kernel_limit(testbed)
+    assert before != safe  # or the fallback below could not show that it was applied
+    with link, optimizer(path) as process:
+        decisions.until(lambda r: any(d["outcome"] == "failed" for d in r), 60)
+        (failed,) = decisions.records
+        assert (failed["phase"], failed["buffer_bytes"]) == ("static", asked)
+        assert failed["previous_buffer_bytes"] == before  # read from the router
+        assert "rejected" in failed["reason"]
+        assert f"{asked} B is outside [1514, {agent_max}] B" in failed["reason"]
+        assert _kernel_limit(testbed) == before
+
+        link.paused.set()
+        decisions.until(lambda r: r[-1]["phase"] == "fallback", 10)
+        fallback = decisions.records[-1]
+        assert (fallback["outcome"], fallback["buffer_bytes"]) == ("applied", safe)
+        assert fallback["previous_buffer_bytes"] == before
+        assert _kernel_limit(testbed) == safe
+        link.paused.clear()
+        decisions.until(lambda r: r[-1]["phase"] == "resume", 10)
+        resumed = decisions.records[-1]
+        assert (resumed["outcome"], resumed["buffer_bytes"]) == ("failed", asked)
+        assert f"outside [1514, {agent_max}] B" in resumed["reason"]
+        assert _kernel_limit(testbed) == safe
+        assert process.poll() is None
+
+
+def test_a_killed_optimizer_resumes_its_p4bs_search_from_saved_state(
+    setup: Callable[..., Any], testbed: Testbed, tmp_path: Path
+) -> None:
+    """P4BS on a link whose f = -(2.5 exp(-B / 20 kB) + 0.5 B / 125 kB) (+ noise 0.01) peaks
+    at ~69 kB, inside its bounds [C·RTT_min/√N, C·d_hat] = [35 kB, 125 kB]. Killed (SIGKILL)
+    during its second trial and started again with the same config, it goes on from its
+    saved state: no new bound search, the trials numbered on from where they were, settled
+    on a buffer better than either bound, in force on the router. ei_epsilon 0 makes the
+    search take all 5 trials, however the noise falls. (The restarted process gets the
+    link's partition once Kafka drops the killed member of the group: its session timeout,
+    45 s, most of this test's time.)"""
+    model = LinkModel(loss_scale_bytes=20_000, f_noise=0.01)
+    options = '{ settle_ns = "500ms", measure_ns = "1s", max_trials = 5, ei_epsilon = 0.0 }'
+    config, path, link, decisions = setup("p4bs", options, model=model)
+    spec = config.links[0]
+    bounds = (
+        round(C_BYTES_PER_S * model.base_rtt_ns / 1e9 / math.sqrt(model.long_flows)),
+        round(C_BYTES_PER_S * spec.max_queue_delay_ns / 1e9),
+    )
+    restarted_log = tmp_path / "restarted.log"
+
+    def optimising(trial: int) -> Callable[[list[dict[str, Any]]], bool]:
+        return lambda records: any(
+            d["phase"] == "optimise" and d["trial"] >= trial and d["outcome"] == "applied"
+            for d in records
+        )
+
+    with link:
+        with optimizer(path) as first:
+            decisions.until(optimising(2), 120)
+            first.send_signal(signal.SIGKILL)  # no chance to save anything more
+            first.wait(10)
+        killed_ns = time.time_ns()
+        with optimizer(path, log=restarted_log):
+            decisions.until(
+                lambda r: any(d["ts_ns"] > killed_ns and d["phase"] == "settled" for d in r), 240
+            )
+            (settled,) = [d for d in decisions.records if d["phase"] == "settled"]
+            assert settled["outcome"] == "applied"
+            assert _kernel_limit(testbed) == settled["buffer_bytes"]
+
+    before = [d for d in decisions.records if d["ts_ns"] < killed_ns]
+    after = [d for d in decisions.records if d["ts_ns"] > killed_ns]
+    assert before[0]["phase"] == "bound_search"
+    assert before[0]["buffer_bytes"] == bounds[1]  # the BDP, capped at C·d_hat
+    tried_before = [d["trial"] for d in before if d["phase"] == "optimise"]
+    tried_after = [d["trial"] for d in after if d["phase"] == "optimise"]
+    assert {1, 2} <= set(tried_before)
+    assert not any(d["phase"] == "bound_search" for d in after)  # no new search
+    assert tried_after == sorted(tried_after) and min(tried_after) >= max(tried_before)
+    assert sorted(set(tried_before + tried_after)) == [1, 2, 3, 4, 5]
+    assert "resumed p4bs from saved state" in restarted_log.read_text()
+    assert bounds[0] < settled["buffer_bytes"] < bounds[1]
+    best_bound = max(model.f(spec, b) for b in bounds)
+    assert model.f(spec, settled["buffer_bytes"]) > best_bound
+
+
+class GatedPolicy(Policy):
+    """Stands in for P4BS fitting its GP: `decide` waits until `gate` is set, noting each
+    window's end and the thread it ran in; a decision for every window. `snapshot` notes
+    when it is called while a decide runs (it must never be)."""
+
+    name = "gated"
+
+    def __init__(self, link: LinkConfig, options: Mapping[str, Any]) -> None:
+        super().__init__(link, options)
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+        self.deciding = False
+        self.seen: list[tuple[int, str]] = []
+        self.snapshots_while_deciding = 0
+
+    def decide(self, window: Window) -> list[Decision]:
+        self.deciding = True
+        self.entered.set()
+        assert self.gate.wait(30)
+        self.seen.append((window.window_end_ns, threading.current_thread().name))
+        self.deciding = False
+        return [Decision(self.link.min_buffer_bytes + len(self.seen), "gated", "test")]
+
+    def snapshot(self) -> dict[str, Any]:
+        self.snapshots_while_deciding += self.deciding
+        return {"seen": len(self.seen)}
+
+
+def test_a_blocking_policy_decides_in_its_thread_in_order_while_other_links_go_on(
+    stack: Stack, topics: dict[str, str], testbed: Testbed, tmp_path: Path
+) -> None:
+    """Two links in one service (in this process, dry run, windows through Kafka): a P4BS
+    link whose decide blocks and a GLOBECOM one. While the P4BS link's decide is held, its
+    later windows wait and the GLOBECOM link's window is decided and recorded; once
+    released, the P4BS windows are decided in the decide thread, in arrival order, each
+    once, and only then does the saved state cover them."""
+    path = write_config(tmp_path, stack.kafka.bootstrap, topics, testbed, "p4bs")
+    base = load_config(path)
+    slow_link = base.links[0]
+    fast_link = dataclasses.replace(slow_link, interface="eth2", policy="globecom")
+    # No fallback while the consumer joins: the controller exists before its first window.
+    patient = dataclasses.replace(base.optimizer, stale_after_ns=600_000_000_000)
+    config = dataclasses.replace(base, links=[slow_link, fast_link], optimizer=patient)
+    model = LinkModel()
+    ends = [(time.time_ns() // WINDOW_NS + i) * WINDOW_NS for i in range(1, 6)]
+    producer = RecordProducer(config.kafka.bootstrap, topics, client_id="windows")
+
+    def send(link: LinkConfig, end_ns: int) -> None:
+        producer.produce("link_metrics", model.window(link, 100_000, end_ns))
+        assert producer.flush(10) == 0
+
+    async def until(condition: Callable[[], bool], timeout_s: float = 10) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            assert time.monotonic() < deadline, "timed out"
+            await asyncio.sleep(0.01)
+
+    async def scenario() -> tuple[OptimizerService, GatedPolicy]:
+        service = OptimizerService(config, dry_run=True, state_dir=tmp_path / "state")
+        slow = service.controller(slow_link.id)
+        assert slow is not None
+        gated = slow.policy = GatedPolicy(slow_link, {})
+        running = asyncio.get_running_loop().create_task(service.run())
+        for end_ns in ends:
+            send(slow_link, end_ns)
+        await until(lambda: gated.entered.is_set() and slow.received == 5, 60)  # joined
+        assert slow.in_thread and len(slow.inbox) == 4
+        send(fast_link, ends[0])  # decided on the loop meanwhile
+        await until(lambda: service.stats.decisions == 1)
+        slow.save()  # while its policy decides: not saved
+        assert not gated.gate.is_set() and slow.saved_through == 0
+        assert service.store.load(slow_link.id) is None
+
+        gated.gate.set()
+        await until(lambda: service.stats.decisions == 6)
+        service.stop()
+        await running
+        return service, gated
+
+    service, gated = asyncio.run(scenario())
+    assert [end for end, _ in gated.seen] == ends
+    assert all(thread.startswith("decide") for _, thread in gated.seen)  # not the loop's
+    assert gated.snapshots_while_deciding == 0
+    assert service.controllers[slow_link.id].saved_through == 5
+    saved = service.store.load(slow_link.id)
+    assert saved is not None and saved.last_window_end_ns == ends[-1]
+    fast = service.store.load(fast_link.id)
+    assert fast is not None and fast.last_window_end_ns == ends[0]

@@ -7,6 +7,11 @@ decisions to the safety guards and applies them through the router's driver with
 the other links (each driver limits its own concurrent changes). Processes in one consumer
 group share the links: Kafka gives each its partitions, and records are keyed by link.
 
+Most policies decide in microseconds and run on the loop. A policy in `OFF_LOOP_POLICIES`
+can take far longer (P4BS fits a GP when a trial ends), so its `decide` runs in the service's
+decide thread: the link's windows wait in its inbox meanwhile and are decided one at a time,
+in order, while the other links go on. The policy is never snapshotted while it decides.
+
 Safety, per link: a buffer is always within the link's [min, max]; two changes are at least
 `optimizer.min_change_interval` apart (a decision that comes sooner waits, and a newer one
 replaces it); when no window has come for `optimizer.stale_after`, the link's safe buffer is
@@ -14,10 +19,11 @@ applied (phase "fallback") until metrics return, and then the policy's buffer ag
 change is read back from the router; `dry_run` decides and records without applying. Every
 decision is a BufferDecision record on the decisions topic (the InfluxDB sink stores them).
 
-State (the policy's snapshot, what is in force) is saved per link (`state.StateStore`) after
-every decision and at least every `PERSIST_INTERVAL_NS`; Kafka offsets are committed only
-for windows whose state is saved, and a window the saved state already covers is skipped, so
-a restarted service resumes where it was.
+State (the policy's snapshot, what is in force) is saved per link (`state.StateStore`) every
+`PERSIST_INTERVAL_NS` when it changed; Kafka offsets are committed only for windows the saved
+state covers (decided, not merely received), and a window the saved state already covers is
+skipped, so a restarted service resumes where it was: the windows after the last save are
+read again and decided as they were.
 """
 
 from __future__ import annotations
@@ -27,7 +33,9 @@ import contextlib
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,13 +48,32 @@ from p4bs_optimizer.drivers.base import DriverError, RouterDriver, driver_for
 from p4bs_optimizer.policies import policy_for
 from p4bs_optimizer.policies.base import Decision, Policy, Window
 from p4bs_optimizer.policies.jenks import JenksPolicy
+from p4bs_optimizer.policies.p4bs import P4bsPolicy
 from p4bs_optimizer.state import LinkState, StateStore
 
 log = logging.getLogger(__name__)
 
-PERSIST_INTERVAL_NS = 1_000_000_000
+# How often changed state is saved (then the offsets it covers are committed). A save is an
+# atomic file replace, 0.3-0.6 ms here: saving every link after every decision and every
+# second held one process to ~300 links at a decision a second each
+# (tests/bench/optimizer_service.py). A crash replays at most this much of each link's
+# windows from Kafka, which the policies decide again as they did (they are deterministic).
+PERSIST_INTERVAL_NS = 5_000_000_000
 POLL_BATCH = 500  # records handed to the loop at once
 POLL_TIMEOUT_S = 0.05
+# Policies whose `decide` may hold the loop for long: P4BS fits a GP with Ax when a trial
+# ends (0.2-0.3 s, tests/bench/ax_decision.py), and its first fit imports Ax and torch
+# (seconds). Their windows are decided in the decide thread, the others' on the loop.
+OFF_LOOP_POLICIES = frozenset({P4bsPolicy.name})
+# One thread: a fit is Python-bound (4 threads fitting 16 searches took as long as one did),
+# so more threads would only take the GIL from the loop more often; and Ax seeds the
+# process-wide torch/numpy RNGs around every fit (`with_rng_seed`), which fits running at
+# once could interleave, making a search depend on other links' timing.
+DECIDE_THREADS = 1
+STOP_DECIDING_TIMEOUT_S = 30.0  # at stop, for the decisions in the decide thread
+# A round of the poll loop (poll, then hand out the records) is a poll timeout plus
+# milliseconds; one this long means the process was held up.
+STALLED_ROUND_NS = 500_000_000
 
 
 @dataclass
@@ -70,7 +97,11 @@ def default_state_dir(config: Config) -> Path:
 
 
 class LinkController:
-    """One link: its policy, its safety guards, its state, and the changes in flight."""
+    """One link: its policy, its safety guards, its state, and the changes in flight.
+
+    Windows are numbered as they arrive (`on_window`); `done` counts those the policy has
+    decided (or that were replays), `saved_through` those the saved state covers, which is
+    what the service may commit to Kafka."""
 
     def __init__(
         self,
@@ -78,26 +109,73 @@ class LinkController:
         policy: Policy,
         state: LinkState,
         service: OptimizerService,
+        decide_thread: ThreadPoolExecutor | None = None,
     ) -> None:
         self.link = link
         self.policy = policy
         self.state = state
         self.service = service
+        self.decide_thread = decide_thread  # None: the policy decides on the loop
         self.last_window_wall_ns = time.monotonic_ns()
         self.saved_ns = 0
         self.pending: dict[int, Decision] = {}  # queue -> decision held by the interval guard
         self.applying: asyncio.Task[None] | None = None
         self.dirty = False
+        self.inbox: deque[Window] = deque()  # windows waiting for the decide thread
+        self.deciding: asyncio.Task[None] | None = None  # works through the inbox
+        self.in_thread = False  # the policy is deciding in the decide thread right now
+        self.received = 0
+        self.done = 0
+        self.saved_through = 0
 
     # ---- windows in --------------------------------------------------------------------
-    def on_window(self, window: Window) -> None:
+    def on_window(self, window: Window) -> int:
+        """Takes the link's next window; returns its number, which `saved_through` reaches
+        once the saved state covers it."""
         self.last_window_wall_ns = time.monotonic_ns()
+        self.received += 1
+        if self.decide_thread is None:
+            self._decide_here(window)
+        else:
+            self.inbox.append(window)
+            if self.deciding is None:
+                self.deciding = asyncio.get_running_loop().create_task(self._decide_inbox())
+        return self.received
+
+    def _decide_here(self, window: Window) -> None:
+        decisions = self.policy.decide(window) if self._accept(window) else None
+        self._decided(window, decisions)
+
+    async def _decide_inbox(self) -> None:
+        """Decides the inbox's windows in the decide thread, one after the other, until it is
+        empty or the service stops (the rest are left to a restart: their offsets are not
+        committed). A failing policy stops the service, as it would on the loop."""
+        loop = asyncio.get_running_loop()
+        try:
+            while self.inbox and not self.service.stopping:
+                window = self.inbox.popleft()
+                decisions = None
+                if self._accept(window):
+                    self.in_thread = True
+                    try:
+                        decisions = await loop.run_in_executor(
+                            self.decide_thread, self.policy.decide, window
+                        )
+                    finally:
+                        self.in_thread = False
+                self._decided(window, decisions)
+        except Exception as exc:
+            self.service.fail(exc)
+        finally:
+            self.deciding = None
+
+    def _accept(self, window: Window) -> bool:
+        """What comes before the policy sees a window: False for a window the saved state
+        already covers (a replay); brings back the policy's buffers after a fallback."""
         if window.window_end_ns <= self.state.last_window_end_ns:
             self.service.stats.replayed += 1
-            return
+            return False
         self.service.stats.windows += 1
-        self.state.last_window_end_ns = window.window_end_ns
-        self.dirty = True
         if self.state.fallback:
             # Metrics are back: the policy's own buffers return.
             self.state.fallback = False
@@ -106,7 +184,20 @@ class LinkController:
                 for q, b in sorted(self.state.intended.items())
             ]
             self.submit(restored, from_policy=False)
-        self.submit(self.policy.decide(window), from_policy=True)
+        return True
+
+    def _decided(self, window: Window, decisions: list[Decision] | None) -> None:
+        """The window is done: `decisions` are the policy's, None for a replay."""
+        self.done += 1
+        if decisions is None:
+            if not self.dirty:
+                self.saved_through = self.done  # a replay changes nothing: saved as it is
+            return
+        # Only now does the state cover the window: a state saved while the policy was
+        # deciding must not make a restart skip it.
+        self.state.last_window_end_ns = window.window_end_ns
+        self.dirty = True
+        self.submit(decisions, from_policy=True)
 
     def check_stale(self, now_ns: int) -> None:
         """Falls back to the safe buffer once when metrics have been missing too long."""
@@ -144,7 +235,7 @@ class LinkController:
                     "skipped",
                 )
             self.pending[decision.queue] = decision
-        self.save()
+        self.dirty = True
         if self.applying is None or self.applying.done():
             self.applying = asyncio.get_running_loop().create_task(self._apply_pending())
 
@@ -196,13 +287,19 @@ class LinkController:
                 self.state.last_change_ns = time.time_ns()
                 service.stats.apply_latency_ns.append(time.monotonic_ns() - began)
             service.record(self.link, decision, buffer, previous, reason, outcome)
-        self.save()
+        self.dirty = True
 
     # ---- state -------------------------------------------------------------------------
     def save(self) -> None:
+        """Saves the link's state, unless the policy is deciding in the decide thread (its
+        state is changing there): it stays dirty, saved once the decision is in."""
+        if self.in_thread:
+            self.dirty = True
+            return
         self.state.policy_state = self.policy.snapshot()
         self.service.store.save(self.link.id, self.state)
         self.saved_ns = time.monotonic_ns()
+        self.saved_through = self.done
         self.dirty = False
 
 
@@ -230,6 +327,8 @@ class OptimizerService:
             config.kafka.bootstrap, config.kafka.topics, client_id=f"{config.optimizer.group}"
         )
         self._stop = threading.Event()
+        self._failure: Exception | None = None
+        self._decide_thread = ThreadPoolExecutor(DECIDE_THREADS, thread_name_prefix="decide")
 
     def _driver_for(self, router: RouterConfig) -> RouterDriver:
         links = self.config.links
@@ -261,7 +360,9 @@ class OptimizerService:
             log.info("link %s: resumed %s from saved state", link_id, link.policy)
         else:
             state = LinkState(policy=link.policy)
-        controller = self.controllers[link_id] = LinkController(link, policy, state, self)
+        decide_thread = self._decide_thread if link.policy in OFF_LOOP_POLICIES else None
+        controller = LinkController(link, policy, state, self, decide_thread)
+        self.controllers[link_id] = controller
         return controller
 
     def record(
@@ -317,19 +418,33 @@ class OptimizerService:
             streams.append("rtt_samples")
         return streams
 
-    def handle(self, received: Received) -> None:
-        """One record from Kafka, on the loop."""
+    def handle(self, received: Received) -> tuple[LinkController | None, int]:
+        """One record from Kafka, on the loop. Returns the link's controller and, for a
+        window, its number: the record's offset may be committed once the controller's
+        `saved_through` reaches it (other records: at once)."""
         controller = self.controller(received.record["link_id"])
         if controller is None:
-            return
+            return None, 0
         if received.stream == "link_metrics":
-            controller.on_window(Window.from_record(received.record))
-        elif isinstance(controller.policy, JenksPolicy):
+            return controller, controller.on_window(Window.from_record(received.record))
+        if isinstance(controller.policy, JenksPolicy):
             controller.policy.observe_flows(
                 received.record["ts_ns"], flow_mean_rtts(received.record)
             )
+        return controller, 0
 
     def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def fail(self, exc: Exception) -> None:
+        """A policy failed in the decide thread: `run` raises it, as a failure on the loop
+        would have been raised."""
+        if self._failure is None:
+            self._failure = exc
         self._stop.set()
 
     async def run(self, on_tick: Callable[[OptimizerService], None] | None = None) -> None:
@@ -341,36 +456,47 @@ class OptimizerService:
             self.config.kafka.topics,
             store_on_poll=False,
         )
-        unsaved: list[Received] = []
-        last_persist = last_tick = time.monotonic_ns()
+        # Records not yet committed, in arrival order, each with its link and window number.
+        unsaved: deque[tuple[Received, LinkController | None, int]] = deque()
+        last_persist = last_tick = last_round = time.monotonic_ns()
         try:
             while not self._stop.is_set():
                 batch = await asyncio.to_thread(_poll_batch, consumer)
                 for received in batch:
-                    self.handle(received)
-                unsaved.extend(batch)
+                    unsaved.append((received, *self.handle(received)))
                 now = time.monotonic_ns()
-                for controller in self.controllers.values():
-                    controller.check_stale(now)
+                if now - last_round < STALLED_ROUND_NS:
+                    for controller in self.controllers.values():
+                        controller.check_stale(now)
+                # else this process stalled (e.g. a thread held the GIL loading torch): the
+                # windows of that time may be waiting in the consumer, not missing, so
+                # staleness is judged after the next poll.
+                last_round = now
                 if now - last_persist >= PERSIST_INTERVAL_NS:
                     for controller in self.controllers.values():
                         if controller.dirty:
                             controller.save()
-                    consumer.handled(unsaved)  # their state is saved: commit their offsets
-                    unsaved.clear()
+                    consumer.handled(_saved_prefix(unsaved))
                     last_persist = now
                 if on_tick is not None and now - last_tick >= 1_000_000_000:
                     on_tick(self)
                     last_tick = now
+            if self._failure is not None:
+                raise self._failure
         finally:
+            self._stop.set()  # also when the loop failed: the inboxes stop being decided
+            deciding = [c.deciding for c in self.controllers.values() if c.deciding]
+            if deciding:  # each stops after the decision in the thread
+                await asyncio.wait(deciding, timeout=STOP_DECIDING_TIMEOUT_S)
             in_flight = [c.applying for c in self.controllers.values() if c.applying]
             if in_flight:
                 await asyncio.wait(in_flight, timeout=10)
             for controller in self.controllers.values():
                 controller.save()
-            consumer.handled(unsaved)
+            consumer.handled(_saved_prefix(unsaved))
             consumer.close()
             self._producer.flush(10.0)
+            self._decide_thread.shutdown(wait=False, cancel_futures=True)
             for driver in self._drivers.values():
                 await driver.close()
 
@@ -387,6 +513,20 @@ def flow_mean_rtts(batch: dict[str, Any]) -> dict[str, int]:
         for f, s, n in zip(batch["flows"], sums, counts, strict=True)
         if n
     }
+
+
+def _saved_prefix(unsaved: deque[tuple[Received, LinkController | None, int]]) -> list[Received]:
+    """Takes from the front of `unsaved` the records whose windows the saved state covers,
+    up to the first that it does not: offsets are committed per partition up to a record,
+    and arrival order keeps each partition's order."""
+    saved = []
+    while unsaved:
+        received, controller, number = unsaved[0]
+        if controller is not None and controller.saved_through < number:
+            break
+        saved.append(received)
+        unsaved.popleft()
+    return saved
 
 
 def _poll_batch(consumer: RecordConsumer) -> list[Received]:
