@@ -16,7 +16,7 @@ from p4bs.bus import ensure_topics
 from p4bs.config import load_config
 from p4bs_infra.procs import free_ports
 from p4bs_infra.stack import Stack, StackSettings
-from p4bs_infra.testbed import TestbedPlan
+from p4bs_infra.testbed import Testbed, TestbedPlan
 from p4bs_schemas.registry import STREAMS
 
 
@@ -86,3 +86,12 @@ def unique_plan(
         )
 
     return make
+
+
+@pytest.fixture(scope="module")
+def testbed(unique_plan: Callable[..., TestbedPlan]) -> Iterator[Testbed]:
+    """The example testbed under a fresh name, shared by one test module."""
+    built = Testbed(unique_plan())
+    built.up()
+    yield built
+    built.down()

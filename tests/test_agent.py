@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from pygnmi.spec.v080 import gnmi_pb2_grpc as pb_grpc
 from conftest import ROUTER_PASSWORD, ROUTER_USER
 from p4bs import paths
 from p4bs_infra.procs import wait_until
-from p4bs_infra.testbed import NETCONF_PORT, Testbed, TestbedPlan, in_ns, run
+from p4bs_infra.testbed import NETCONF_PORT, Testbed, in_ns, run
 from p4bs_infra.traffic import Scenario, TrafficRun
 
 USER, PASSWORD = ROUTER_USER, ROUTER_PASSWORD
@@ -30,14 +29,6 @@ PROFILE = "/qos/buffer-allocation-profiles/buffer-allocation-profile[name=eth1]"
 BUFFER = f"{PROFILE}/queues/queue[name=q0]/config/dedicated-buffer"
 TEMPORAL = f"{PROFILE}/queues/queue[name=q0]/config/dedicated-buffer-temporal"
 OC_QOS = "http://openconfig.net/yang/qos"
-
-
-@pytest.fixture(scope="module")
-def testbed(unique_plan: Callable[..., TestbedPlan]) -> Iterator[Testbed]:
-    built = Testbed(unique_plan())
-    built.up()
-    yield built
-    built.down()
 
 
 def _kernel_limit(testbed: Testbed) -> int:

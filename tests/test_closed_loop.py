@@ -78,8 +78,11 @@ def test_globecom_brings_rtt_to_base_and_keeps_the_link_busy(
     applied = [d for d in decisions if d["outcome"] == "applied"]
     print(summary["router"], summary["probe"], [(d["phase"], d["buffer_bytes"]) for d in applied])
     assert applied and all(d["phase"] == "recompute" for d in applied), decisions
-    # The last decision was in force through the measured part (the last 15 s).
-    assert summary["router"]["limit_bytes"] == [applied[-1]["buffer_bytes"]]
+    # Through the measured part (the last 15 s) the router held the policy's buffers, the
+    # last one among them (N may still grow by a few flows early in it).
+    limits = set(summary["router"]["limit_bytes"])
+    assert applied[-1]["buffer_bytes"] in limits
+    assert limits <= {d["buffer_bytes"] for d in applied}
     assert summary["router"]["throughput_bps"] >= 0.9 * RATE_BPS
     probe = summary["probe"]
     assert probe["loaded_rtt_p50_ns"] <= 1.2 * probe["idle_rtt_ns"]

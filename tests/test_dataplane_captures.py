@@ -147,7 +147,7 @@ def test_rtt_samples_agree_with_tshark(capture: Capture) -> None:
         (r["ts_ns"], r["src_ip"], r["src_port"], r["dst_ip"], r["dst_port"]): r["rtt_ns"]
         for r in _kind(capture, "rtt_sample")
     }
-    assert len(reference) > 10_000
+    assert len(reference) > 5_000  # a real capture (about 10,000 here; BBR once gave 9,692)
     matched = [k for k in reference if k in model]
     assert len(matched) / len(reference) >= 0.95, (len(matched), len(reference))
     errors = [abs(model[k] - reference[k]) / reference[k] for k in matched]

@@ -35,4 +35,3 @@ def test_a_short_demo_reports_and_tears_everything_down(tmp_path: Path) -> None:
         ["pgrep", "-f", str(tmp_path)], capture_output=True, text=True, check=False
     ).stdout.split()
     assert leftovers == []
-

@@ -22,7 +22,7 @@ from conftest import ROUTER_PASSWORD
 from p4bs.config import RouterConfig, SecretRef
 from p4bs.units import bytes_for_duration
 from p4bs_infra.procs import free_port
-from p4bs_infra.testbed import NETCONF_PORT, Testbed, TestbedPlan, run
+from p4bs_infra.testbed import NETCONF_PORT, Testbed, run
 from p4bs_optimizer.drivers.base import Attempt, DriverError, ErrorKind, RouterDriver, driver_for
 from p4bs_optimizer.drivers.gnmi import GnmiDriver
 from p4bs_optimizer.drivers.netconf import (
@@ -34,14 +34,6 @@ from p4bs_optimizer.drivers.netconf import (
 )
 
 MAX_BUFFER_BYTES = 256 * 1024 * 1024  # the agent's default --max-buffer-bytes
-
-
-@pytest.fixture(scope="module")
-def testbed(unique_plan: Callable[..., TestbedPlan]) -> Iterator[Testbed]:
-    built = Testbed(unique_plan())
-    built.up()
-    yield built
-    built.down()
 
 
 @pytest.fixture(scope="module")

@@ -31,19 +31,11 @@ from p4bs.bus import RecordConsumer, RecordProducer
 from p4bs.config import Config, LinkConfig, load_config
 from p4bs_infra.procs import wait_until
 from p4bs_infra.stack import Stack
-from p4bs_infra.testbed import Testbed, TestbedPlan
+from p4bs_infra.testbed import Testbed
 from p4bs_optimizer.policies.base import Decision, Policy, Window
 from p4bs_optimizer.service import OptimizerService
 
 C_BYTES_PER_S = 100_000_000 / 8
-
-
-@pytest.fixture(scope="module")
-def testbed(unique_plan: Callable[..., TestbedPlan]) -> Iterator[Testbed]:
-    built = Testbed(unique_plan())
-    built.up()
-    yield built
-    built.down()
 
 
 def write_config(

@@ -19,11 +19,11 @@ applied (phase "fallback") until metrics return, and then the policy's buffer ag
 change is read back from the router; `dry_run` decides and records without applying. Every
 decision is a BufferDecision record on the decisions topic (the InfluxDB sink stores them).
 
-State (the policy's snapshot, what is in force) is saved per link (`state.StateStore`) every
-`PERSIST_INTERVAL_NS` when it changed; Kafka offsets are committed only for windows the saved
-state covers (decided, not merely received), and a window the saved state already covers is
-skipped, so a restarted service resumes where it was: the windows after the last save are
-read again and decided as they were.
+State (the policy's snapshot, what is in force) is saved per link (`state.StateStore`) with
+every decision, before it is applied, and otherwise every `PERSIST_INTERVAL_NS` when it
+changed; Kafka offsets are committed only for windows the saved state covers (decided, not
+merely received), and a window the saved state already covers is skipped, so a restarted
+service resumes where it was, without deciding anything twice.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,11 +53,11 @@ from p4bs_optimizer.state import LinkState, StateStore
 
 log = logging.getLogger(__name__)
 
-# How often changed state is saved (then the offsets it covers are committed). A save is an
-# atomic file replace, 0.3-0.6 ms here: saving every link after every decision and every
-# second held one process to ~300 links at a decision a second each
-# (tests/bench/optimizer_service.py). A crash replays at most this much of each link's
-# windows from Kafka, which the policies decide again as they did (they are deterministic).
+# How often changed state is saved when no decision saved it (then the offsets it covers are
+# committed). A save is an atomic file replace, 0.3-0.6 ms here: saving every link every
+# second as well as after its decisions held one process to ~300 links at a decision a second
+# each (tests/bench/optimizer_service.py). A crash replays at most this much of a link's
+# windows since its last decision, which the policy decides again as it did.
 PERSIST_INTERVAL_NS = 5_000_000_000
 POLL_BATCH = 500  # records handed to the loop at once
 POLL_TIMEOUT_S = 0.05
@@ -86,7 +86,6 @@ class ServiceStats:
     failed: int = 0
     skipped: int = 0
     fallbacks: int = 0
-    apply_latency_ns: list[int] = field(default_factory=list)  # decision to read back
 
 
 def default_state_dir(config: Config) -> Path:
@@ -235,7 +234,9 @@ class LinkController:
                     "skipped",
                 )
             self.pending[decision.queue] = decision
-        self.dirty = True
+        # Saved before it is applied: a restart must not decide (and apply) it again from the
+        # windows it replays, which for a search would mean old trial buffers in a row.
+        self.save()
         if self.applying is None or self.applying.done():
             self.applying = asyncio.get_running_loop().create_task(self._apply_pending())
 
@@ -261,7 +262,6 @@ class LinkController:
             except (DriverError, NotImplementedError) as exc:
                 classifier_error = str(exc)
         for decision in decisions:
-            began = time.monotonic_ns()
             buffer = min(
                 max(decision.buffer_bytes, self.link.min_buffer_bytes), self.link.max_buffer_bytes
             )
@@ -285,7 +285,6 @@ class LinkController:
             if outcome == "applied":
                 self.state.in_force[decision.queue] = buffer
                 self.state.last_change_ns = time.time_ns()
-                service.stats.apply_latency_ns.append(time.monotonic_ns() - began)
             service.record(self.link, decision, buffer, previous, reason, outcome)
         self.dirty = True
 
