@@ -262,9 +262,7 @@ class LinkController:
             except (DriverError, NotImplementedError) as exc:
                 classifier_error = str(exc)
         for decision in decisions:
-            buffer = min(
-                max(decision.buffer_bytes, self.link.min_buffer_bytes), self.link.max_buffer_bytes
-            )
+            buffer = self.policy.clamp(decision.buffer_bytes)
             reason = decision.reason
             if buffer != decision.buffer_bytes:
                 reason += f"; held to the link's bounds ({decision.buffer_bytes} B asked)"
