@@ -175,20 +175,34 @@ def test_retransmissions_agree_with_tshark_and_the_router_drops(capture: Capture
     assert reference > 20, "the scenario must lose packets to compare anything"
     assert abs(model - reference) <= max(0.02 * reference, 2), (model, reference)
 
-    # Every drop is retransmitted; so is a segment the router did not drop when the sender
-    # gave up on its ACK too early: those spurious ones pass the after tap twice.
+    # Every drop is retransmitted, except one the receiver never asks for: iperf3's server
+    # resets its data connections at the test's end, so a segment dropped in the last RTT
+    # goes unrepaired (7 of 142 drops once; none passed the after tap, none came again).
+    # A segment the router did not drop but the sender gave up on too early is retransmitted
+    # spuriously: it passes the after tap twice.
     qdisc = [json.loads(line) for line in (capture.run_dir / "qdisc.jsonl").open()]
     drops = qdisc[-1]["drops"] - qdisc[0]["drops"]
-    segments = _tshark(
-        capture.run_dir / "tap-after.pcap",
-        "tcp.len > 0",
-        ["ip.dst", "ip.src", "tcp.srcport", "tcp.seq_raw"],
+    before, after = (
+        Counter(
+            tuple(s[1:])
+            for s in _tshark(
+                capture.run_dir / f"tap-{side}.pcap",
+                "tcp.len > 0",
+                ["ip.dst", "ip.src", "tcp.srcport", "tcp.seq_raw"],
+            )
+            if ipaddress.IPv4Address(s[0]) in capture.receivers
+        )
+        for side in ("before", "after")
     )
-    passes = Counter(
-        tuple(s[1:]) for s in segments if ipaddress.IPv4Address(s[0]) in capture.receivers
+    spurious = sum(n - 1 for n in after.values())
+    unrepaired = sum(1 for segment in before if segment not in after)
+    repaired = drops - unrepaired
+    assert abs(model - (repaired + spurious)) <= max(0.02 * repaired, 2), (
+        model,
+        drops,
+        unrepaired,
+        spurious,
     )
-    spurious = sum(n - 1 for n in passes.values())
-    assert abs(model - (drops + spurious)) <= max(0.02 * drops, 2), (model, drops, spurious)
 
 
 def test_long_flows_are_the_senders_flows(capture: Capture) -> None:
