@@ -21,9 +21,10 @@ decision is a BufferDecision record on the decisions topic (the InfluxDB sink st
 
 State (the policy's snapshot, what is in force) is saved per link (`state.StateStore`) with
 every decision, before it is applied, and otherwise every `PERSIST_INTERVAL_NS` when it
-changed; Kafka offsets are committed only for windows the saved state covers (decided, not
-merely received), and a window the saved state already covers is skipped, so a restarted
-service resumes where it was, without deciding anything twice.
+changed; the states of a poll round are written in one transaction. Kafka offsets are
+committed only for windows the saved state covers (decided, not merely received), and a
+window the saved state already covers is skipped, so a restarted service resumes where it
+was, without deciding anything twice.
 """
 
 from __future__ import annotations
@@ -54,11 +55,9 @@ from p4bs_optimizer.state import LinkState, StateStore
 log = logging.getLogger(__name__)
 
 # How often changed state is saved when no decision saved it (then the offsets it covers are
-# committed). A save is an atomic file replace, 0.3-0.6 ms here: saving every link every
-# second as well as after its decisions held one process to ~300 links at a decision a second
-# each (tests/bench/optimizer_service.py). A crash replays at most this much of a link's
-# windows since its last decision, which the policy decides again as it did.
-PERSIST_INTERVAL_NS = 5_000_000_000
+# committed). A crash replays at most this much of a link's windows since its last decision,
+# which the policy decides again as it did.
+PERSIST_INTERVAL_NS = 1_000_000_000
 POLL_BATCH = 500  # records handed to the loop at once
 POLL_TIMEOUT_S = 0.05
 # Policies whose `decide` may hold the loop for long: P4BS fits a GP with Ax when a trial
@@ -241,6 +240,7 @@ class LinkController:
             self.applying = asyncio.get_running_loop().create_task(self._apply_pending())
 
     async def _apply_pending(self) -> None:
+        self.service.store.flush()  # the decisions' state is on disk before they apply
         interval_ns = self.service.config.optimizer.min_change_interval_ns
         while self.pending:
             wait_ns = self.state.last_change_ns + interval_ns - time.time_ns()
@@ -294,7 +294,7 @@ class LinkController:
             self.dirty = True
             return
         self.state.policy_state = self.policy.snapshot()
-        self.service.store.save(self.link.id, self.state)
+        self.service.store.stage(self.link.id, self.state)
         self.saved_ns = time.monotonic_ns()
         self.saved_through = self.done
         self.dirty = False
@@ -461,6 +461,7 @@ class OptimizerService:
                 batch = await asyncio.to_thread(_poll_batch, consumer)
                 for received in batch:
                     unsaved.append((received, *self.handle(received)))
+                self.store.flush()  # the round's decisions, before their applies start
                 now = time.monotonic_ns()
                 if now - last_round < STALLED_ROUND_NS:
                     for controller in self.controllers.values():
@@ -473,6 +474,7 @@ class OptimizerService:
                     for controller in self.controllers.values():
                         if controller.dirty:
                             controller.save()
+                    self.store.flush()
                     consumer.handled(_saved_prefix(unsaved))
                     last_persist = now
                 if on_tick is not None and now - last_tick >= 1_000_000_000:
@@ -490,6 +492,7 @@ class OptimizerService:
                 await asyncio.wait(in_flight, timeout=10)
             for controller in self.controllers.values():
                 controller.save()
+            self.store.flush()
             consumer.handled(_saved_prefix(unsaved))
             consumer.close()
             self._producer.flush(10.0)
