@@ -3,6 +3,9 @@ on the taps, Kafka, the metrics job and the optimizer driving the router agent o
 
 from __future__ import annotations
 
+import ipaddress
+import re
+import subprocess
 import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,11 +27,16 @@ JOIN_S = 150  # when the second group joins the P4BS test's flows
 
 
 @contextmanager
-def cubic_testbed(plan: Callable[..., TestbedPlan], *groups: tuple[int, int]) -> Iterator[Testbed]:
-    """A testbed of Cubic flow groups ((flows, start s) each), 20 ms base RTT for every flow,
-    behind a 200 ms buffer."""
+def cubic_testbed(
+    plan: Callable[..., TestbedPlan], *groups: tuple[int, int], rtts_ns: tuple[int, ...] = ()
+) -> Iterator[Testbed]:
+    """A testbed of Cubic flow groups ((flows, start s) each) behind a 200 ms buffer, every
+    flow at the testbed's 20 ms base RTT, or group i at `rtts_ns[i]`."""
     senders = [
-        sender_group(i, FlowGroup(f"g{i}", flows, "cubic", start_s * 10**9, None))
+        sender_group(
+            i,
+            FlowGroup(f"g{i}", flows, "cubic", start_s * 10**9, rtts_ns[i] if rtts_ns else None),
+        )
         for i, (flows, start_s) in enumerate(groups)
     ]
     built = Testbed(plan(groups=senders, extra_delay_max_ns=0, buffer_bytes=RATE_BPS // 8 // 5))
@@ -130,3 +138,79 @@ def test_p4bs_searches_settles_and_searches_again_when_flows_join(
     # The joining flows move f: the change detector flags it and the search starts again.
     restart = [d for d in after if d["phase"] == "bound_search"]
     assert restart and "change detected" in restart[0]["reason"], after
+
+
+RTT_GROUPS_NS = (20_000_000, 100_000_000)
+
+
+@pytest.fixture
+def two_rtt_testbed(unique_plan: Callable[..., TestbedPlan]) -> Iterator[Testbed]:
+    """5 Cubic flows at 20 ms and 5 at 100 ms base RTT."""
+    with cubic_testbed(unique_plan, (5, 0), (5, 0), rtts_ns=RTT_GROUPS_NS) as built:
+        yield built
+
+
+def _flow_queues(testbed: Testbed) -> dict[str, set[str]]:
+    """The router's u32 filters on the bottleneck: source address -> the classes (htb
+    flowids) its flows are sent to."""
+    out = subprocess.run(
+        ["tc", "-n", testbed.ns["rtr"], "filter", "show", "dev", testbed.plan.egress],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    queues: dict[str, set[str]] = {}
+    flowid = None
+    for line in out.splitlines():
+        if found := re.search(r"flowid (\S+)", line):
+            flowid = found.group(1)
+        elif (found := re.search(r"match ([0-9a-f]{8})/ffffffff at 12", line)) and flowid:
+            source = str(ipaddress.IPv4Address(int(found.group(1), 16)))
+            queues.setdefault(source, set()).add(flowid)
+    return queues
+
+
+def test_jenks_puts_each_rtt_group_in_its_own_queue_sized_by_stanford(
+    two_rtt_testbed: Testbed, stack: Stack, tmp_path: Path
+) -> None:
+    """Gomez et al.: the flows' RTTs split by Jenks into two queues, each sized by the
+    Stanford rule on its own flows; each queue then gets its equal share of the link,
+    whatever its flows' RTT."""
+    testbed = two_rtt_testbed
+    base = tomllib.loads((paths.home() / "config" / "testbed.toml").read_text())
+    loop = ClosedLoop(
+        base,
+        testbed,
+        tmp_path / "loop",
+        bootstrap=stack.kafka.bootstrap,
+        policy="jenks",
+        policy_options={"queues": 2},
+    )
+    loop.start()
+    try:
+        scenario = Scenario(duration_s=60, warmup_s=35)
+        summary = TrafficRun(testbed, tmp_path / "run", scenario).run(progress=lambda _: None)
+        queues = _flow_queues(testbed)
+    finally:
+        loop.stop()
+    applied = [d for d in _decisions(loop) if d["outcome"] == "applied"]
+    print([(d["queue"], d["buffer_bytes"], d["reason"]) for d in applied])
+    print(summary["router"], queues)
+    assert {d["queue"] for d in applied} == {0, 1}
+    assert all(d["phase"] == "separate" for d in applied)
+    # Separated before the measured part, and there each group's flows all in one queue,
+    # its buffers those decided last.
+    assert min(d["ts_ns"] for d in applied) < summary["timeline"]["steady_from_ns"]
+    short, long = (group.address for group in testbed.plan.groups)
+    assert queues == {short: {"1:10"}, long: {"1:11"}}, queues
+    last = {d["queue"]: d["buffer_bytes"] for d in applied}
+    # Stanford on each queue's flows: C/2 * RTT / sqrt(5), RTT at least the base RTT.
+    for queue, rtt_ns in enumerate(RTT_GROUPS_NS):
+        floor = RATE_BPS / 2 / 8 * rtt_ns / 1e9 / 5**0.5
+        assert floor <= last[queue] <= 3 * floor, (queue, last)
+    router = summary["router"]
+    assert router["queues"]["10:"]["limit_bytes"] == [last[0]]
+    assert router["queues"]["11:"]["limit_bytes"] == [last[1]]
+    assert router["throughput_bps"] >= 0.9 * RATE_BPS
+    shares = [router["queues"][q]["throughput_bps"] for q in ("10:", "11:")]
+    assert min(shares) >= 0.8 * max(shares), shares

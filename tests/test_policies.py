@@ -29,6 +29,7 @@ from p4bs_optimizer.policies.jenks import JenksPolicy
 MS = 1_000_000  # ns
 MBIT = 1_000_000  # bit/s
 WINDOW_NS = 100 * MS
+SECOND = 1000 * MS
 T0 = 1_700_000_000 * 10**9
 
 
@@ -361,12 +362,18 @@ def group_keys(group: int) -> set[str]:
     return {flow_key(group, i) for i in range(25)}
 
 
+def observe(policy: JenksPolicy, ts_ns: int, rtts: dict[str, int]) -> None:
+    """The flows report `rtts` 1 s before `ts_ns` and at `ts_ns`: old enough to classify."""
+    policy.observe_flows(ts_ns - SECOND, rtts)
+    policy.observe_flows(ts_ns, rtts)
+
+
 def test_jenks_separates_four_rtt_groups_into_queues_by_rtt() -> None:
     rng = random.Random(4)
     policy = JenksPolicy(make_link(), {})
     assert policy.decide(window(0)) == []  # no flows observed yet
     rtts = jittered(rng)
-    policy.observe_flows(T0 + WINDOW_NS, rtts)
+    observe(policy, T0 + WINDOW_NS, rtts)
     decisions = policy.decide(window(0))
     assert [d.queue for d in decisions] == [0, 1, 2, 3]
     # queue order is RTT order: 20, 30, 50, 100 ms = groups 0, 2, 1, 3
@@ -381,27 +388,54 @@ def test_jenks_separates_four_rtt_groups_into_queues_by_rtt() -> None:
     assert decisions[3].buffer_bytes == pytest.approx(62_500, rel=0.05)  # 100 ms
 
 
+def test_jenks_classifies_a_flow_once_it_is_a_second_old() -> None:
+    policy = JenksPolicy(make_link(), {})
+    policy.observe_flows(T0, {"a:1>b:2/6": 20 * MS})
+    policy.observe_flows(T0 + SECOND - 1, {"a:1>b:2/6": 20 * MS, "c:3>d:4/6": 80 * MS})
+    assert policy.decide(window(9)) == []  # a's RTTs span 1 s minus 1 ns
+    policy.observe_flows(T0 + SECOND, {"a:1>b:2/6": 20 * MS, "c:3>d:4/6": 80 * MS})
+    decisions = policy.decide(window(10))
+    assert [d.flows for d in decisions] == [("a:1>b:2/6",), (), (), ()]
+
+
 def test_jenks_reruns_only_when_the_groups_change() -> None:
     rng = random.Random(5)
     policy = JenksPolicy(make_link(), {})
-    policy.observe_flows(T0 + WINDOW_NS, jittered(rng))
+    observe(policy, T0 + WINDOW_NS, jittered(rng))
     assert len(policy.decide(window(0))) == 4
     for i in range(1, 4):  # new jitter, same groups
         policy.observe_flows(T0 + (i + 1) * WINDOW_NS, jittered(rng))
         assert policy.decide(window(i)) == []
-    # one 20 ms flow's path now takes 100 ms: it moves to the last queue
-    moved = flow_key(0, 3)
-    rtts = jittered(rng) | {moved: 100 * MS}
-    policy.observe_flows(T0 + 5 * WINDOW_NS, rtts)
-    decisions = policy.decide(window(4))
-    assert moved in decisions[3].flows and moved not in decisions[0].flows
+    # One interval of a 20 ms flow at 210 ms (its samples all from cumulative ACKs after a
+    # loss) is an outlier of its last five: nothing moves.
+    outlier = flow_key(0, 3)
+    policy.observe_flows(T0 + 5 * WINDOW_NS, jittered(rng) | {outlier: 210 * MS})
+    assert policy.decide(window(4)) == []
+    # Its path now takes 100 ms: once three of its last five intervals are high (the outlier
+    # and two at 100 ms), the flow moves to the last queue.
+    policy.observe_flows(T0 + 6 * WINDOW_NS, jittered(rng) | {outlier: 100 * MS})
+    assert policy.decide(window(5)) == []
+    policy.observe_flows(T0 + 7 * WINDOW_NS, jittered(rng) | {outlier: 100 * MS})
+    decisions = policy.decide(window(6))
+    assert outlier in decisions[3].flows and outlier not in decisions[0].flows
     assert len(decisions[0].flows) == 24 and len(decisions[3].flows) == 26
+
+
+def test_jenks_decides_again_when_a_queues_buffer_moves_beyond_the_tolerance() -> None:
+    policy = JenksPolicy(make_link(), {"tolerance": 0.1, "rtt_history": 1})
+    flows = {"a:1>b:2/6": 20 * MS, "c:3>d:4/6": 80 * MS}
+    observe(policy, T0, flows)
+    assert buffers(policy.decide(window(0)))[:2] == [125_000, 500_000]
+    policy.observe_flows(T0 + WINDOW_NS, flows | {"c:3>d:4/6": 87 * MS})  # +8.75%
+    assert policy.decide(window(1)) == []
+    policy.observe_flows(T0 + 2 * WINDOW_NS, flows | {"c:3>d:4/6": 90 * MS})  # +12.5%
+    assert buffers(policy.decide(window(2)))[:2] == [125_000, 562_500]
 
 
 def test_jenks_forgets_flows_not_seen_for_the_ttl() -> None:
     rng = random.Random(6)
     policy = JenksPolicy(make_link(), {"flow_ttl_ns": "1s"})
-    policy.observe_flows(T0 + WINDOW_NS, jittered(rng))
+    observe(policy, T0 + WINDOW_NS, jittered(rng))
     policy.decide(window(0))
     # 1.5 s later only the 20, 50 and 30 ms groups are still reporting RTTs
     still = {k: v for k, v in jittered(rng).items() if k not in group_keys(3)}
@@ -417,7 +451,7 @@ def test_jenks_forgets_flows_not_seen_for_the_ttl() -> None:
 
 def test_jenks_uses_fewer_classes_with_fewer_distinct_flows() -> None:
     policy = JenksPolicy(make_link(), {})
-    policy.observe_flows(T0, {"a:1>b:2/6": 20 * MS, "c:3>d:4/6": 80 * MS})
+    observe(policy, T0, {"a:1>b:2/6": 20 * MS, "c:3>d:4/6": 80 * MS})
     decisions = policy.decide(window(0))
     assert [d.flows for d in decisions] == [("a:1>b:2/6",), ("c:3>d:4/6",), (), ()]
     # each of the two occupied queues gets C/2 with its single flow: C/2 * RTT
@@ -427,8 +461,8 @@ def test_jenks_uses_fewer_classes_with_fewer_distinct_flows() -> None:
 
 def test_jenks_resumes_from_its_snapshot() -> None:
     rng = random.Random(7)
-    policy = JenksPolicy(make_link(), {})
-    policy.observe_flows(T0 + WINDOW_NS, jittered(rng))
+    policy = JenksPolicy(make_link(), {"rtt_history": 1})
+    observe(policy, T0 + WINDOW_NS, jittered(rng))
     policy.decide(window(0))
     resumed = restored(policy)
     assert isinstance(resumed, JenksPolicy)

@@ -360,6 +360,44 @@ def jain_index(values: list[float]) -> float | None:
     return sum(values) ** 2 / (len(values) * sum(v * v for v in values))
 
 
+def _router_figures(qdisc: list[dict[str, Any]], rate_bps: int) -> dict[str, Any] | None:
+    """The bottleneck's figures from its FIFOs' samples: throughput and drops summed over
+    the queues, the backlog of all of them at each sample, and each queue's own figures
+    ("queues", by tc handle "major:"). `limit_bytes` are the first queue's (q0, the lowest
+    handle), which the single-queue policies size. A queue made during the run (a flow
+    class) counts from its first sample, when it had sent nothing yet."""
+    by_handle: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for q in qdisc:
+        by_handle[q["handle"]].append(q)
+    timestamps = sorted({q["ts_ns"] for q in qdisc})
+    if len(timestamps) < 2:
+        return None
+    seconds = (timestamps[-1] - timestamps[0]) / 1e9
+    backlog_at: dict[int, int] = defaultdict(int)
+    for q in qdisc:
+        backlog_at[q["ts_ns"]] += q["backlog_bytes"]
+    queues = {}
+    for handle, samples in sorted(by_handle.items()):
+        first, last = samples[0], samples[-1]
+        queues[f"{handle >> 16:x}:"] = {
+            "throughput_bps": (last["sent_bytes"] - first["sent_bytes"]) * 8 / seconds,
+            "drops": last["drops"] - first["drops"],
+            "backlog_mean_bytes": statistics.fmean(q["backlog_bytes"] for q in samples),
+            "limit_bytes": sorted({q["limit_bytes"] for q in samples}),
+        }
+    backlog = list(backlog_at.values())
+    return {
+        "samples": len(timestamps),
+        "sample_hz": (len(timestamps) - 1) / seconds if seconds else None,
+        "throughput_bps": sum(q["throughput_bps"] for q in queues.values()),
+        "drops": sum(q["drops"] for q in queues.values()),
+        "backlog_mean_bytes": statistics.fmean(backlog),
+        "queue_delay_mean_ns": statistics.fmean(backlog) * 8e9 / rate_bps,
+        "limit_bytes": next(iter(queues.values()))["limit_bytes"],
+        "queues": queues,
+    }
+
+
 def summarise(run_dir: Path, rate_bps: int) -> dict[str, Any]:
     """The scenario's steady-state figures from its raw files: what tests and reports read.
 
@@ -370,19 +408,9 @@ def summarise(run_dir: Path, rate_bps: int) -> dict[str, Any]:
     steady = timeline["steady_from_ns"]
     out: dict[str, Any] = {"timeline": timeline}
     qdisc = [q for q in _jsonl(run_dir / "qdisc.jsonl") if q["ts_ns"] >= steady]
-    if len(qdisc) >= 2:
-        first, last = qdisc[0], qdisc[-1]
-        seconds = (last["ts_ns"] - first["ts_ns"]) / 1e9
-        backlog = [q["backlog_bytes"] for q in qdisc]
-        out["router"] = {
-            "samples": len(qdisc),
-            "sample_hz": (len(qdisc) - 1) / seconds if seconds else None,
-            "throughput_bps": (last["sent_bytes"] - first["sent_bytes"]) * 8 / seconds,
-            "drops": last["drops"] - first["drops"],
-            "backlog_mean_bytes": statistics.fmean(backlog),
-            "queue_delay_mean_ns": statistics.fmean(backlog) * 8e9 / rate_bps,
-            "limit_bytes": sorted({q["limit_bytes"] for q in qdisc}),
-        }
+    router = _router_figures(qdisc, rate_bps)
+    if router:
+        out["router"] = router
     ss = [r for r in _jsonl(run_dir / "ss.jsonl") if r["ts_ns"] >= steady]
     # iperf3's control connection shares the port: a long flow is one that moved data.
     bulk = {(r["src"], r["sport"]) for r in ss if r.get("bytes_acked", 0) >= 1_000_000}

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from statistics import fmean, harmonic_mean
+from dataclasses import dataclass, field
+from statistics import fmean, harmonic_mean, median
 from typing import Any
 
 import jenkspy
@@ -57,15 +57,27 @@ def classify(flow_rtts: Mapping[str, float], classes: int) -> Classes:
     return Classes(tuple(breaks), tuple(tuple(group) for group in members), gvf)
 
 
+@dataclass
+class _Flow:
+    first_seen_ns: int
+    last_seen_ns: int
+    recent_ns: list[int] = field(default_factory=list)  # the last intervals' mean RTTs
+
+
 class JenksPolicy(Policy):
     """Separates the link's flows into `queues` router queues by RTT and sizes each queue.
 
     `observe_flows(ts_ns, flow_rtts)` takes each flow's mean RTT over the last interval (flow
-    key "src:sport>dst:dport/proto" -> ns); a flow keeps its last mean until it is not seen
-    for `flow_ttl_ns`. `decide(window)` classifies the known flows with Jenks natural breaks
-    into K classes (fewer when there are fewer distinct RTTs), queue 0 holding the lowest
-    RTTs, and returns one Decision per queue 0..K-1, `flows` being the flows classified into
-    it and its buffer the Stanford rule on them:
+    key "src:sport>dst:dport/proto" -> ns). A flow's RTT is the median of its last
+    `rtt_history` interval means: an interval whose samples all came from cumulative ACKs
+    after a loss gives a mean of twice the path's RTT or more (seen here: 210 ms on a 100 ms
+    path), which would otherwise move the flow's class and the queue's buffer for one
+    interval. A flow is classified once it has reported RTTs for `min_flow_age_ns` (iperf3's
+    and other short connections come and go without regrouping the link) and is forgotten
+    when not seen for `flow_ttl_ns`. `decide(window)` classifies the known flows with Jenks
+    natural breaks into K classes (fewer when there are fewer distinct RTTs), queue 0 holding
+    the lowest RTTs, and returns one Decision per queue 0..K-1, `flows` being the flows
+    classified into it and its buffer the Stanford rule on them:
 
         B_q = C_q·RTT_q/√N_q
 
@@ -78,12 +90,13 @@ class JenksPolicy(Policy):
     fairness (Fig. 6), which only an equal split per queue gives. A queue without flows gets
     the link's minimum buffer. Buffers are clamped to the link's bounds.
 
-    It decides again only when the groups change: a flow joins, leaves or moves class, or a
-    class bound moves by more than `tolerance` (relative, default 5%) from the classification
+    It decides again only when the groups change (a flow joins, leaves or moves class) or a
+    queue's buffer would move by more than `tolerance` (relative, default 5%) from the one
     last decided; otherwise []. Options: `queues` (K, default 4: the router in the paper's
     evaluation has up to four queues, §IV-B), `tolerance`, `flow_ttl_ns` (default 2 s, the
-    data plane's long-flow idle timeout). The GVF of the classification in force is the
-    attribute `gvf` and is in each decision's reason.
+    data plane's long-flow idle timeout), `min_flow_age_ns` (default 1 s), `rtt_history`
+    (default 5 intervals). The GVF of the classification in force is the attribute `gvf`
+    and is in each decision's reason.
     """
 
     name = "jenks"
@@ -94,9 +107,12 @@ class JenksPolicy(Policy):
         self.queues = reader.integer("queues", 4, low=1, high=64)
         self.tolerance = reader.tolerance()
         self.flow_ttl_ns = reader.duration_ns("flow_ttl_ns", 2_000_000_000)
+        self.min_flow_age_ns = reader.duration_ns("min_flow_age_ns", 1_000_000_000)
+        self.rtt_history = reader.integer("rtt_history", 5, low=1, high=1000)
         reader.finish()
-        self._flows: dict[str, tuple[int, int]] = {}  # key -> (mean RTT ns, last seen ns)
+        self._flows: dict[str, _Flow] = {}
         self.classes: Classes | None = None  # the classification last decided
+        self._buffers: list[int] = []  # each queue's buffer, as last decided
 
     @property
     def gvf(self) -> float | None:
@@ -106,28 +122,39 @@ class JenksPolicy(Policy):
     def observe_flows(self, ts_ns: int, flow_rtts: Mapping[str, int]) -> None:
         """Records each flow's mean RTT (ns) over the interval ending at `ts_ns`."""
         for key, rtt_ns in flow_rtts.items():
-            if rtt_ns > 0:  # a harmonic mean has no place for a zero or negative RTT
-                self._flows[key] = (rtt_ns, ts_ns)
+            if rtt_ns <= 0:  # a harmonic mean has no place for a zero or negative RTT
+                continue
+            flow = self._flows.get(key)
+            if flow is None:
+                flow = self._flows[key] = _Flow(first_seen_ns=ts_ns, last_seen_ns=ts_ns)
+            flow.last_seen_ns = max(flow.last_seen_ns, ts_ns)
+            flow.recent_ns.append(rtt_ns)
+            del flow.recent_ns[: -self.rtt_history]
 
     def decide(self, window: Window) -> list[Decision]:
         oldest = window.window_end_ns - self.flow_ttl_ns
-        self._flows = {k: seen for k, seen in self._flows.items() if seen[1] >= oldest}
-        if not self._flows:
+        self._flows = {k: f for k, f in self._flows.items() if f.last_seen_ns >= oldest}
+        rtts = {
+            key: round(median(flow.recent_ns))
+            for key, flow in self._flows.items()
+            if flow.last_seen_ns - flow.first_seen_ns >= self.min_flow_age_ns
+        }
+        if not rtts:
             return []
-        rtts = {key: rtt for key, (rtt, _) in self._flows.items()}
         classes = classify(rtts, self.queues)
-        if not self._regrouped(classes):
+        decisions = self._decisions(classes, rtts)
+        buffers = [d.buffer_bytes for d in decisions]
+        if not self._regrouped(classes, buffers):
             return []
-        self.classes = classes
-        return self._decisions(classes, rtts)
+        self.classes, self._buffers = classes, buffers
+        return decisions
 
-    def _regrouped(self, classes: Classes) -> bool:
-        before = self.classes
-        if before is None or classes.groups != before.groups:
+    def _regrouped(self, classes: Classes, buffers: Sequence[int]) -> bool:
+        if self.classes is None or classes.groups != self.classes.groups:
             return True
         return any(
-            abs(bound - old) > self.tolerance * old
-            for bound, old in zip(classes.breaks_ns, before.breaks_ns, strict=True)
+            abs(new - old) > self.tolerance * old
+            for new, old in zip(buffers, self._buffers, strict=True)
         )
 
     def _decisions(self, classes: Classes, rtts: Mapping[str, int]) -> list[Decision]:
@@ -162,7 +189,11 @@ class JenksPolicy(Policy):
     def snapshot(self) -> dict[str, Any]:
         classes = self.classes
         return {
-            "flows": {key: list(seen) for key, seen in self._flows.items()},
+            "flows": {
+                key: [flow.first_seen_ns, flow.last_seen_ns, flow.recent_ns]
+                for key, flow in self._flows.items()
+            },
+            "buffers": self._buffers,
             "classes": None
             if classes is None
             else {
@@ -173,7 +204,11 @@ class JenksPolicy(Policy):
         }
 
     def restore(self, state: Mapping[str, Any]) -> None:
-        self._flows = {key: (rtt, seen) for key, (rtt, seen) in state.get("flows", {}).items()}
+        self._flows = {
+            key: _Flow(first, last, list(recent))
+            for key, (first, last, recent) in state.get("flows", {}).items()
+        }
+        self._buffers = list(state.get("buffers", []))
         classes = state.get("classes")
         self.classes = (
             None
