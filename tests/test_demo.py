@@ -4,6 +4,7 @@ plot, and leaves no namespace or process behind."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +30,9 @@ def test_a_short_demo_reports_and_tears_everything_down(tmp_path: Path) -> None:
     assert "SRTT" in done.stdout and "buffer" in done.stdout  # the live lines
     report = (tmp_path / "report.md").read_text()
     assert "| utilisation, % |" in report and "applied" in report
+    # Read back from InfluxDB, where the loop's sink wrote the windows and the decisions.
+    stored = re.search(r"(\d+) link_metrics, (\d+) buffer_decisions points", report)
+    assert stored and int(stored[1]) > 0 and int(stored[2]) > 0, report
     assert (tmp_path / "run.png").stat().st_size > 10_000
     assert _namespaces() == before
     leftovers = subprocess.run(

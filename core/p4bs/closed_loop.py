@@ -1,7 +1,8 @@
 """The whole loop on one machine, around a testbed that is up: the software data plane on the
 testbed's taps (the exporter), the metrics job, and the optimizer driving the testbed's
 router agent over gNMI; each part a process of its own, started by the project's commands and
-stopped by PID. Used by `p4bs demo` and by the closed-loop tests and evaluations.
+stopped by PID; with an InfluxDB URL also the InfluxDB sink (metrics, alerts and decisions
+into its history). Used by `p4bs demo` and by the closed-loop tests and evaluations.
 
 The loop gets a config of its own (written to its folder): the base config's link and
 testbed, with the running stack's broker, fresh topics, the testbed's management address
@@ -130,6 +131,7 @@ class ClosedLoop:
         self.config: Config = parse_config(data, "closed loop")
         self.config_path = work_dir / "config.toml"
         self.config_path.write_text(config_toml(data))
+        self.influx = influx_url is not None
         self.exporter: ModelTarget | None = None
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -186,6 +188,9 @@ class ClosedLoop:
                 str(self.work_dir / "checkpoints"),
             )
             progress("metrics job starting (PyFlink MiniCluster)")
+            if self.influx:
+                self._cli("influx-sink", "jobs", "influx")
+                progress(f"InfluxDB sink into {config.influxdb.url}/{config.influxdb.database}")
             if optimizer:
                 self.start_optimizer()
             if not wait_until(self._metrics_flowing, timeout_s, interval_s=1.0):
@@ -222,8 +227,9 @@ class ClosedLoop:
             consumer.close()
 
     def stop(self) -> None:
-        """Stops the optimizer first (no decision after the loop is gone), then the rest."""
-        for name in ("optimizer", "metrics-job"):
+        """Stops the optimizer first (no decision after the loop is gone), then the metrics
+        job, then the InfluxDB sink (which writes what it has read), then the rest."""
+        for name in ("optimizer", "metrics-job", "influx-sink"):
             proc = self.processes.get(name)
             if proc is None or proc.poll() is not None:
                 continue

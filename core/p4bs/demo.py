@@ -12,6 +12,7 @@ a plot shows the run (report.md and run.png in the output folder).
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 import statistics
 import threading
@@ -26,6 +27,7 @@ from p4bs.bus import RecordConsumer
 from p4bs.closed_loop import ClosedLoop
 from p4bs.config import FlowGroup, load_config
 from p4bs_infra.procs import free_ports
+from p4bs_infra.services import InfluxDB, StackError
 from p4bs_infra.stack import Stack, StackSettings
 from p4bs_infra.testbed import Testbed, TestbedPlan, sender_group
 from p4bs_infra.traffic import Scenario, TrafficRun
@@ -259,7 +261,7 @@ def run_demo(settings: DemoSettings) -> int:
             print(view.line(time.monotonic() - began), flush=True)
         traffic.join()
         view.read(3.0)
-        text = report(view, result, settings)
+        text = report(view, result, settings) + history(stack.influxdb)
         (out / "report.md").write_text(text)
         plot(view, out / "run.png", settings, result["timeline"]["traffic_start_ns"])
         print("\n" + text)
@@ -275,6 +277,31 @@ def run_demo(settings: DemoSettings) -> int:
             loop.stop()
         testbed.down()
         stack.down()
+
+
+# What the InfluxDB sink stored, counted by a field every point of the measurement has.
+HISTORY = (("link_metrics", "rtt_samples"), ("buffer_decisions", "buffer_bytes"))
+
+
+def history(influxdb: InfluxDB) -> str:
+    """A report paragraph: how many points of each measurement the InfluxDB sink stored
+    (read back from InfluxDB), and where a query finds them."""
+    counts = []
+    for measurement, field in HISTORY:
+        try:
+            reply = json.loads(
+                influxdb.query(
+                    f'SELECT COUNT("{field}") FROM "{influxdb.database}".."{measurement}"'
+                )
+            )
+            series = reply["results"][0].get("series")
+            counts.append(f"{series[0]['values'][0][1] if series else 0} {measurement}")
+        except (StackError, KeyError, IndexError, ValueError) as exc:
+            counts.append(f"{measurement}: not read ({exc})")
+    return (
+        f"\nHistory in InfluxDB ({influxdb.url}, database {influxdb.database}, kept in "
+        f"{influxdb.dir}): {', '.join(counts)} points.\n"
+    )
 
 
 def default_out() -> Path:
