@@ -84,8 +84,9 @@ class OptionReader:
             raise self._error(key, f"must be a positive size, got {value!r}")
         return size
 
-    def duration_ns(self, key: str, default: int) -> int:
-        """A positive duration: ns, or a string with a unit such as '200ms'."""
+    def duration_ns(self, key: str, default: int, *, allow_zero: bool = False) -> int:
+        """A positive (or with `allow_zero`, non-negative) duration: ns, or a string with a
+        unit such as '200ms'."""
         value = self._take(key)
         if value is None:
             return default
@@ -93,8 +94,9 @@ class OptionReader:
             duration = parse_duration_ns(value)
         except UnitError as exc:
             raise self._error(key, str(exc)) from None
-        if duration <= 0:
-            raise self._error(key, f"must be a positive duration, got {value!r}")
+        if duration < 0 or (duration == 0 and not allow_zero):
+            kind = "non-negative" if allow_zero else "positive"
+            raise self._error(key, f"must be a {kind} duration, got {value!r}")
         return duration
 
     def tolerance(self) -> float:

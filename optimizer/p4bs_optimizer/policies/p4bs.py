@@ -43,13 +43,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from p4bs.config import LinkConfig
-from p4bs.units import UnitError, bytes_for_duration, parse_duration_ns
-from p4bs_optimizer.policies.base import Decision, Policy, PolicyOptionError, Window, bdp_bytes
+from p4bs.units import bytes_for_duration
+from p4bs_optimizer.policies.base import Decision, Policy, Window, bdp_bytes
+from p4bs_optimizer.policies.baselines import OptionReader
 from p4bs_optimizer.policies.bayes import BufferSearch, Observation
 
 BOUND_SEARCH = "bound_search"
@@ -87,67 +88,24 @@ class P4bsOptions:
     def parse(cls, options: Mapping[str, Any]) -> P4bsOptions:
         """The options of a `policy_options` table; raises PolicyOptionError naming the first
         unknown option or bad value. Durations are ns or strings such as "2s"."""
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(set(options) - set(known))
-        if unknown:
-            raise PolicyOptionError(
-                f"p4bs: unknown option {unknown[0]!r} (known: {', '.join(known)})"
-            )
-        values: dict[str, Any] = {}
-        for name, value in options.items():
-            try:
-                values[name] = _CHECKS[name](value)
-            except (ValueError, TypeError) as exc:
-                raise PolicyOptionError(f"p4bs: option {name!r} {exc}") from exc
-        return cls(**values)
-
-
-def _duration(minimum_ns: int) -> Callable[[Any], int]:
-    def check(value: Any) -> int:
-        try:
-            ns = parse_duration_ns(value)
-        except UnitError as exc:
-            raise ValueError(f"must be a duration: {exc}") from exc
-        if ns < minimum_ns:
-            raise ValueError(f"must be at least {minimum_ns} ns, got {value!r}")
-        return ns
-
-    return check
-
-
-def _number(low: float, high: float, *, open_low: bool) -> Callable[[Any], float]:
-    def check(value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise TypeError(f"must be a number, got {value!r}")
-        inside = (low < value if open_low else low <= value) and value < high
-        if not (math.isfinite(value) and inside):
-            interval = f"{'(' if open_low else '['}{low}, {high})"
-            raise ValueError(f"must be in {interval}, got {value!r}")
-        return float(value)
-
-    return check
-
-
-def _integer(low: int) -> Callable[[Any], int]:
-    def check(value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"must be an integer >= {low}, got {value!r}")
-        return value
-
-    return check
-
-
-_CHECKS: dict[str, Callable[[Any], Any]] = {
-    "loss_epsilon": _number(0.0, 1.0, open_low=True),
-    "settle_ns": _duration(0),
-    "measure_ns": _duration(1),
-    "ei_epsilon": _number(0.0, math.inf, open_low=False),
-    "max_trials": _integer(1),
-    "min_trials": _integer(0),
-    "reissue_after_ns": _duration(0),
-    "seed": _integer(0),
-    "change_holdoff_ns": _duration(0),
-}
+        r, d = OptionReader(P4bsPolicy.name, options), cls()
+        parsed = cls(
+            loss_epsilon=r.number(
+                "loss_epsilon", d.loss_epsilon, low=0, high=1, low_open=True, high_open=True
+            ),
+            settle_ns=r.duration_ns("settle_ns", d.settle_ns, allow_zero=True),
+            measure_ns=r.duration_ns("measure_ns", d.measure_ns),
+            ei_epsilon=r.number("ei_epsilon", d.ei_epsilon, low=0),
+            max_trials=r.integer("max_trials", d.max_trials, low=1, high=1000),
+            min_trials=r.integer("min_trials", d.min_trials, low=0, high=1000),
+            reissue_after_ns=r.duration_ns("reissue_after_ns", d.reissue_after_ns, allow_zero=True),
+            seed=r.integer("seed", d.seed, low=0, high=2**32 - 1),
+            change_holdoff_ns=r.duration_ns(
+                "change_holdoff_ns", d.change_holdoff_ns, allow_zero=True
+            ),
+        )
+        r.finish()
+        return parsed
 
 
 @dataclass
