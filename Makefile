@@ -19,7 +19,7 @@ APT_PACKAGES := iproute2 iperf3 tshark tcpdump ethtool procps curl iputils-ping 
                 openjdk-17-jdk-headless maven python3-venv build-essential zlib1g-dev
 INFLUXDB_VERSION := v1.8.10
 GNMI_VERSION     := v0.14.1
-PYTHON_SOURCES   := core schemas infra streaming-jobs exporter optimizer tests
+PYTHON_SOURCES   := core schemas infra streaming-jobs exporter optimizer eval tests
 
 .PHONY: help setup apt python jars tools build test lint format clean-stack
 help:

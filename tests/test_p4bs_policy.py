@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from p4bs.config import LinkConfig
+from p4bs_eval.acquisition import fig18_curve
 from p4bs_optimizer.policies.base import Decision, PolicyOptionError, Window
 from p4bs_optimizer.policies.bayes import BufferSearch
 from p4bs_optimizer.policies.p4bs import P4bsPolicy
@@ -139,42 +140,6 @@ def loss_halving_per_doubling(at_bdp: float) -> Callable[[int], float]:
 
 
 # -- (1) BO on P4BS Fig. 18-like performance functions ------------------------------------
-
-
-def fig18_curve(rng: random.Random) -> Callable[[int], float]:
-    """f against the buffer shaped like P4BS Fig. 18: in u = log2(buffer / BDP) over the
-    search bounds [-2, 2], a broad optimum, a narrower secondary local optimum 1.2-1.8
-    octaves away, and a downward tilt for the queueing delay of large buffers; f is about
-    -1 ... 0. Parameters are drawn again until the broad optimum is the global one and the
-    secondary one is a separate local maximum."""
-    us = [-2 + i / 100 for i in range(401)]
-    while True:
-        main = rng.uniform(-1.2, 1.2)
-        distance = rng.uniform(1.2, 1.8)
-        secondary = main - distance if main >= 0 else main + distance
-        f_of_u = two_optima(main, rng.uniform(0.8, 1.0), secondary, rng.uniform(0.5, 0.8))
-        values = [f_of_u(u) for u in us]
-        peaks = [us[i] for i in range(1, 400) if values[i - 1] < values[i] >= values[i + 1]]
-        best = us[values.index(max(values))]
-        if len(peaks) == 2 and abs(best - main) < 0.5:
-            return lambda buffer: f_of_u(math.log2(buffer / BDP_BYTES))
-
-
-def two_optima(
-    main: float, width: float, secondary: float, height: float
-) -> Callable[[float], float]:
-    """f(u): a bump of 0.8 and `width` (standard deviation, octaves) at `main`, one of
-    0.8 * `height` and 0.3 octaves at `secondary`, on -1 - 0.1 u."""
-
-    def f(u: float) -> float:
-        return (
-            -1.0
-            + 0.8 * math.exp(-((u - main) ** 2) / (2 * width**2))
-            + 0.8 * height * math.exp(-((u - secondary) ** 2) / (2 * 0.3**2))
-            - 0.1 * u
-        )
-
-    return f
 
 
 def test_bo_finds_the_optimum_of_multimodal_f_within_5_percent_in_8_trials() -> None:

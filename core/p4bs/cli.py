@@ -23,6 +23,7 @@ from p4bs.config import (
     SwitchConfig,
     load_config,
 )
+from p4bs_eval import cli as eval_cli
 from p4bs_exporter import (
     ExporterError,
     ExporterStats,
@@ -463,6 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_exporter_run)
     jobs_cli.add_parser(sub, _default_config())
     optimizer_cli.add_parser(sub, _default_config())
+    eval_cli.add_parser(sub, _default_config())
     demo = sub.add_parser(
         "demo", help="the whole system on this machine, live, with a report; torn down after"
     )

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -26,10 +28,11 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from p4bs.bus import ensure_topics
-from p4bs.config import Config, config_toml, parse_config
+from p4bs.config import Config, FlowGroup, config_toml, parse_config
 from p4bs_exporter.model import ModelTarget, run_spec
-from p4bs_infra.procs import wait_until
-from p4bs_infra.testbed import Testbed
+from p4bs_infra.procs import free_ports, wait_until
+from p4bs_infra.stack import Stack, StackSettings
+from p4bs_infra.testbed import Testbed, TestbedPlan, sender_group
 from p4bs_schemas.registry import STREAMS
 
 # Settings the loop changes from the base config, measured on this 2-core machine. The
@@ -52,6 +55,40 @@ LOOP_SECTIONS: dict[str, dict[str, Any]] = {
 # start inherit it), so that on two cores the measurements keep up with the traffic they
 # measure.
 LOOP_NICENESS = -10
+
+
+def own_stack(config: Config, state_dir: Path) -> Stack:
+    """A Kafka broker and InfluxDB of one's own, on free loopback ports (not yet up)."""
+    kafka, controller, influx, rpc = free_ports(4)
+    return Stack(
+        StackSettings(
+            state_dir=state_dir,
+            kafka_port=kafka,
+            kafka_controller_port=controller,
+            influx_port=influx,
+            influx_rpc_port=rpc,
+            database=config.influxdb.database,
+        )
+    )
+
+
+def own_testbed_plan(
+    config: Config,
+    state_dir: Path,
+    prefix: str,
+    groups: list[FlowGroup],
+    buffer_bytes: int,
+) -> TestbedPlan:
+    """The config's testbed with these flow groups and initial buffer, under a name and a
+    management /30 of its own (beside any other testbed on the machine)."""
+    block = random.randrange(16_384)
+    return dataclasses.replace(
+        TestbedPlan.from_config(config, state_dir),
+        name=f"{prefix}{uuid.uuid4().hex[:3]}",
+        router_address=f"10.205.{block // 64}.{block % 64 * 4 + 2}",
+        groups=[sender_group(i, group) for i, group in enumerate(groups)],
+        buffer_bytes=buffer_bytes,
+    )
 
 
 class ClosedLoopError(RuntimeError):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import random
 import statistics
 import threading
 import time
@@ -24,12 +23,10 @@ from typing import Any
 
 from p4bs import paths
 from p4bs.bus import RecordConsumer
-from p4bs.closed_loop import ClosedLoop
+from p4bs.closed_loop import ClosedLoop, own_stack, own_testbed_plan
 from p4bs.config import FlowGroup, load_config
-from p4bs_infra.procs import free_ports
 from p4bs_infra.services import InfluxDB, StackError
-from p4bs_infra.stack import Stack, StackSettings
-from p4bs_infra.testbed import Testbed, TestbedPlan, sender_group
+from p4bs_infra.testbed import Testbed
 from p4bs_infra.traffic import Scenario, TrafficRun
 
 RATE_BPS = 100_000_000
@@ -203,30 +200,13 @@ def run_demo(settings: DemoSettings) -> int:
     out = settings.out
     out.mkdir(parents=True, exist_ok=True)
     print(f"p4bs demo: everything in {out}; Ctrl-C stops it and tears everything down")
-    kafka, controller, influx, rpc = free_ports(4)
-    stack = Stack(
-        StackSettings(
-            state_dir=out / "stack",
-            kafka_port=kafka,
-            kafka_controller_port=controller,
-            influx_port=influx,
-            influx_rpc_port=rpc,
-            database=config.influxdb.database,
-        )
-    )
-    plan = TestbedPlan.from_config(config, out / "testbed")
+    stack = own_stack(config, out / "stack")
     groups = [
-        sender_group(i, FlowGroup(f"g{i}", flows, "cubic", int(i * settings.every_s * 1e9), None))
+        FlowGroup(f"g{i}", flows, "cubic", int(i * settings.every_s * 1e9), None)
         for i, flows in enumerate(settings.groups)
     ]
-    block = random.randrange(16_384)  # a management /30 of its own, beside any other testbed
-    plan = dataclasses.replace(
-        plan,
-        name=f"demo{uuid.uuid4().hex[:3]}",
-        router_address=f"10.205.{block // 64}.{block % 64 * 4 + 2}",
-        groups=groups,
-        buffer_bytes=int(RATE_BPS / 8 * settings.initial_buffer_ms / 1000),
-    )
+    buffer = int(RATE_BPS / 8 * settings.initial_buffer_ms / 1000)
+    plan = own_testbed_plan(config, out / "testbed", "demo", groups, buffer)
     testbed = Testbed(plan)
     loop: ClosedLoop | None = None
     view: LiveView | None = None
@@ -241,7 +221,7 @@ def run_demo(settings: DemoSettings) -> int:
             out / "loop",
             bootstrap=stack.kafka.bootstrap,
             policy=settings.policy,
-            influx_url=f"http://127.0.0.1:{influx}",
+            influx_url=stack.influxdb.url,
         )
         loop.start(progress=lambda line: print(f"  {line}"))
         view = LiveView(loop)

@@ -38,6 +38,9 @@ GRID_POINTS = 256  # log-spaced buffers on which the EI's maximum is taken
 # 1/128 of its log range, and L-BFGS refines the best 8.
 RAW_SAMPLES = 128
 RESTARTS = 8
+# The acquisition functions P4BS compares (Fig. 10): BoTorch's analytic ones, by name. EI is
+# the policy's (its stopping rule needs it); UCB takes BoTorch's default beta (0.2).
+ACQUISITIONS = ("ei", "ucb", "pi")
 
 
 class Observation(NamedTuple):
@@ -66,7 +69,7 @@ def _load_ax() -> None:
         logging.getLogger(module.__name__).setLevel(logging.ERROR)
 
 
-def _generation_strategy() -> GenerationStrategy:
+def _generation_strategy(acquisition: str = "ei") -> GenerationStrategy:
     """One node, GP + EI from the first trial on (no quasi-random initialisation: the bound
     search's measurements warm-start the GP, and `BufferSearch` picks the first point itself
     when there is none).
@@ -81,6 +84,8 @@ def _generation_strategy() -> GenerationStrategy:
     - `botorch_acqf_class=ExpectedImprovement`, BoTorch's analytic EI (Eq. 13) with the best
       observed mean as the incumbent. Ax's default would be qLogNoisyExpectedImprovement
       (Monte-Carlo, log scale); we want EI itself, for the stopping rule and Fig. 7.
+      (`acquisition` "ucb" or "pi" puts UpperConfidenceBound or ProbabilityOfImprovement
+      there instead, for the comparison of Fig. 10.)
     - Transforms: Ax's continuous-parameter ones (among them Log, so the GP works in
       log(buffer), scaled to [0, 1] inside the model) and StandardizeY only. Ax's default
       Y transforms also winsorize the objective, which would clip the poor end of f that
@@ -93,7 +98,11 @@ def _generation_strategy() -> GenerationStrategy:
     from ax.generation_strategy.generator_spec import GeneratorSpec
     from ax.generators.torch.botorch_modular.surrogate import SurrogateSpec
     from ax.generators.torch.botorch_modular.utils import ModelConfig
-    from botorch.acquisition.analytic import ExpectedImprovement
+    from botorch.acquisition.analytic import (
+        ExpectedImprovement,
+        ProbabilityOfImprovement,
+        UpperConfidenceBound,
+    )
     from botorch.models import SingleTaskGP
     from gpytorch.kernels import RBFKernel, ScaleKernel  # type: ignore[import-untyped]
 
@@ -108,7 +117,11 @@ def _generation_strategy() -> GenerationStrategy:
         generator_enum=Generators.BOTORCH_MODULAR,
         generator_kwargs={
             "surrogate_spec": SurrogateSpec(model_configs=[model]),
-            "botorch_acqf_class": ExpectedImprovement,
+            "botorch_acqf_class": {
+                "ei": ExpectedImprovement,
+                "ucb": UpperConfidenceBound,
+                "pi": ProbabilityOfImprovement,
+            }[acquisition],
             "transforms": [*MBM_X_trans, StandardizeY],
         },
         generator_gen_kwargs={
@@ -133,9 +146,13 @@ class BufferSearch:
         *,
         seed: int = 0,
         observations: Iterable[Observation] = (),
+        acquisition: str = "ei",
     ) -> None:
         if not 0 < low_bytes < high_bytes:
             raise ValueError(f"bounds must satisfy 0 < low < high, got [{low_bytes}, {high_bytes}]")
+        if acquisition not in ACQUISITIONS:
+            raise ValueError(f"acquisition {acquisition!r}: one of {', '.join(ACQUISITIONS)}")
+        self.acquisition = acquisition
         self.low_bytes = low_bytes
         self.high_bytes = high_bytes
         self.seed = seed
@@ -227,7 +244,7 @@ class BufferSearch:
         if self._suggestion is None:
             from ax.utils.common.random import with_rng_seed
 
-            strategy = _generation_strategy()
+            strategy = _generation_strategy(self.acquisition)
             self._client.set_generation_strategy(strategy)
             with warnings.catch_warnings(), with_rng_seed(self.seed):
                 # BoTorch recommends log-EI for its numerics in high dimensions; in one

@@ -1,0 +1,89 @@
+"""`p4bs eval run SCENARIO` and `p4bs eval report RUN_DIR`."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from p4bs import paths
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from p4bs_eval.report import write_report
+    from p4bs_eval.runner import run_eval
+    from p4bs_eval.scenario import ScenarioError, check_policies, load_scenario
+
+    path = args.scenario
+    if not path.exists() and (SCENARIOS / f"{path}.toml").exists():
+        path = SCENARIOS / f"{path}.toml"
+    try:
+        scenario = load_scenario(path)
+        if args.policies:
+            policies = tuple(args.policies.split(","))
+            check_policies(policies, "--policies")
+            scenario = dataclasses.replace(scenario, policies=policies)
+    except ScenarioError as exc:
+        print(f"p4bs eval: {exc}", file=sys.stderr)
+        return 2
+    if args.repeat is not None:
+        if args.repeat < 1:
+            print("p4bs eval: --repeat must be at least 1", file=sys.stderr)
+            return 2
+        scenario = dataclasses.replace(scenario, repeat=args.repeat)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = args.out or paths.home() / ".run" / "eval" / f"{scenario.name}-{stamp}"
+    failed = run_eval(scenario, out, args.config)
+    print(f"report: {write_report(out)}")
+    return 1 if failed else 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from p4bs_eval.report import write_report
+
+    if not (args.run_dir / "results.jsonl").exists():
+        print(f"p4bs eval: {args.run_dir} holds no results.jsonl", file=sys.stderr)
+        return 2
+    print(f"report: {write_report(args.run_dir)}")
+    return 0
+
+
+def cmd_acquisition(args: argparse.Namespace) -> int:
+    from p4bs_eval.acquisition import run_acquisitions
+
+    if args.seeds < 1 or args.iterations < 2:
+        print("p4bs eval: --seeds >= 1 and --iterations >= 2", file=sys.stderr)
+        return 2
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = args.out or paths.home() / ".run" / "eval" / f"acquisition-{stamp}"
+    print(f"report: {run_acquisitions(out, args.seeds, args.iterations)}")
+    return 0
+
+
+def add_parser(sub: Any, default_config: Path) -> None:
+    evaluation = sub.add_parser("eval", help="run the papers' experiments and report them")
+    eval_sub = evaluation.add_subparsers(dest="action", required=True)
+    run = eval_sub.add_parser("run", help="every run of a scenario, then its report")
+    run.add_argument(
+        "scenario", type=Path, help=f"a scenario file, or the name of one in {SCENARIOS}"
+    )
+    run.add_argument("--policies", help="comma-separated, instead of the scenario's")
+    run.add_argument("--repeat", type=int, help="runs per point and policy")
+    run.add_argument("--out", type=Path, help="default: .run/eval/<scenario>-<time>")
+    run.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
+    run.set_defaults(func=cmd_run)
+    report = eval_sub.add_parser("report", help="report.md and plots from a run folder")
+    report.add_argument("run_dir", type=Path)
+    report.set_defaults(func=cmd_report)
+    acquisition = eval_sub.add_parser(
+        "acquisition", help="P4BS Fig. 10: BO convergence with EI, UCB and PI"
+    )
+    acquisition.add_argument("--seeds", type=int, default=10)
+    acquisition.add_argument("--iterations", type=int, default=50)
+    acquisition.add_argument("--out", type=Path, help="default: .run/eval/acquisition-<time>")
+    acquisition.set_defaults(func=cmd_acquisition)

@@ -1,0 +1,325 @@
+"""`p4bs eval report RUN_DIR`: report.md and PNG plots, regenerated from a run folder alone
+(scenario.json, results.jsonl and each run's files)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+# The table's columns: key in results.jsonl, heading, scale, format.
+COLUMNS = (
+    ("utilisation", "util, %", 100, ".1f"),
+    ("jain_flows", "Jain (flows)", 1, ".3f"),
+    ("rtt_mean_ms", "mean RTT, ms", 1, ".1f"),
+    ("probe_rtt_ms", "probe RTT, ms", 1, ".1f"),
+    ("loss_mean", "loss (p4bs), %", 100, ".2f"),
+    ("f_mean", "f (p4bs)", 1, ".3f"),
+    ("decisions_applied", "changes", 1, "d"),
+    ("buffer_final_bytes", "last buffer, kB", 1e-3, ".1f"),
+    ("fct_p50_ms", "FCT p50, ms", 1, ".0f"),
+    ("voip_delay_p50_ms", "VoIP delay p50, ms", 1, ".1f"),
+)
+
+
+def load_results(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    scenario = json.loads((run_dir / "scenario.json").read_text())
+    rows = [json.loads(line) for line in (run_dir / "results.jsonl").open() if line.strip()]
+    return scenario, rows
+
+
+def averaged(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(point, policy) -> each figure's mean over the repeats that ran."""
+    grouped: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if "error" not in row:
+            grouped[(row["point"], row["policy"])].append(row)
+    means: dict[tuple[str, str], dict[str, Any]] = {}
+    for key, runs in grouped.items():
+        mean: dict[str, Any] = {"runs": len(runs)}
+        for name, *_ in COLUMNS:
+            values = [r[name] for r in runs if isinstance(r.get(name), int | float)]
+            mean[name] = statistics.fmean(values) if values else None
+        groups: dict[str, list[float]] = defaultdict(list)
+        for r in runs:
+            for group, mbps in r.get("group_mbps", {}).items():
+                groups[group].append(mbps)
+        mean["group_mbps"] = {g: statistics.fmean(v) for g, v in sorted(groups.items())}
+        means[key] = mean
+    return means
+
+
+def _cell(value: Any, scale: float, fmt: str) -> str:
+    if value is None:
+        return "-"
+    return format(round(value * scale) if fmt == "d" else value * scale, fmt)
+
+
+def claims(scenario: dict[str, Any], means: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
+    """Each resizing policy against the fixed initial buffer (`none`), per point."""
+    lines = []
+    for point in scenario["points"]:
+        fixed = means.get((point, "none"))
+        if fixed is None or not fixed["rtt_mean_ms"]:
+            continue
+        for policy in scenario["policies"]:
+            m = means.get((point, policy))
+            if policy == "none" or m is None or not m["rtt_mean_ms"]:
+                continue
+            lines.append(
+                f"- {point}: {policy} cuts the long flows' mean RTT {fixed['rtt_mean_ms']:.1f} "
+                f"-> {m['rtt_mean_ms']:.1f} ms ({fixed['rtt_mean_ms'] / m['rtt_mean_ms']:.1f}x) "
+                f"at {m['utilisation'] * 100:.1f}% utilisation (fixed buffer "
+                f"{fixed['utilisation'] * 100:.1f}%)"
+            )
+    return lines
+
+
+def write_report(run_dir: Path) -> Path:
+    scenario, rows = load_results(run_dir)
+    means = averaged(rows)
+    plots = []
+    for kind in scenario["reports"]:
+        plots += PLOTS[kind](run_dir, scenario, rows, means)
+    lines = [
+        f"# {scenario['title']}",
+        "",
+        f"Scenario `{scenario['name']}`: {scenario['duration_s']:g} s of traffic per run, the "
+        f"first {scenario['warmup_s']:g} s left out; initial buffer {scenario['buffer_ms']:g} ms "
+        "of 100 Mbit/s. Ground truth from the router, the senders and a ping probe; `(p4bs)` "
+        "columns from p4bs's own link metrics.",
+        "",
+        "| point | policy | runs | " + " | ".join(c[1] for c in COLUMNS) + " |",
+        "|---|---|---|" + "---|" * len(COLUMNS),
+    ]
+    for (point, policy), m in means.items():
+        cells = [_cell(m[name], scale, fmt) for name, _, scale, fmt in COLUMNS]
+        lines.append(f"| {point} | {policy} | {m['runs']} | " + " | ".join(cells) + " |")
+    found = claims(scenario, means)
+    if found:
+        lines += ["", "Against the fixed initial buffer:", "", *found]
+    errors = [r for r in rows if "error" in r]
+    if errors:
+        lines += ["", f"{len(errors)} run(s) failed:", ""]
+        lines += [f"- {r['run_dir']}: {r['error']}" for r in errors]
+    took = sum(r.get("wall_s", 0) for r in rows)
+    lines += ["", f"{len(rows)} runs took {took / 60:.0f} min."]
+    lines += ["", *(f"![{p.stem}]({p.name})" for p in plots)]
+    path = run_dir / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _bars(
+    run_dir: Path,
+    scenario: dict[str, Any],
+    means: dict[tuple[str, str], dict[str, Any]],
+    metrics: list[tuple[str, str, float]],
+    name: str,
+) -> list[Path]:
+    """Grouped bars: one panel per metric, points on x, a bar per policy."""
+    plt = _pyplot()
+    points, policies = scenario["points"], scenario["policies"]
+    fig, axes = plt.subplots(len(metrics), 1, figsize=(max(6, len(points) * 0.9), 3 * len(metrics)))
+    axes = axes if len(metrics) > 1 else [axes]
+    width = 0.8 / len(policies)
+    for ax, (key, label, scale) in zip(axes, metrics, strict=True):
+        for i, policy in enumerate(policies):
+            values = [(means.get((p, policy), {}).get(key) or 0) * scale for p in points]
+            ax.bar([x + i * width for x in range(len(points))], values, width, label=policy)
+        ax.set_ylabel(label)
+        ax.set_xticks([x + width * (len(policies) - 1) / 2 for x in range(len(points))])
+        ax.set_xticklabels(points, rotation=30, ha="right", fontsize=7)
+    axes[0].legend()
+    axes[0].set_title(scenario["title"])
+    fig.tight_layout()
+    path = run_dir / f"{name}.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return [path]
+
+
+def plot_sweep(run_dir: Path, scenario: dict[str, Any], rows: Any, means: Any) -> list[Path]:
+    metrics = [
+        ("utilisation", "utilisation, %", 100.0),
+        ("jain_flows", "Jain fairness", 1.0),
+        ("rtt_mean_ms", "mean RTT, ms", 1.0),
+    ]
+    return _bars(run_dir, scenario, means, metrics, "sweep")
+
+
+def plot_groups(run_dir: Path, scenario: dict[str, Any], rows: Any, means: Any) -> list[Path]:
+    """Each flow group's throughput per policy, and the flows' Jain index."""
+    plt = _pyplot()
+    keys = list(means)
+    groups = sorted({g for m in means.values() for g in m["group_mbps"]})
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(6, len(keys) * 1.2), 7))
+    width = 0.8 / max(1, len(groups))
+    for i, group in enumerate(groups):
+        values = [means[k]["group_mbps"].get(group, 0) for k in keys]
+        top.bar([x + i * width for x in range(len(keys))], values, width, label=group)
+    top.set_ylabel("group throughput, Mbit/s")
+    top.legend()
+    top.set_title(scenario["title"])
+    bottom.bar(range(len(keys)), [means[k]["jain_flows"] or 0 for k in keys])
+    bottom.set_ylabel("Jain fairness (flows)")
+    bottom.set_ylim(0, 1.05)
+    for ax in (top, bottom):
+        ax.set_xticks(
+            [x + (width * (len(groups) - 1) / 2 if ax is top else 0) for x in range(len(keys))]
+        )
+        ax.set_xticklabels([f"{p}\n{pol}" for p, pol in keys], fontsize=7)
+    fig.tight_layout()
+    path = run_dir / "groups.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return [path]
+
+
+def plot_heatmap(run_dir: Path, scenario: dict[str, Any], rows: Any, means: Any) -> list[Path]:
+    """Mean f (p4bs's performance function) per policy x point."""
+    plt = _pyplot()
+    points, policies = scenario["points"], scenario["policies"]
+    grid = [[means.get((p, pol), {}).get("f_mean") for p in points] for pol in policies]
+    values = [[v if v is not None else float("nan") for v in row] for row in grid]
+    fig, ax = plt.subplots(figsize=(max(6, len(points) * 0.9), 1 + 0.6 * len(policies)))
+    image = ax.imshow(values, cmap="viridis", aspect="auto")
+    for i, row in enumerate(grid):
+        for j, v in enumerate(row):
+            if v is not None:
+                ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="white", fontsize=7)
+    ax.set_xticks(range(len(points)))
+    ax.set_xticklabels(points, rotation=30, ha="right", fontsize=7)
+    ax.set_yticks(range(len(policies)))
+    ax.set_yticklabels(policies)
+    fig.colorbar(image, label="mean f")
+    ax.set_title(f"{scenario['title']}: mean f")
+    fig.tight_layout()
+    path = run_dir / "heatmap.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return [path]
+
+
+def _per_second(samples: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    bins: dict[int, list[float]] = defaultdict(list)
+    for t, v in samples:
+        bins[int(t)].append(v)
+    xs = sorted(bins)
+    return [float(x) for x in xs], [statistics.fmean(bins[x]) for x in xs]
+
+
+def plot_timeseries(run_dir: Path, scenario: dict[str, Any], rows: Any, means: Any) -> list[Path]:
+    """Per run (first repeat): buffer, utilisation, loss and each group's RTT over time."""
+    plt = _pyplot()
+    paths = []
+    for row in rows:
+        if "error" in row or row["repeat"] != 1:
+            continue
+        run = run_dir / row["run_dir"]
+        traffic = run / "traffic"
+        start = json.loads((traffic / "timeline.json").read_text())["traffic_start_ns"]
+        qdisc = [json.loads(line) for line in (traffic / "qdisc.jsonl").open()]
+        fig, axes = plt.subplots(4, 1, sharex=True, figsize=(10, 9))
+        by_handle: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for q in qdisc:
+            by_handle[q["handle"]].append(q)
+        for handle, samples in sorted(by_handle.items()):
+            xs = [(q["ts_ns"] - start) / 1e9 for q in samples]
+            axes[0].step(xs, [q["limit_bytes"] / 1000 for q in samples], where="post",
+                         label=f"queue {handle >> 16:x}:")  # fmt: skip
+        axes[0].set_ylabel("buffer, kB")
+        axes[0].set_yscale("log")
+        axes[0].legend(loc="upper right", fontsize=7)
+        sent_bits: dict[int, float] = defaultdict(float)  # second -> bits the queues sent
+        for queue in by_handle.values():
+            for a, b in itertools.pairwise(queue):
+                sent_bits[int((b["ts_ns"] - start) / 1e9)] += (
+                    b["sent_bytes"] - a["sent_bytes"]
+                ) * 8
+        seconds = sorted(sent_bits)
+        axes[1].plot(seconds, [sent_bits[t] / 1e6 for t in seconds])
+        axes[1].set_ylabel("router, Mbit/s")
+        windows = [json.loads(line) for line in (run / "link_metrics.jsonl").open()]
+        windows = [w for w in windows if w["window_end_ns"] >= start]
+        axes[2].plot([(w["window_end_ns"] - start) / 1e9 for w in windows],
+                     [w["loss_rate"] * 100 for w in windows])  # fmt: skip
+        axes[2].set_ylabel("loss (p4bs), %")
+        ss = [json.loads(line) for line in (traffic / "ss.jsonl").open()]
+        by_group: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for r in ss:
+            if r.get("rtt_ns") and r["ts_ns"] >= start:
+                by_group[r["src"]].append(((r["ts_ns"] - start) / 1e9, r["rtt_ns"] / 1e6))
+        for src, rtts in sorted(by_group.items()):
+            gx, gy = _per_second(rtts)
+            axes[3].plot(gx, gy, label=src)
+        axes[3].set_ylabel("RTT (senders), ms")
+        axes[3].set_xlabel("s since the traffic started")
+        axes[3].legend(loc="upper right", fontsize=7)
+        axes[0].set_title(f"{scenario['title']}: {row['point']}, {row['policy']}")
+        fig.tight_layout()
+        path = run_dir / f"timeseries-{row['run_dir'].split('/')[1]}-{row['policy']}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def plot_cdf(run_dir: Path, scenario: dict[str, Any], rows: Any, means: Any) -> list[Path]:
+    """CDFs per policy: short flows' completion times and the probe's RTT (a short flow's
+    view of the queue), over the measured part."""
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for row in rows:
+        if "error" in row or row["repeat"] != 1:
+            continue
+        traffic = run_dir / row["run_dir"] / "traffic"
+        steady = json.loads((traffic / "timeline.json").read_text())["steady_from_ns"]
+        label = f"{row['point']} {row['policy']}"
+        fct = sorted(
+            json.loads(line)["fct_ns"] / 1e6
+            for line in (traffic / "fct.jsonl").open()
+            if json.loads(line).get("ok") and json.loads(line)["start_ns"] >= steady
+        ) if (traffic / "fct.jsonl").exists() else []  # fmt: skip
+        if fct:
+            left.plot(fct, [(i + 1) / len(fct) for i in range(len(fct))], label=label)
+        ping = sorted(
+            json.loads(line)["rtt_ns"] / 1e6
+            for line in (traffic / "ping.jsonl").open()
+            if json.loads(line)["ts_ns"] >= steady
+        )
+        if ping:
+            right.plot(ping, [(i + 1) / len(ping) for i in range(len(ping))], label=label)
+    left.set_xlabel("short-flow FCT, ms")
+    left.set_xscale("log")
+    right.set_xlabel("probe RTT, ms")
+    for ax in (left, right):
+        ax.set_ylabel("CDF")
+        ax.legend(fontsize=7)
+    fig.suptitle(scenario["title"])
+    fig.tight_layout()
+    path = run_dir / "cdf.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return [path]
+
+
+PLOTS = {
+    "sweep": plot_sweep,
+    "groups": plot_groups,
+    "heatmap": plot_heatmap,
+    "timeseries": plot_timeseries,
+    "cdf": plot_cdf,
+}

@@ -1,0 +1,221 @@
+"""`p4bs eval run`: every run of a scenario through the whole pipeline, one after the other.
+
+One stack (Kafka, InfluxDB) serves the whole evaluation. Each run gets a testbed of its own
+(the point's flow groups, the scenario's initial buffer), the closed loop on it (the data
+plane model on the taps, the metrics job, the InfluxDB sink and, unless the policy is
+`none`, the optimizer with the policy driving the router agent over gNMI), and the
+scenario's traffic. Its folder keeps the traffic's raw files and summary, the link metrics
+and decisions read back from Kafka, and the loop's logs; `results.jsonl` gets one line of
+figures per run (`figures.run_figures`). A run that fails is recorded with its error and the
+evaluation goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import threading
+import time
+import tomllib
+import traceback
+import uuid
+from pathlib import Path
+from typing import Any
+
+from p4bs.bus import RecordConsumer
+from p4bs.closed_loop import ClosedLoop, own_stack, own_testbed_plan
+from p4bs.config import load_config
+from p4bs_eval.figures import run_figures
+from p4bs_eval.scenario import NO_POLICY, EvalScenario, Point
+from p4bs_infra.stack import Stack
+from p4bs_infra.testbed import Testbed
+from p4bs_infra.traffic import Scenario, TrafficRun
+
+RATE_BPS = 100_000_000
+# A run's time on top of its traffic, for the time-left estimate until one run has been
+# measured: the testbed up, the metrics job from cold, the topics read back.
+OVERHEAD_GUESS_S = 40.0
+
+
+class Progress:
+    """One line: run i of n, the point, policy and repeat, the run's seconds, time left."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self.spent_s = 0.0  # wall time of the finished runs
+        self.tty = sys.stdout.isatty()
+
+    def left_s(self, run_s: float, elapsed_s: float) -> float:
+        per_run = self.spent_s / self.done if self.done else run_s + OVERHEAD_GUESS_S
+        return max(0.0, per_run - elapsed_s) + per_run * (self.total - self.done - 1)
+
+    def show(self, text: str, *, final: bool = False) -> None:
+        if self.tty and not final:
+            print(f"\r{text[:150]:<150}", end="", flush=True)
+        else:
+            print(("\r" if self.tty else "") + text, flush=True)
+
+
+def dump_stream(loop: ClosedLoop, stream: str, path: Path) -> list[dict[str, Any]]:
+    """Every committed record of one of the loop's topics, written as JSON lines."""
+    consumer = RecordConsumer(
+        loop.config.kafka.bootstrap, f"eval-dump-{uuid.uuid4().hex[:6]}", [stream], loop.topics
+    )
+    records = []
+    try:
+        while (received := consumer.poll(3.0)) is not None:
+            records.append(received.record)
+    finally:
+        consumer.close()
+    with path.open("w") as out:
+        for record in records:
+            out.write(json.dumps(record) + "\n")
+    return records
+
+
+def run_one(
+    scenario: EvalScenario,
+    point: Point,
+    policy: str,
+    repeat: int,
+    run_dir: Path,
+    stack: Stack,
+    base_config: Path,
+    progress: Progress,
+) -> dict[str, Any]:
+    """One run; returns its figures."""
+    config = load_config(base_config)
+    buffer = round(RATE_BPS / 8 * scenario.buffer_ms / 1000)
+    groups = scenario.groups_at(point)
+    plan = own_testbed_plan(config, run_dir / "testbed", "ev", groups, buffer)
+    testbed = Testbed(plan)
+    loop: ClosedLoop | None = None
+    label = f"[{progress.done + 1}/{progress.total}] {point.label} | {policy} | #{repeat}"
+    began = time.monotonic()
+    try:
+        testbed.up()
+        loop = ClosedLoop(
+            tomllib.loads(base_config.read_text()),
+            testbed,
+            run_dir / "loop",
+            bootstrap=stack.kafka.bootstrap,
+            # Without a policy the loop still measures; its config names one it never runs.
+            policy="static" if policy == NO_POLICY else policy,
+            policy_options=scenario.policy_options.get(policy, {}),
+            influx_url=stack.influxdb.url,
+            sections=scenario.loop_sections,
+        )
+        loop.start(
+            optimizer=policy != NO_POLICY,
+            progress=lambda line: progress.show(f"{label} | {line}"),
+        )
+        traffic = Scenario(
+            duration_s=scenario.duration_s,
+            warmup_s=scenario.warmup_s,
+            short_flows=scenario.short_flows,
+            voip=scenario.voip,
+        )
+        result: dict[str, Any] = {}
+        failure: list[BaseException] = []
+
+        def run_traffic() -> None:
+            try:
+                result.update(TrafficRun(testbed, run_dir / "traffic", traffic).run(lambda _: None))
+            except BaseException as exc:  # reported by the waiting thread
+                failure.append(exc)
+
+        thread = threading.Thread(target=run_traffic, name="traffic")
+        started = time.monotonic()
+        thread.start()
+        while thread.is_alive():
+            thread.join(1.0)
+            t = time.monotonic() - started
+            left = progress.left_s(scenario.duration_s, time.monotonic() - began)
+            progress.show(
+                f"{label} | traffic {min(t, scenario.duration_s):4.0f}/{scenario.duration_s:.0f}"
+                f" s | about {left / 60:.0f} min left"
+            )
+        if failure:
+            raise failure[0]
+    finally:
+        if loop is not None:
+            loop.stop()
+        testbed.down()
+    windows = dump_stream(loop, "link_metrics", run_dir / "link_metrics.jsonl")
+    decisions = dump_stream(loop, "buffer_decisions", run_dir / "decisions.jsonl")
+    groups_by_address = {g.address: g.name for g in plan.groups}
+    return run_figures(result, run_dir / "traffic", windows, decisions, groups_by_address)
+
+
+def run_eval(
+    scenario: EvalScenario,
+    out: Path,
+    base_config: Path,
+    policies: tuple[str, ...] | None = None,
+) -> int:
+    """Runs every point x policy x repeat; returns the number of failed runs."""
+    runs = list(scenario.runs(policies))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scenario.json").write_text(
+        json.dumps(
+            {
+                "name": scenario.name,
+                "title": scenario.title,
+                "reports": list(scenario.reports),
+                "policies": list(policies or scenario.policies),
+                "duration_s": scenario.duration_s,
+                "warmup_s": scenario.warmup_s,
+                "buffer_ms": scenario.buffer_ms,
+                "points": [p.label for p in scenario.points()],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    progress = Progress(len(runs))
+    stack = own_stack(load_config(base_config), out / "stack")
+    failed = 0
+    print(f"p4bs eval {scenario.name}: {len(runs)} runs of {scenario.duration_s:g} s into {out}")
+    try:
+        stack.up(progress=lambda line: progress.show(f"stack: {line}", final=True))
+        with (out / "results.jsonl").open("a") as results:
+            for point, policy, repeat in runs:
+                run_dir = out / "runs" / point.slug / policy / f"r{repeat}"
+                if run_dir.exists():
+                    shutil.rmtree(run_dir)
+                run_dir.mkdir(parents=True)
+                began = time.monotonic()
+                row: dict[str, Any] = {
+                    "point": point.label,
+                    "values": dict(point.values),
+                    "policy": policy,
+                    "repeat": repeat,
+                    "run_dir": str(run_dir.relative_to(out)),
+                }
+                try:
+                    row |= run_one(
+                        scenario, point, policy, repeat, run_dir, stack, base_config, progress
+                    )
+                except Exception as exc:
+                    failed += 1
+                    row["error"] = f"{type(exc).__name__}: {exc}"
+                    (run_dir / "error.txt").write_text(traceback.format_exc())
+                row["wall_s"] = round(time.monotonic() - began, 1)
+                progress.done += 1
+                progress.spent_s += row["wall_s"]
+                results.write(json.dumps(row) + "\n")
+                results.flush()
+                outcome = row.get("error") or (
+                    f"utilisation {row['utilisation']:.1%}, mean RTT "
+                    f"{row['rtt_mean_ms']:.1f} ms, Jain {row['jain_flows']:.3f}"
+                )
+                progress.show(
+                    f"[{progress.done}/{progress.total}] {point.label} | {policy} | "
+                    f"#{repeat}: {outcome} ({row['wall_s']:.0f} s)",
+                    final=True,
+                )
+    finally:
+        stack.down()
+    return failed

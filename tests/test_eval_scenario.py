@@ -1,0 +1,66 @@
+"""Evaluation scenario files: the sweep's points, the groups at a point, and clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from p4bs_eval.cli import SCENARIOS
+from p4bs_eval.scenario import ScenarioError, load_scenario, parse_scenario
+
+BASE = {"groups": [{"flows": 10, "cca": "cubic", "rtt": "20ms"}], "policies": ["globecom"]}
+
+
+def test_a_sweep_runs_every_combination_under_every_policy_and_repeat() -> None:
+    scenario = parse_scenario(
+        {
+            **BASE,
+            "policies": ["none", "globecom"],
+            "repeat": 2,
+            "sweep": {"flows": [10, 50], "cca": ["cubic", "bbr"], "rtt": ["20ms", "50ms"]},
+        },
+        "s",
+        "s.toml",
+    )
+    runs = list(scenario.runs())
+    assert len(runs) == 2 * 2 * 2 * 2 * 2
+    point = scenario.points()[-1]
+    assert point.label == "flows=50,cca=bbr,rtt=50ms"
+    (group,) = scenario.groups_at(point)
+    assert (group.flows, group.cca, group.rtt_ns) == (50, "bbr", 50_000_000)
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"durations": "1s"}, "unknown field"),
+        ({"duration": "ten"}, "duration"),
+        ({"warmup": "90s"}, "warmup"),
+        ({"groups": []}, "no \\[\\[groups\\]\\]"),
+        ({"groups": [{"flows": 0}]}, "groups\\[0\\].flows"),
+        ({"groups": [{"flows": 5, "cca": "vegas"}]}, "groups\\[0\\].cca"),
+        ({"policies": ["stanfrod"]}, "policy 'stanfrod' unknown"),
+        ({"sweep": {"buffer": [1]}}, "sweep.buffer"),
+        ({"sweep": {"flows": []}}, "sweep.flows"),
+        ({"reports": ["pie"]}, "report 'pie'"),
+        ({"short_flows": {"rate": 5}}, "short_flows"),
+    ],
+)
+def test_a_bad_scenario_is_refused_naming_the_field(change: dict[str, object], named: str) -> None:
+    with pytest.raises(ScenarioError, match=named):
+        parse_scenario({**BASE, **change}, "s", "s.toml")
+
+
+def test_the_shipped_scenarios_parse() -> None:
+    names = sorted(path.stem for path in SCENARIOS.glob("*.toml"))
+    assert "globecom-test1" in names and "gomez-jenks" in names
+    for path in SCENARIOS.glob("*.toml"):
+        assert load_scenario(path).points()
+
+
+def test_an_unreadable_file_names_itself(tmp_path: Path) -> None:
+    path = tmp_path / "broken.toml"
+    path.write_text("duration = \n")
+    with pytest.raises(ScenarioError, match=r"broken\.toml"):
+        load_scenario(path)
