@@ -3,8 +3,8 @@ acquisition`). Each acquisition function searches the same seeded f(buffer) curv
 fixed number of iterations, without a stopping rule; reported per iteration, averaged over
 the seeds: the cumulative regret R_T = sum over t of f(x*) - f(x_t) (true, noise-free f) and
 the best f attained (true f at the best observed buffer). EI's stopping rule (max EI <=
-`EI_EPSILON` x the median SEM, the P4BS policy's default) is noted where it would have
-stopped.
+the policy's `ei_epsilon` x the SEM, once it has had `min_trials` trials, defaults) is
+noted where it would have stopped.
 
 The curves are shaped like P4BS Fig. 18 (a broad optimum, a narrower local one, a tilt
 for the delay of large buffers), over [BDP/4, 4 BDP]; each observation is f plus Gaussian
@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from p4bs_optimizer.policies.bayes import ACQUISITIONS, BufferSearch
+from p4bs_optimizer.policies.p4bs import P4bsOptions
 
 BDP_BYTES = 250_000  # 100 Mbit/s x 20 ms
 WINDOW_NOISE = 0.05  # standard deviation of one window's f
 TRIAL_WINDOWS = 30
-EI_EPSILON = 0.1  # P4bsOptions.ei_epsilon
+RULE = P4bsOptions()  # the policy's stopping rule: ei_epsilon, min_trials
 
 
 def two_optima(
@@ -82,8 +83,8 @@ def search_trace(acquisition: str, seed: int, iterations: int) -> dict[str, Any]
         if (
             acquisition == "ei"
             and stopped_at is None
-            and t > 1
-            and search.max_expected_improvement() <= EI_EPSILON * sem
+            and t > RULE.min_trials
+            and search.max_expected_improvement() <= RULE.ei_epsilon * sem
         ):
             stopped_at = t - 1
         buffer = search.suggest()
