@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,3 +67,14 @@ def test_an_unreadable_file_names_itself(tmp_path: Path) -> None:
     path.write_text("duration = \n")
     with pytest.raises(ScenarioError, match=r"broken\.toml"):
         load_scenario(path)
+
+
+def test_eval_run_refuses_before_any_run_without_router_credentials(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "P4BS_ROUTER_USER"}
+    argv = [sys.executable, "-m", "p4bs.cli", "eval", "run", "globecom-test1"]
+    done = subprocess.run(
+        [*argv, "--out", str(tmp_path / "run")], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 2
+    assert "P4BS_ROUTER_USER is not set" in done.stderr
+    assert not (tmp_path / "run").exists()

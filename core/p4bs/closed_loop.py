@@ -77,17 +77,18 @@ def own_testbed_plan(
     state_dir: Path,
     prefix: str,
     groups: list[FlowGroup],
-    buffer_bytes: int,
+    buffer_ms: float,
 ) -> TestbedPlan:
-    """The config's testbed with these flow groups and initial buffer, under a name and a
-    management /30 of its own (beside any other testbed on the machine)."""
+    """The config's testbed with these flow groups and an initial buffer of `buffer_ms` of
+    line rate, under a name and a management /30 of its own (beside any other testbed)."""
     block = random.randrange(16_384)
+    plan = TestbedPlan.from_config(config, state_dir)
     return dataclasses.replace(
-        TestbedPlan.from_config(config, state_dir),
+        plan,
         name=f"{prefix}{uuid.uuid4().hex[:3]}",
         router_address=f"10.205.{block // 64}.{block % 64 * 4 + 2}",
         groups=[sender_group(i, group) for i, group in enumerate(groups)],
-        buffer_bytes=buffer_bytes,
+        buffer_bytes=round(plan.rate_bps / 8 * buffer_ms / 1000),
     )
 
 

@@ -205,8 +205,7 @@ def run_demo(settings: DemoSettings) -> int:
         FlowGroup(f"g{i}", flows, "cubic", int(i * settings.every_s * 1e9), None)
         for i, flows in enumerate(settings.groups)
     ]
-    buffer = int(RATE_BPS / 8 * settings.initial_buffer_ms / 1000)
-    plan = own_testbed_plan(config, out / "testbed", "demo", groups, buffer)
+    plan = own_testbed_plan(config, out / "testbed", "demo", groups, settings.initial_buffer_ms)
     testbed = Testbed(plan)
     loop: ClosedLoop | None = None
     view: LiveView | None = None

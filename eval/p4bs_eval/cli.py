@@ -31,6 +31,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ScenarioError as exc:
         print(f"p4bs eval: {exc}", file=sys.stderr)
         return 2
+    problem = _credentials_problem(args.config)
+    if problem:
+        print(f"p4bs eval: {problem}", file=sys.stderr)
+        return 2
     if args.repeat is not None:
         if args.repeat < 1:
             print("p4bs eval: --repeat must be at least 1", file=sys.stderr)
@@ -41,6 +45,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     failed = run_eval(scenario, out, args.config)
     print(f"report: {write_report(out)}")
     return 1 if failed else 0
+
+
+def _credentials_problem(config_path: Path) -> str | None:
+    """Why the testbeds' router agents could not start, before any run tries: every run
+    would fail alike."""
+    from p4bs.config import ConfigError, load_config
+    from p4bs_infra.testbed import TestbedError, TestbedPlan
+
+    try:
+        plan = TestbedPlan.from_config(load_config(config_path))
+        for secret in (plan.username, plan.password):
+            if not secret.resolve():
+                return f"the router credential {secret.env or secret.file} is empty"
+    except (ConfigError, TestbedError, LookupError) as exc:
+        return str(exc)
+    return None
 
 
 def cmd_report(args: argparse.Namespace) -> int:

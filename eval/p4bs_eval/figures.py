@@ -12,8 +12,6 @@ from typing import Any
 
 from p4bs_infra.traffic import jain_index
 
-RATE_BPS = 100_000_000
-
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
@@ -50,6 +48,7 @@ def run_figures(
     windows: list[dict[str, Any]],
     decisions: list[dict[str, Any]],
     groups_by_address: dict[str, str],
+    rate_bps: int,
 ) -> dict[str, Any]:
     steady = summary["timeline"]["steady_from_ns"]
     end = summary["timeline"]["end_ns"]
@@ -63,7 +62,7 @@ def run_figures(
     measured = [w for w in windows if steady <= w["window_end_ns"] <= end]
     applied = [d for d in decisions if d["outcome"] == "applied"]
     row: dict[str, Any] = {
-        "utilisation": router.get("throughput_bps", 0.0) / RATE_BPS,
+        "utilisation": router.get("throughput_bps", 0.0) / rate_bps,
         "drops": router.get("drops"),
         "queue_delay_ms": router.get("queue_delay_mean_ns", 0.0) / 1e6,
         "rtt_mean_ms": long_flows.get("rtt_mean_ns", 0.0) / 1e6,

@@ -82,7 +82,7 @@ def write_report(run_dir: Path) -> Path:
     scenario, rows = load_results(run_dir)
     means = averaged(rows)
     plots = []
-    for kind in scenario["reports"]:
+    for kind in scenario["reports"] if means else ():  # nothing to plot when every run failed
         plots += PLOTS[kind](run_dir, scenario, rows, means)
     lines = [
         f"# {scenario['title']}",

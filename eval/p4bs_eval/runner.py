@@ -32,7 +32,6 @@ from p4bs_infra.stack import Stack
 from p4bs_infra.testbed import Testbed
 from p4bs_infra.traffic import Scenario, TrafficRun
 
-RATE_BPS = 100_000_000
 # A run's time on top of its traffic, for the time-left estimate until one run has been
 # measured: the testbed up, the metrics job from cold, the topics read back.
 OVERHEAD_GUESS_S = 40.0
@@ -87,9 +86,8 @@ def run_one(
 ) -> dict[str, Any]:
     """One run; returns its figures."""
     config = load_config(base_config)
-    buffer = round(RATE_BPS / 8 * scenario.buffer_ms / 1000)
     groups = scenario.groups_at(point)
-    plan = own_testbed_plan(config, run_dir / "testbed", "ev", groups, buffer)
+    plan = own_testbed_plan(config, run_dir / "testbed", "ev", groups, scenario.buffer_ms)
     testbed = Testbed(plan)
     loop: ClosedLoop | None = None
     label = f"[{progress.done + 1}/{progress.total}] {point.label} | {policy} | #{repeat}"
@@ -146,7 +144,9 @@ def run_one(
     windows = dump_stream(loop, "link_metrics", run_dir / "link_metrics.jsonl")
     decisions = dump_stream(loop, "buffer_decisions", run_dir / "decisions.jsonl")
     groups_by_address = {g.address: g.name for g in plan.groups}
-    return run_figures(result, run_dir / "traffic", windows, decisions, groups_by_address)
+    return run_figures(
+        result, run_dir / "traffic", windows, decisions, groups_by_address, plan.rate_bps
+    )
 
 
 def run_eval(
