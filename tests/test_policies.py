@@ -443,10 +443,15 @@ def test_jenks_forgets_flows_not_seen_for_the_ttl() -> None:
     decisions = policy.decide(window(14))
     assert len(decisions) == 4
     assert set().union(*(d.flows for d in decisions)) == set(still)
-    # four classes over three groups: one group is split, but no queue mixes two groups
+    # three groups in three queues, none split by its jitter, and the fourth queue empty
     groups = [{key.split(".")[2] for key in d.flows} for d in decisions]
-    assert all(len(g) == 1 for g in groups)
+    assert groups == [{"0"}, {"2"}, {"1"}, set()]
     assert policy.decide(window(15)) == []
+    for i in range(16, 26):  # new jitter every interval: the groups hold
+        policy.observe_flows(
+            T0 + (i + 1) * WINDOW_NS, {k: v for k, v in jittered(rng).items() if k in still}
+        )
+        assert policy.decide(window(i)) == []
 
 
 def test_jenks_uses_fewer_classes_with_fewer_distinct_flows() -> None:
