@@ -14,6 +14,7 @@ from typing import Any
 COLUMNS = (
     ("utilisation", "util, %", 100, ".1f"),
     ("jain_flows", "Jain (flows)", 1, ".3f"),
+    ("jain_groups", "Jain (groups)", 1, ".3f"),
     ("rtt_mean_ms", "mean RTT, ms", 1, ".1f"),
     ("probe_rtt_ms", "probe RTT, ms", 1, ".1f"),
     ("loss_mean", "loss (p4bs), %", 100, ".2f"),
@@ -165,7 +166,7 @@ def plot_groups(run_dir: Path, scenario: dict[str, Any], rows: Any, means: Any) 
     plt = _pyplot()
     keys = list(means)
     groups = sorted({g for m in means.values() for g in m["group_mbps"]})
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(6, len(keys) * 1.2), 7))
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(8, len(keys) * 1.2), 7))
     width = 0.8 / max(1, len(groups))
     for i, group in enumerate(groups):
         values = [means[k]["group_mbps"].get(group, 0) for k in keys]
