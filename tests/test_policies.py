@@ -406,17 +406,18 @@ def test_jenks_reruns_only_when_the_groups_change() -> None:
     for i in range(1, 4):  # new jitter, same groups
         policy.observe_flows(T0 + (i + 1) * WINDOW_NS, jittered(rng))
         assert policy.decide(window(i)) == []
-    # One interval of a 20 ms flow at 210 ms (its samples all from cumulative ACKs after a
-    # loss) is an outlier of its last five: nothing moves.
+    # One interval of a 20 ms flow at 210 ms (its samples all held back by a loss) is above
+    # the lowest of its last five: nothing moves.
     outlier = flow_key(0, 3)
     policy.observe_flows(T0 + 5 * WINDOW_NS, jittered(rng) | {outlier: 210 * MS})
     assert policy.decide(window(4)) == []
-    # Its path now takes 100 ms: once three of its last five intervals are high (the outlier
-    # and two at 100 ms), the flow moves to the last queue.
-    policy.observe_flows(T0 + 6 * WINDOW_NS, jittered(rng) | {outlier: 100 * MS})
-    assert policy.decide(window(5)) == []
-    policy.observe_flows(T0 + 7 * WINDOW_NS, jittered(rng) | {outlier: 100 * MS})
-    decisions = policy.decide(window(6))
+    # Its path now takes 100 ms: once all of its last five intervals are high (the outlier
+    # and four at 100 ms), the flow moves to the last queue.
+    for i in range(5, 8):
+        policy.observe_flows(T0 + (i + 1) * WINDOW_NS, jittered(rng) | {outlier: 100 * MS})
+        assert policy.decide(window(i)) == []
+    policy.observe_flows(T0 + 9 * WINDOW_NS, jittered(rng) | {outlier: 100 * MS})
+    decisions = policy.decide(window(8))
     assert outlier in decisions[3].flows and outlier not in decisions[0].flows
     assert len(decisions[0].flows) == 24 and len(decisions[3].flows) == 26
 

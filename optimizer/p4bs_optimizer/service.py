@@ -426,7 +426,7 @@ class OptimizerService:
             return controller, controller.on_window(Window.from_record(received.record))
         if isinstance(controller.policy, JenksPolicy):
             controller.policy.observe_flows(
-                received.record["ts_ns"], flow_mean_rtts(received.record)
+                received.record["ts_ns"], flow_min_rtts(received.record)
             )
         return controller, 0
 
@@ -501,17 +501,16 @@ class OptimizerService:
                 await driver.close()
 
 
-def flow_mean_rtts(batch: dict[str, Any]) -> dict[str, int]:
-    """An RttSampleBatch's flows ("src:sport>dst:dport/proto") and their mean RTT, ns."""
-    sums = [0] * len(batch["flows"])
-    counts = [0] * len(batch["flows"])
+def flow_min_rtts(batch: dict[str, Any]) -> dict[str, int]:
+    """An RttSampleBatch's flows ("src:sport>dst:dport/proto") and their lowest RTT, ns."""
+    lowest: dict[int, int] = {}
     for index, rtt_ns in zip(batch["flow_index"], batch["rtt_ns"], strict=True):
-        sums[index] += rtt_ns
-        counts[index] += 1
+        if rtt_ns < lowest.get(index, rtt_ns + 1):
+            lowest[index] = rtt_ns
+    flows = batch["flows"]
     return {
-        flow_key(f["src_ip"], f["src_port"], f["dst_ip"], f["dst_port"], f["protocol"]): s // n
-        for f, s, n in zip(batch["flows"], sums, counts, strict=True)
-        if n
+        flow_key(f["src_ip"], f["src_port"], f["dst_ip"], f["dst_port"], f["protocol"]): rtt
+        for f, rtt in ((flows[i], rtt) for i, rtt in lowest.items())
     }
 
 

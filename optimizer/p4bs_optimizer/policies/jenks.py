@@ -9,7 +9,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from statistics import fmean, harmonic_mean, median
+from statistics import fmean, harmonic_mean
 from typing import Any
 
 import jenkspy
@@ -77,23 +77,25 @@ def classify(
 class _Flow:
     first_seen_ns: int
     last_seen_ns: int
-    recent_ns: list[int] = field(default_factory=list)  # the last intervals' mean RTTs
+    recent_ns: list[int] = field(default_factory=list)  # the last intervals' lowest RTTs
 
 
 class JenksPolicy(Policy):
     """Separates the link's flows into `queues` router queues by RTT and sizes each queue.
 
-    `observe_flows(ts_ns, flow_rtts)` takes each flow's mean RTT over the last interval (flow
-    key "src:sport>dst:dport/proto" -> ns). A flow's RTT is the median of its last
-    `rtt_history` interval means: an interval whose samples all came from cumulative ACKs
-    after a loss gives a mean of twice the path's RTT or more (seen here: 210 ms on a 100 ms
-    path), which would otherwise move the flow's class and the queue's buffer for one
-    interval. A flow is classified once it has reported RTTs for `min_flow_age_ns` (iperf3's
-    and other short connections come and go without regrouping the link) and is forgotten
-    when not seen for `flow_ttl_ns`. `decide(window)` classifies the known flows with Jenks
-    natural breaks into K classes (fewer when there are fewer distinct RTTs), queue 0 holding
-    the lowest RTTs, and returns one Decision per queue 0..K-1, `flows` being the flows
-    classified into it and its buffer the Stanford rule on them:
+    `observe_flows(ts_ns, flow_rtts)` takes each flow's lowest RTT sample over the last
+    interval (flow key "src:sport>dst:dport/proto" -> ns). A flow's RTT is the lowest of its
+    last `rtt_history` intervals' values: queueing and ACKs held back by a loss only add to a
+    sample, so the low end is the path's RTT, by which the flows are unfair to each other.
+    Means moved with the queue: an interval of cumulative-ACK samples after a loss read 210 ms
+    on a 100 ms path, and BBR flows in 32 kB queues read up to 515 ms on 2-70 ms paths, each
+    time moving flows between classes. A flow is classified once it has reported RTTs for
+    `min_flow_age_ns` (iperf3's and other short connections come and go without regrouping
+    the link) and is forgotten when not seen for `flow_ttl_ns`. `decide(window)` classifies
+    the known flows with Jenks natural breaks into K classes (fewer when there are fewer
+    distinct RTTs), queue 0 holding the lowest RTTs, and returns one Decision per queue
+    0..K-1, `flows` being the flows classified into it and its buffer the Stanford rule on
+    them:
 
         B_q = C_q·RTT_q/√N_q
 
@@ -155,7 +157,7 @@ class JenksPolicy(Policy):
         oldest = window.window_end_ns - self.flow_ttl_ns
         self._flows = {k: f for k, f in self._flows.items() if f.last_seen_ns >= oldest}
         rtts = {
-            key: round(median(flow.recent_ns))
+            key: min(flow.recent_ns)
             for key, flow in self._flows.items()
             if flow.last_seen_ns - flow.first_seen_ns >= self.min_flow_age_ns
         }
