@@ -48,6 +48,8 @@ def test_a_sweep_runs_every_combination_under_every_policy_and_repeat() -> None:
         ({"sweep": {"flows": []}}, "sweep.flows"),
         ({"reports": ["pie"]}, "report 'pie'"),
         ({"short_flows": {"rate": 5}}, "short_flows"),
+        ({"link": {"buffer": {"max": "1s"}}}, "link: only sla, weights"),
+        ({"link": {"sla": "10ms"}}, "link: a table of tables"),
     ],
 )
 def test_a_bad_scenario_is_refused_naming_the_field(change: dict[str, object], named: str) -> None:
@@ -57,7 +59,7 @@ def test_a_bad_scenario_is_refused_naming_the_field(change: dict[str, object], n
 
 def test_the_shipped_scenarios_parse() -> None:
     names = sorted(path.stem for path in SCENARIOS.glob("*.toml"))
-    assert "globecom-test1" in names and "gomez-jenks" in names
+    assert {"globecom-test1", "gomez-jenks", "p4bs-fig11", "p4bs-fig14"} <= set(names)
     for path in SCENARIOS.glob("*.toml"):
         assert load_scenario(path).points()
 
@@ -77,4 +79,22 @@ def test_eval_run_refuses_before_any_run_without_router_credentials(tmp_path: Pa
     )
     assert done.returncode == 2
     assert "P4BS_ROUTER_USER is not set" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_eval_run_refuses_before_any_run_when_the_scenarios_sla_is_invalid(
+    tmp_path: Path,
+) -> None:
+    scenario = tmp_path / "bad-sla.toml"
+    scenario.write_text(
+        'policies = ["p4bs"]\n[link]\nsla = { max_queue_delay = "-5ms", max_loss = 0.01 }\n'
+        '[[groups]]\nflows = 5\n'
+    )
+    env = {**os.environ, "P4BS_ROUTER_USER": "u", "P4BS_ROUTER_PASSWORD": "p"}
+    argv = [sys.executable, "-m", "p4bs.cli", "eval", "run", str(scenario)]
+    done = subprocess.run(
+        [*argv, "--out", str(tmp_path / "run")], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 2
+    assert "scenario's [link]" in done.stderr and "max_queue_delay" in done.stderr
     assert not (tmp_path / "run").exists()

@@ -107,11 +107,12 @@ def loop_config_data(
     state_dir: Path,
     influx_url: str | None = None,
     sections: Mapping[str, Mapping[str, Any]] | None = None,
+    link_settings: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The base config's raw data (as tomllib reads it) made into the loop's: the testbed's
     link and router, on this broker and these topics, with `policy`; `sections` (e.g.
     {"flink": {"window": "500ms"}}) override settings of the config's tables, after
-    LOOP_SECTIONS."""
+    LOOP_SECTIONS; `link_settings` (e.g. {"sla": {...}}) replace fields of the link's entry."""
     data = copy.deepcopy(dict(base))
     for overrides in (LOOP_SECTIONS, sections or {}):
         for table, settings in overrides.items():
@@ -121,6 +122,7 @@ def loop_config_data(
         data["influxdb"] = {**data.get("influxdb", {}), "url": influx_url}
     plan = testbed.plan
     link = next(x for x in data["links"] if f"{x['router']}:{x['interface']}" == plan.link_id)
+    link.update(copy.deepcopy(dict(link_settings or {})))
     link["policy"] = policy
     link["policy_options"] = dict(policy_options)
     router = next(r for r in data["routers"] if r["name"] == link["router"])
@@ -149,6 +151,7 @@ class ClosedLoop:
         policy_options: Mapping[str, Any] | None = None,
         influx_url: str | None = None,
         sections: Mapping[str, Mapping[str, Any]] | None = None,
+        link_settings: Mapping[str, Any] | None = None,
     ) -> None:
         self.testbed = testbed
         self.work_dir = work_dir
@@ -165,6 +168,7 @@ class ClosedLoop:
             state_dir=work_dir / "optimizer-state",
             influx_url=influx_url,
             sections=sections,
+            link_settings=link_settings,
         )
         self.config: Config = parse_config(data, "closed loop")
         self.config_path = work_dir / "config.toml"

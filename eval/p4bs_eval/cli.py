@@ -6,6 +6,8 @@ import argparse
 import dataclasses
 import sys
 import time
+import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +33,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ScenarioError as exc:
         print(f"p4bs eval: {exc}", file=sys.stderr)
         return 2
-    problem = _credentials_problem(args.config)
+    problem = _config_problem(args.config, scenario.link_settings)
     if problem:
         print(f"p4bs eval: {problem}", file=sys.stderr)
         return 2
@@ -47,14 +49,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _credentials_problem(config_path: Path) -> str | None:
-    """Why the testbeds' router agents could not start, before any run tries: every run
-    would fail alike."""
-    from p4bs.config import ConfigError, load_config
+def _config_problem(config_path: Path, link_settings: Mapping[str, Any]) -> str | None:
+    """Why the runs could not start, before any run tries (every run would fail alike): the
+    config with the scenario's link settings in place does not parse, or the testbeds' router
+    agents would have no credentials."""
+    from p4bs.config import ConfigError, load_config, parse_config
     from p4bs_infra.testbed import TestbedError, TestbedPlan
 
     try:
-        plan = TestbedPlan.from_config(load_config(config_path))
+        config = load_config(config_path)
+        if link_settings:
+            data = tomllib.loads(config_path.read_text())
+            for link in data.get("links", []):
+                link.update(link_settings)
+            config = parse_config(data, f"{config_path} with the scenario's [link]")
+        plan = TestbedPlan.from_config(config)
         for secret in (plan.username, plan.password):
             if not secret.resolve():
                 return f"the router credential {secret.env or secret.file} is empty"

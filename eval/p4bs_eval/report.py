@@ -22,7 +22,10 @@ COLUMNS = (
     ("decisions_applied", "changes", 1, "d"),
     ("buffer_final_bytes", "last buffer, kB", 1e-3, ".1f"),
     ("fct_p50_ms", "FCT p50, ms", 1, ".0f"),
+    ("fct_p99_ms", "FCT p99, ms", 1, ".0f"),
     ("voip_delay_p50_ms", "VoIP delay p50, ms", 1, ".1f"),
+    ("voip_jitter_ms", "VoIP jitter, ms", 1, ".2f"),
+    ("voip_loss", "VoIP loss, %", 100, ".2f"),
 )
 
 
@@ -60,7 +63,8 @@ def _cell(value: Any, scale: float, fmt: str) -> str:
 
 
 def claims(scenario: dict[str, Any], means: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
-    """Each resizing policy against the fixed initial buffer (`none`), per point."""
+    """Per point: each resizing policy's mean RTT against the fixed initial buffer's
+    (`none`), and p4bs's mean f against the best other policy's."""
     lines = []
     for point in scenario["points"]:
         fixed = means.get((point, "none"))
@@ -76,6 +80,20 @@ def claims(scenario: dict[str, Any], means: dict[tuple[str, str], dict[str, Any]
                 f"at {m['utilisation'] * 100:.1f}% utilisation (fixed buffer "
                 f"{fixed['utilisation'] * 100:.1f}%)"
             )
+    for point in scenario["points"]:
+        f = {
+            policy: m["f_mean"]
+            for policy in scenario["policies"]
+            if (m := means.get((point, policy))) and m["f_mean"] is not None
+        }
+        if "p4bs" not in f or len(f) < 2:
+            continue
+        best, best_f = max(((p, v) for p, v in f.items() if p != "p4bs"), key=lambda x: x[1])
+        verdict = "at or above" if f["p4bs"] >= best_f else "below"
+        lines.append(
+            f"- {point}: p4bs's mean f {f['p4bs']:.3f} is {verdict} the best other "
+            f"policy's, {best} {best_f:.3f}"
+        )
     return lines
 
 
@@ -101,7 +119,7 @@ def write_report(run_dir: Path) -> Path:
         lines.append(f"| {point} | {policy} | {m['runs']} | " + " | ".join(cells) + " |")
     found = claims(scenario, means)
     if found:
-        lines += ["", "Against the fixed initial buffer:", "", *found]
+        lines += ["", "Claims, per point:", "", *found]
     errors = [r for r in rows if "error" in r]
     if errors:
         lines += ["", f"{len(errors)} run(s) failed:", ""]
@@ -189,27 +207,59 @@ def plot_groups(run_dir: Path, scenario: dict[str, Any], rows: Any, means: Any) 
     return [path]
 
 
-def plot_heatmap(run_dir: Path, scenario: dict[str, Any], rows: Any, means: Any) -> list[Path]:
-    """Mean f (p4bs's performance function) per policy x point."""
-    plt = _pyplot()
-    points, policies = scenario["points"], scenario["policies"]
-    grid = [[means.get((p, pol), {}).get("f_mean") for p in points] for pol in policies]
-    values = [[v if v is not None else float("nan") for v in row] for row in grid]
-    fig, ax = plt.subplots(figsize=(max(6, len(points) * 0.9), 1 + 0.6 * len(policies)))
-    image = ax.imshow(values, cmap="viridis", aspect="auto")
+def _heat_panel(ax: Any, grid: list[list[float | None]], rows: list[str], cols: list[str]) -> Any:
+    image = ax.imshow(
+        [[v if v is not None else float("nan") for v in row] for row in grid],
+        cmap="RdYlGn",
+        aspect="auto",
+        vmin=min((v for row in grid for v in row if v is not None), default=-1.0),
+        vmax=max((v for row in grid for v in row if v is not None), default=0.0),
+    )
     for i, row in enumerate(grid):
         for j, v in enumerate(row):
             if v is not None:
-                ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="white", fontsize=7)
-    ax.set_xticks(range(len(points)))
-    ax.set_xticklabels(points, rotation=30, ha="right", fontsize=7)
-    ax.set_yticks(range(len(policies)))
-    ax.set_yticklabels(policies)
-    fig.colorbar(image, label="mean f")
-    ax.set_title(f"{scenario['title']}: mean f")
-    fig.tight_layout()
+                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7)
+    ax.set_xticks(range(len(cols)))
+    ax.set_xticklabels(cols, rotation=30, ha="right", fontsize=7)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels(rows, fontsize=7)
+    return image
+
+
+def plot_heatmap(run_dir: Path, scenario: dict[str, Any], rows: Any, means: Any) -> list[Path]:
+    """Mean f (p4bs's performance function). A sweep over CCA and N gives P4BS Fig. 11's
+    layout: a panel per policy, a row per CCA, a column per N, one colour scale for all;
+    otherwise one panel, a row per policy and a column per point."""
+    plt = _pyplot()
+    policies = scenario["policies"]
+    values = {(r["point"], r["policy"]): r.get("values", {}) for r in rows}
+    ccas = sorted({v["cca"] for v in values.values() if "cca" in v})
+    flows = sorted({v["flows"] for v in values.values() if "flows" in v})
+    f = {key: m.get("f_mean") for key, m in means.items()}
+    found = [v for v in f.values() if v is not None]
+    if ccas and flows and set(scenario.get("sweep_keys", ())) == {"cca", "flows"}:
+        by_cell = {(v["cca"], v["flows"], pol): f.get((p, pol)) for (p, pol), v in values.items()}
+        fig, axes = plt.subplots(
+            1, len(policies), figsize=(2.2 * len(policies) + 1, 0.5 * len(ccas) + 1.6),
+            squeeze=False,
+        )  # fmt: skip
+        for ax, policy in zip(axes[0], policies, strict=True):
+            grid = [[by_cell.get((c, n, policy)) for n in flows] for c in ccas]
+            image = _heat_panel(ax, grid, ccas, [f"N={n}" for n in flows])
+            image.set_clim(min(found, default=-1.0), max(found, default=0.0))
+            ax.set_title(policy, fontsize=9)
+            if ax is not axes[0][0]:
+                ax.set_yticklabels([])
+    else:
+        points = scenario["points"]
+        fig, ax = plt.subplots(figsize=(max(6, len(points) * 0.9), 1 + 0.6 * len(policies)))
+        image = _heat_panel(ax, [[f.get((p, pol)) for p in points] for pol in policies],
+                            policies, points)  # fmt: skip
+        axes = [[ax]]
+    fig.colorbar(image, ax=list(axes[0]), label="mean f (higher is better)")
+    fig.suptitle(f"{scenario['title']}: mean f", fontsize=10)
     path = run_dir / "heatmap.png"
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
     return [path]
 
@@ -278,6 +328,20 @@ def plot_timeseries(run_dir: Path, scenario: dict[str, Any], rows: Any, means: A
     return paths
 
 
+def _short_fcts_ms(traffic: Path) -> list[float]:
+    """The completed short flows' FCTs over the measured part, sorted, ms."""
+    if not (traffic / "fct.jsonl").exists():
+        return []
+    steady = json.loads((traffic / "timeline.json").read_text())["steady_from_ns"]
+    flows = [json.loads(line) for line in (traffic / "fct.jsonl").open() if line.strip()]
+    return sorted(f["fct_ns"] / 1e6 for f in flows if f.get("ok") and f["start_ns"] >= steady)
+
+
+def _plot_cdf_line(ax: Any, values: list[float], label: str) -> None:
+    if values:
+        ax.plot(values, [(i + 1) / len(values) for i in range(len(values))], label=label)
+
+
 def plot_cdf(run_dir: Path, scenario: dict[str, Any], rows: Any, means: Any) -> list[Path]:
     """CDFs per policy: short flows' completion times and the probe's RTT (a short flow's
     view of the queue), over the measured part."""
@@ -289,20 +353,13 @@ def plot_cdf(run_dir: Path, scenario: dict[str, Any], rows: Any, means: Any) -> 
         traffic = run_dir / row["run_dir"] / "traffic"
         steady = json.loads((traffic / "timeline.json").read_text())["steady_from_ns"]
         label = f"{row['point']} {row['policy']}"
-        fct = sorted(
-            json.loads(line)["fct_ns"] / 1e6
-            for line in (traffic / "fct.jsonl").open()
-            if json.loads(line).get("ok") and json.loads(line)["start_ns"] >= steady
-        ) if (traffic / "fct.jsonl").exists() else []  # fmt: skip
-        if fct:
-            left.plot(fct, [(i + 1) / len(fct) for i in range(len(fct))], label=label)
+        _plot_cdf_line(left, _short_fcts_ms(traffic), label)
         ping = sorted(
             json.loads(line)["rtt_ns"] / 1e6
             for line in (traffic / "ping.jsonl").open()
             if json.loads(line)["ts_ns"] >= steady
         )
-        if ping:
-            right.plot(ping, [(i + 1) / len(ping) for i in range(len(ping))], label=label)
+        _plot_cdf_line(right, ping, label)
     left.set_xlabel("short-flow FCT, ms")
     left.set_xscale("log")
     right.set_xlabel("probe RTT, ms")
@@ -317,10 +374,45 @@ def plot_cdf(run_dir: Path, scenario: dict[str, Any], rows: Any, means: Any) -> 
     return [path]
 
 
+def plot_fct(run_dir: Path, scenario: dict[str, Any], rows: Any, means: Any) -> list[Path]:
+    """P4BS Fig. 14: the short flows' FCT CDF per policy, a panel per point (the long flows'
+    load); with a VoIP stream, its one-way delay, jitter and loss per policy and point."""
+    plt = _pyplot()
+    points = scenario["points"]
+    fig, axes = plt.subplots(
+        1, len(points), figsize=(4 * len(points), 3.5), squeeze=False, sharey=True
+    )
+    for row in rows:
+        if "error" not in row and row["repeat"] == 1:
+            ax = axes[0][points.index(row["point"])]
+            _plot_cdf_line(ax, _short_fcts_ms(run_dir / row["run_dir"] / "traffic"), row["policy"])
+    for ax, point in zip(axes[0], points, strict=True):
+        ax.set_title(point, fontsize=9)
+        ax.set_xscale("log")
+        ax.set_xlabel("short-flow FCT, ms")
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("CDF")
+    fig.suptitle(scenario["title"], fontsize=10)
+    fig.tight_layout()
+    path = run_dir / "fct.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    paths = [path]
+    if any(m.get("voip_delay_p50_ms") is not None for m in means.values()):
+        voip = [
+            ("voip_delay_p50_ms", "VoIP one-way delay p50, ms", 1.0),
+            ("voip_jitter_ms", "VoIP jitter, ms", 1.0),
+            ("voip_loss", "VoIP loss, %", 100.0),
+        ]
+        paths += _bars(run_dir, scenario, means, voip, "voip")
+    return paths
+
+
 PLOTS = {
     "sweep": plot_sweep,
     "groups": plot_groups,
     "heatmap": plot_heatmap,
     "timeseries": plot_timeseries,
     "cdf": plot_cdf,
+    "fct": plot_fct,
 }

@@ -104,6 +104,7 @@ def run_one(
             policy_options=scenario.policy_options.get(policy, {}),
             influx_url=stack.influxdb.url,
             sections=scenario.loop_sections,
+            link_settings=scenario.link_settings,
         )
         loop.start(
             optimizer=policy != NO_POLICY,
@@ -169,6 +170,7 @@ def run_eval(
                 "warmup_s": scenario.warmup_s,
                 "buffer_ms": scenario.buffer_ms,
                 "points": [p.label for p in scenario.points()],
+                "sweep_keys": [key for key, _ in scenario.sweep],
             },
             indent=2,
         )

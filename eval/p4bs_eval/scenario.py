@@ -23,8 +23,11 @@ from p4bs_optimizer.policies import POLICIES
 # Runs the data plane and the metrics job but no optimizer: the router keeps its initial
 # buffer ("without resizing").
 NO_POLICY = "none"
-REPORTS = ("sweep", "timeseries", "groups", "heatmap", "cdf")
+REPORTS = ("sweep", "timeseries", "groups", "heatmap", "cdf", "fct")
 SWEEPABLE = ("flows", "cca", "rtt")
+# Settings of the testbed link's entry in the config a scenario may replace (the SLA bounds
+# and weights of f: P4BS searches up to C * d-hat, and f is normalised by them).
+LINK_SETTINGS = ("sla", "weights")
 CCAS = ("cubic", "bbr", "reno")
 
 
@@ -69,6 +72,7 @@ class EvalScenario:
     voip: Voip | None = None
     reports: tuple[str, ...] = ()
     loop_sections: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    link_settings: Mapping[str, Any] = field(default_factory=dict)
 
     def points(self) -> list[Point]:
         keys = [key for key, _ in self.sweep]
@@ -112,7 +116,7 @@ def parse_scenario(data: Mapping[str, Any], name: str, where: str) -> EvalScenar
 
     known = {
         "title", "duration", "warmup", "buffer", "groups", "policies", "repeat",
-        "policy_options", "sweep", "short_flows", "voip", "reports", "loop",
+        "policy_options", "sweep", "short_flows", "voip", "reports", "loop", "link",
     }  # fmt: skip
     unknown = sorted(set(data) - known)
     if unknown:
@@ -180,6 +184,12 @@ def parse_scenario(data: Mapping[str, Any], name: str, where: str) -> EvalScenar
     for report in reports:
         if report not in REPORTS:
             raise fail(f"report {report!r} unknown; known: {', '.join(REPORTS)}")
+    link = data.get("link", {})
+    if not isinstance(link, dict) or not all(isinstance(v, dict) for v in link.values()):
+        raise fail(f"link: a table of tables ({', '.join(LINK_SETTINGS)}), got {link!r}")
+    extra = sorted(set(link) - set(LINK_SETTINGS))
+    if extra:
+        raise fail(f"link: only {', '.join(LINK_SETTINGS)} can be set, not {', '.join(extra)}")
     short = data.get("short_flows")
     voip = data.get("voip")
     try:
@@ -202,4 +212,5 @@ def parse_scenario(data: Mapping[str, Any], name: str, where: str) -> EvalScenar
         voip=voip_stream,
         reports=reports,
         loop_sections=data.get("loop", {}),
+        link_settings=link,
     )

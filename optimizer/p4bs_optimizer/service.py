@@ -46,7 +46,7 @@ from p4bs.bus import Received, RecordConsumer, RecordProducer
 from p4bs.config import Config, LinkConfig, RouterConfig
 from p4bs_jobs.link_state import flow_key
 from p4bs_optimizer.drivers.base import DriverError, RouterDriver, driver_for
-from p4bs_optimizer.policies import policy_for
+from p4bs_optimizer.policies import bayes, policy_for
 from p4bs_optimizer.policies.base import Decision, Policy, Window
 from p4bs_optimizer.policies.jenks import JenksPolicy
 from p4bs_optimizer.policies.p4bs import P4bsPolicy
@@ -453,6 +453,9 @@ class OptimizerService:
             self.config.kafka.topics,
             store_on_poll=False,
         )
+        if any(link.policy in OFF_LOOP_POLICIES for link in self.links.values()):
+            # Queued first in the decide thread, so the links' first fits come after it.
+            self._decide_thread.submit(_warm_up_ax)
         # Records not yet committed, in arrival order, each with its link and window number.
         unsaved: deque[tuple[Received, LinkController | None, int]] = deque()
         last_persist = last_tick = last_round = time.monotonic_ns()
@@ -499,6 +502,11 @@ class OptimizerService:
             self._decide_thread.shutdown(wait=False, cancel_futures=True)
             for driver in self._drivers.values():
                 await driver.close()
+
+
+def _warm_up_ax() -> None:
+    seconds = bayes.warm_up()
+    log.info("Ax and torch loaded and a first GP fitted in %.1f s", seconds)
 
 
 def flow_min_rtts(batch: dict[str, Any]) -> dict[str, int]:
