@@ -233,7 +233,7 @@ def plot_heatmap(run_dir: Path, scenario: dict[str, Any], rows: Any, means: Any)
     plt = _pyplot()
     policies = scenario["policies"]
     values = {(r["point"], r["policy"]): r.get("values", {}) for r in rows}
-    ccas = sorted({v["cca"] for v in values.values() if "cca" in v})
+    ccas = list(dict.fromkeys(v["cca"] for v in values.values() if "cca" in v))  # as swept
     flows = sorted({v["flows"] for v in values.values() if "flows" in v})
     f = {key: m.get("f_mean") for key, m in means.items()}
     found = [v for v in f.values() if v is not None]
