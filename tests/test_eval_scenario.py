@@ -34,6 +34,16 @@ def test_a_sweep_runs_every_combination_under_every_policy_and_repeat() -> None:
     assert (group.flows, group.cca, group.rtt_ns) == (50, "bbr", 50_000_000)
 
 
+def test_a_buffer_sweep_sets_the_initial_buffer_and_leaves_the_groups() -> None:
+    scenario = parse_scenario(
+        {**BASE, "buffer": "200ms", "sweep": {"buffer": ["2.5ms", "50ms"]}}, "s", "s.toml"
+    )
+    first, second = scenario.points()
+    assert (first.label, second.label) == ("buffer=2.5ms", "buffer=50ms")
+    assert (scenario.buffer_ms_at(first), scenario.buffer_ms_at(second)) == (2.5, 50.0)
+    assert scenario.groups_at(first) == list(scenario.groups)
+
+
 @pytest.mark.parametrize(
     ("change", "named"),
     [
@@ -44,7 +54,8 @@ def test_a_sweep_runs_every_combination_under_every_policy_and_repeat() -> None:
         ({"groups": [{"flows": 0}]}, "groups\\[0\\].flows"),
         ({"groups": [{"flows": 5, "cca": "vegas"}]}, "groups\\[0\\].cca"),
         ({"policies": ["stanfrod"]}, "policy 'stanfrod' unknown"),
-        ({"sweep": {"buffer": [1]}}, "sweep.buffer"),
+        ({"sweep": {"duration": ["1s"]}}, "sweep.duration"),
+        ({"sweep": {"buffer": ["-1ms"]}}, "sweep.buffer"),
         ({"sweep": {"flows": []}}, "sweep.flows"),
         ({"reports": ["pie"]}, "report 'pie'"),
         ({"short_flows": {"rate": 5}}, "short_flows"),
@@ -59,7 +70,7 @@ def test_a_bad_scenario_is_refused_naming_the_field(change: dict[str, object], n
 
 def test_the_shipped_scenarios_parse() -> None:
     names = sorted(path.stem for path in SCENARIOS.glob("*.toml"))
-    assert {"globecom-test1", "gomez-jenks", "p4bs-fig11", "p4bs-fig14"} <= set(names)
+    assert {"globecom-test1", "gomez-jenks", "p4bs-fig11", "p4bs-fig14", "p4bs-fig17"} <= set(names)
     for path in SCENARIOS.glob("*.toml"):
         assert load_scenario(path).points()
 
@@ -88,7 +99,7 @@ def test_eval_run_refuses_before_any_run_when_the_scenarios_sla_is_invalid(
     scenario = tmp_path / "bad-sla.toml"
     scenario.write_text(
         'policies = ["p4bs"]\n[link]\nsla = { max_queue_delay = "-5ms", max_loss = 0.01 }\n'
-        '[[groups]]\nflows = 5\n'
+        "[[groups]]\nflows = 5\n"
     )
     env = {**os.environ, "P4BS_ROUTER_USER": "u", "P4BS_ROUTER_PASSWORD": "p"}
     argv = [sys.executable, "-m", "p4bs.cli", "eval", "run", str(scenario)]

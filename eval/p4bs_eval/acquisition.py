@@ -1,25 +1,31 @@
 """P4BS Fig. 10: Bayesian optimisation's convergence with EI, UCB and PI (`p4bs eval
-acquisition`). Each acquisition function searches the same seeded f(buffer) curves for a
-fixed number of iterations, without a stopping rule; reported per iteration, averaged over
-the seeds: the cumulative regret R_T = sum over t of f(x*) - f(x_t) (true, noise-free f) and
+acquisition`). Each acquisition function searches the same f(buffer) curves for a fixed
+number of iterations, without a stopping rule; reported per iteration, averaged over the
+seeds: the cumulative regret R_T = sum over t of f(x*) - f(x_t) (true, noise-free f) and
 the best f attained (true f at the best observed buffer). EI's stopping rule (max EI <=
 the policy's `ei_epsilon` x the SEM, once it has had `min_trials` trials, defaults) is
 noted where it would have stopped.
 
-The curves are shaped like P4BS Fig. 18 (a broad optimum, a narrower local one, a tilt
-for the delay of large buffers), over [BDP/4, 4 BDP]; each observation is f plus Gaussian
-noise of the SEM of a trial's mean over 30 windows. The paper measured its Fig. 10 on its
-testbed with 100 Cubic flows; these curves stand for such a measurement.
+The curves, one per seed, are shaped like P4BS Fig. 18 (a broad optimum, a narrower local
+one, a tilt for the delay of large buffers), over [BDP/4, 4 BDP]; each observation is f plus
+Gaussian noise of the SEM of a trial's mean over 30 windows. Or (`--curve RUN_DIR`) the
+curve is the f measured on the testbed by a run over a sweep of fixed buffers (the
+`p4bs-fig17` scenario): mean f per buffer, linear in log(buffer) in between, over the swept
+range, with the noise of a trial's mean of the policy's measured windows as measured there;
+the seeds then vary the noise and the search's seed. The paper measured its Fig. 10 live on
+its testbed with 100 Cubic flows.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,15 +74,72 @@ def fig18_curve(rng: random.Random, bdp_bytes: int = BDP_BYTES) -> Callable[[int
             return lambda buffer: f_of_u(math.log2(buffer / bdp_bytes))
 
 
-def search_trace(acquisition: str, seed: int, iterations: int) -> dict[str, Any]:
+class CurveError(ValueError):
+    """A run folder that holds no measured curve; the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class Curve:
+    """A true f(buffer) over [low, high] bytes and the noise (SEM) of a trial's mean."""
+
+    f: Callable[[int], float]
+    low_bytes: int
+    high_bytes: int
+    sem: float
+    knots: tuple[int, ...] = ()  # buffers where f is known exactly (its maximum is at one)
+
+
+def synthetic_curve(seed: int) -> Curve:
+    return Curve(
+        fig18_curve(random.Random(seed)),
+        BDP_BYTES // 4,
+        4 * BDP_BYTES,
+        WINDOW_NOISE / math.sqrt(TRIAL_WINDOWS),
+    )
+
+
+def measured_curve(run_dir: Path) -> Curve:
+    """f as measured by a run over fixed buffers (a `buffer` sweep): the mean over the runs at
+    each buffer, linear in log(buffer) in between. The noise is one window's spread there
+    (median over the runs) over the windows a P4BS trial measures."""
+    from p4bs_eval.report import load_results
+
+    _, rows = load_results(run_dir)
+    at: dict[int, list[float]] = {}
+    spreads, windows_ns = [], []
+    for row in rows:
+        if "error" in row or "buffer" not in row.get("values", {}) or row["f_mean"] is None:
+            continue
+        buffer = round(row["rate_bps"] / 8 * row["values"]["buffer"] / 1e9)
+        at.setdefault(buffer, []).append(row["f_mean"])
+        spreads.append(row["f_std"])
+        windows_ns.append(row["window_ns"])
+    if len(at) < 3:
+        raise CurveError(
+            f"{run_dir}: f measured at {len(at)} buffer(s) of a `buffer` sweep; a curve needs "
+            "3 or more (run the p4bs-fig17 scenario)"
+        )
+    points = sorted((math.log(b), statistics.fmean(fs)) for b, fs in at.items())
+    trial_windows = max(2, round(RULE.measure_ns / statistics.median(windows_ns)))
+
+    def f(buffer: int) -> float:
+        u = math.log(buffer)
+        for (u0, f0), (u1, f1) in itertools.pairwise(points):
+            if u <= u1:
+                return f0 + (f1 - f0) * max(0.0, u - u0) / (u1 - u0)
+        return points[-1][1]
+
+    sem = statistics.median(spreads) / math.sqrt(trial_windows)
+    return Curve(f, min(at), max(at), sem, tuple(sorted(at)))
+
+
+def search_trace(curve: Curve, acquisition: str, seed: int, iterations: int) -> dict[str, Any]:
     """One search: per iteration the buffer, its true f, the best true f attained, the
     cumulative regret and (EI) whether the stopping rule would have stopped before it."""
-    curve = fig18_curve(random.Random(seed))
-    low, high = BDP_BYTES // 4, 4 * BDP_BYTES
-    grid = [low * (high / low) ** (i / 399) for i in range(400)]
-    f_best = max(curve(round(b)) for b in grid)
+    low, high, sem = curve.low_bytes, curve.high_bytes, curve.sem
+    grid = [round(low * (high / low) ** (i / 399)) for i in range(400)]
+    f_best = max(curve.f(b) for b in [*grid, *curve.knots])
     noise = random.Random(seed + 10_000)
-    sem = WINDOW_NOISE / math.sqrt(TRIAL_WINDOWS)
     search = BufferSearch(low, high, seed=seed, acquisition=acquisition)
     regret, trace, stopped_at = 0.0, [], None
     for t in range(1, iterations + 1):
@@ -88,7 +151,7 @@ def search_trace(acquisition: str, seed: int, iterations: int) -> dict[str, Any]
         ):
             stopped_at = t - 1
         buffer = search.suggest()
-        true_f = curve(buffer)
+        true_f = curve.f(buffer)
         search.tell(buffer, true_f + noise.gauss(0, sem), sem)
         regret += f_best - true_f
         trace.append(
@@ -96,7 +159,7 @@ def search_trace(acquisition: str, seed: int, iterations: int) -> dict[str, Any]
                 "t": t,
                 "buffer_bytes": buffer,
                 "f": true_f,
-                "best_f": curve(search.best().buffer_bytes),
+                "best_f": curve.f(search.best().buffer_bytes),
                 "regret": regret,
             }
         )
@@ -104,20 +167,24 @@ def search_trace(acquisition: str, seed: int, iterations: int) -> dict[str, Any]
             "trace": trace}  # fmt: skip
 
 
-def run_acquisitions(out: Path, seeds: int, iterations: int) -> Path:
+def run_acquisitions(out: Path, seeds: int, iterations: int, measured: Path | None = None) -> Path:
+    """Every acquisition function on every seed's curve (`measured`: the run folder's
+    measured curve for all seeds), then the report."""
     out.mkdir(parents=True, exist_ok=True)
+    curve = measured_curve(measured) if measured else None
     runs = []
     began = time.monotonic()
     total = seeds * len(ACQUISITIONS)
     for seed in range(seeds):
         for acquisition in ACQUISITIONS:
-            runs.append(search_trace(acquisition, seed, iterations))
+            runs.append(search_trace(curve or synthetic_curve(seed), acquisition, seed, iterations))
             done = len(runs)
             left = (time.monotonic() - began) / done * (total - done)
             print(f"[{done}/{total}] {acquisition} seed {seed}: R_T "
                   f"{runs[-1]['trace'][-1]['regret']:.2f}; about {left / 60:.0f} min left",
                   flush=True)  # fmt: skip
-    (out / "acquisition.json").write_text(json.dumps(runs) + "\n")
+    source = f"the f measured in {measured}" if measured else "seeded Fig. 18-shaped curves"
+    (out / "acquisition.json").write_text(json.dumps({"curves": source, "runs": runs}) + "\n")
     return write_acquisition_report(out)
 
 
@@ -127,12 +194,13 @@ def write_acquisition_report(out: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = json.loads((out / "acquisition.json").read_text())
+    saved = json.loads((out / "acquisition.json").read_text())
+    runs, source = saved["runs"], saved["curves"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     lines = [
         "# P4BS Fig. 10: convergence of EI, UCB and PI",
         "",
-        f"{len(runs) // len(ACQUISITIONS)} seeded Fig. 18-shaped curves, "
+        f"{len(runs) // len(ACQUISITIONS)} seeds on {source}, "
         f"{len(runs[0]['trace'])} iterations each, means over the seeds.",
         "",
         "| acquisition | R_T at 8 | R_T at the end | best f gap at 8 | best f gap at the end "
@@ -171,7 +239,7 @@ def write_acquisition_report(out: Path) -> Path:
     right.set_ylabel("best f attained - f(x*)")
     for ax in (left, right):
         ax.legend()
-    fig.suptitle("P4BS Fig. 10 on Fig. 18-shaped curves")
+    fig.suptitle(f"P4BS Fig. 10 on {source}", fontsize=9)
     fig.tight_layout()
     fig.savefig(out / "acquisition.png", dpi=100)
     plt.close(fig)

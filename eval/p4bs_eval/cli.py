@@ -83,14 +83,22 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_acquisition(args: argparse.Namespace) -> int:
-    from p4bs_eval.acquisition import run_acquisitions
+    from p4bs_eval.acquisition import CurveError, run_acquisitions
 
     if args.seeds < 1 or args.iterations < 2:
         print("p4bs eval: --seeds >= 1 and --iterations >= 2", file=sys.stderr)
         return 2
+    if args.curve and not (args.curve / "results.jsonl").exists():
+        print(f"p4bs eval: {args.curve} holds no results.jsonl", file=sys.stderr)
+        return 2
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out or paths.home() / ".run" / "eval" / f"acquisition-{stamp}"
-    print(f"report: {run_acquisitions(out, args.seeds, args.iterations)}")
+    try:
+        report = run_acquisitions(out, args.seeds, args.iterations, args.curve)
+    except CurveError as exc:
+        print(f"p4bs eval: {exc}", file=sys.stderr)
+        return 2
+    print(f"report: {report}")
     return 0
 
 
@@ -115,4 +123,11 @@ def add_parser(sub: Any, default_config: Path) -> None:
     acquisition.add_argument("--seeds", type=int, default=10)
     acquisition.add_argument("--iterations", type=int, default=50)
     acquisition.add_argument("--out", type=Path, help="default: .run/eval/acquisition-<time>")
+    acquisition.add_argument(
+        "--curve",
+        type=Path,
+        metavar="RUN_DIR",
+        help="search the f measured by this run folder's buffer sweep (p4bs-fig17) instead "
+        "of seeded Fig. 18-shaped curves",
+    )
     acquisition.set_defaults(func=cmd_acquisition)

@@ -74,9 +74,15 @@ def run_figures(
         "jain_groups": jain_index(list(per_group.values())) or 0.0,
         # What p4bs measured over the same part.
         "f_mean": _mean([w["f"] for w in measured]),
+        # One window's spread: what one trial's mean of f is noisy by (`acquisition.py`).
+        "f_std": statistics.stdev([w["f"] for w in measured]) if len(measured) > 1 else None,
         "loss_mean": _mean([w["loss_rate"] for w in measured]),
         "srtt_mean_ms": _mean([w["srtt_ns"] / 1e6 for w in measured if w["srtt_ns"]]),
         "windows": len(measured),
+        "window_ns": (
+            measured[0]["window_end_ns"] - measured[0]["window_start_ns"] if measured else None
+        ),
+        "rate_bps": rate_bps,
         "decisions_applied": len(applied),
         "buffer_final_bytes": applied[-1]["buffer_bytes"] if applied else None,
         "buffer_limits_bytes": router.get("limit_bytes"),

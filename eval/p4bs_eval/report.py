@@ -264,6 +264,36 @@ def plot_heatmap(run_dir: Path, scenario: dict[str, Any], rows: Any, means: Any)
     return [path]
 
 
+def plot_buffer(run_dir: Path, scenario: dict[str, Any], rows: Any, means: Any) -> list[Path]:
+    """P4BS Fig. 17 (Appendix): loss, the long flows' mean RTT and f against the router's
+    buffer, a line per policy (a sweep over `buffer`)."""
+    plt = _pyplot()
+    buffer_ms = {r["point"]: r["values"]["buffer"] / 1e6 for r in rows if "buffer" in r["values"]}
+    metrics = [
+        ("loss_mean", "loss (p4bs), %", 100.0),
+        ("rtt_mean_ms", "mean RTT, ms", 1.0),
+        ("f_mean", "mean f", 1.0),
+    ]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(13, 3.6))
+    for policy in scenario["policies"]:
+        points = sorted((p for p in buffer_ms if (p, policy) in means), key=buffer_ms.__getitem__)
+        for ax, (key, label, scale) in zip(axes, metrics, strict=True):
+            found = [(p, means[(p, policy)][key]) for p in points]
+            xy = [(buffer_ms[p], v * scale) for p, v in found if v is not None]
+            ax.plot([x for x, _ in xy], [y for _, y in xy], marker="o", label=policy)
+            ax.set_ylabel(label)
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel("buffer, ms of line rate")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(scenario["title"], fontsize=10)
+    fig.tight_layout()
+    path = run_dir / "buffer.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return [path]
+
+
 def _per_second(samples: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
     bins: dict[int, list[float]] = defaultdict(list)
     for t, v in samples:
@@ -415,4 +445,5 @@ PLOTS = {
     "timeseries": plot_timeseries,
     "cdf": plot_cdf,
     "fct": plot_fct,
+    "buffer": plot_buffer,
 }

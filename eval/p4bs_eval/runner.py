@@ -87,7 +87,7 @@ def run_one(
     """One run; returns its figures."""
     config = load_config(base_config)
     groups = scenario.groups_at(point)
-    plan = own_testbed_plan(config, run_dir / "testbed", "ev", groups, scenario.buffer_ms)
+    plan = own_testbed_plan(config, run_dir / "testbed", "ev", groups, scenario.buffer_ms_at(point))
     testbed = Testbed(plan)
     loop: ClosedLoop | None = None
     label = f"[{progress.done + 1}/{progress.total}] {point.label} | {policy} | #{repeat}"

@@ -2,8 +2,8 @@
 policies, and which reports are made of it (a TOML file, see eval/README.md).
 
 A scenario may sweep: each `[sweep]` key lists values that replace that field in every flow
-group (`flows`, `cca`, `rtt`), and every combination of them is a point. Each point runs
-under each policy, `repeat` times.
+group (`flows`, `cca`, `rtt`) or the router's initial buffer (`buffer`), and every
+combination of them is a point. Each point runs under each policy, `repeat` times.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from p4bs_optimizer.policies import POLICIES
 # Runs the data plane and the metrics job but no optimizer: the router keeps its initial
 # buffer ("without resizing").
 NO_POLICY = "none"
-REPORTS = ("sweep", "timeseries", "groups", "heatmap", "cdf", "fct")
-SWEEPABLE = ("flows", "cca", "rtt")
+REPORTS = ("sweep", "timeseries", "groups", "heatmap", "cdf", "fct", "buffer")
+SWEEPABLE = ("flows", "cca", "rtt", "buffer")
 # Settings of the testbed link's entry in the config a scenario may replace (the SLA bounds
 # and weights of f: P4BS searches up to C * d-hat, and f is normalised by them).
 LINK_SETTINGS = ("sla", "weights")
@@ -47,7 +47,7 @@ class Point:
             return "base"
         parts = []
         for key, value in self.values:
-            shown = f"{value // 1_000_000}ms" if key == "rtt" else str(value)
+            shown = f"{value / 1e6:g}ms" if key in ("rtt", "buffer") else str(value)
             parts.append(f"{key}={shown}")
         return ",".join(parts)
 
@@ -82,9 +82,15 @@ class EvalScenario:
     def groups_at(self, point: Point) -> list[FlowGroup]:
         """The flow groups with the point's values in place."""
         changes = dict(point.values)
+        changes.pop("buffer", None)
         if "rtt" in changes:
             changes["rtt_ns"] = changes.pop("rtt")
         return [replace(group, **changes) for group in self.groups]
+
+    def buffer_ms_at(self, point: Point) -> float:
+        """The router's initial buffer at the point, ms of line rate."""
+        buffer_ns = dict(point.values).get("buffer")
+        return self.buffer_ms if buffer_ns is None else buffer_ns / 1e6
 
     def runs(self, policies: tuple[str, ...] | None = None) -> Iterator[tuple[Point, str, int]]:
         for point in self.points():
@@ -172,7 +178,7 @@ def parse_scenario(data: Mapping[str, Any], name: str, where: str) -> EvalScenar
             raise fail(f"sweep.{key}: only {', '.join(SWEEPABLE)} can be swept")
         if not isinstance(values, list) or not values:
             raise fail(f"sweep.{key}: a non-empty list, got {values!r}")
-        if key == "rtt":
+        if key in ("rtt", "buffer"):
             values = [round(duration_s(f"sweep.{key}", v) * 1e9) for v in values]
         elif key == "cca" and any(v not in CCAS for v in values):
             raise fail(f"sweep.cca: each one of {', '.join(CCAS)}, got {values!r}")
