@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from p4bs import paths
-from p4bs.bus import RecordConsumer
+from p4bs.bus import read_stream
 from p4bs.closed_loop import ClosedLoop
 from p4bs.config import FlowGroup
 from p4bs_infra.stack import Stack
@@ -55,16 +55,7 @@ def testbed(unique_plan: Callable[..., TestbedPlan]) -> Iterator[Testbed]:
 
 
 def _decisions(loop: ClosedLoop) -> list[dict[str, Any]]:
-    consumer = RecordConsumer(
-        loop.config.kafka.bootstrap, "test-reader", ["buffer_decisions"], loop.topics
-    )
-    records = []
-    try:
-        while (received := consumer.poll(2.0)) is not None:
-            records.append(received.record)
-    finally:
-        consumer.close()
-    return records
+    return read_stream(loop.config.kafka.bootstrap, "buffer_decisions", loop.topics)
 
 
 def test_globecom_brings_rtt_to_base_and_keeps_the_link_busy(

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer
 from fastavro import parse_schema, schemaless_writer
 
-from p4bs.bus import Received, RecordConsumer, RecordProducer
+from p4bs.bus import Received, RecordConsumer, RecordProducer, read_stream
 from p4bs_infra.stack import Stack
 from p4bs_schemas.codec import FINGERPRINT_HEADER, RecordError, codec
 from p4bs_schemas.registry import current_schema
@@ -114,3 +114,32 @@ def test_producer_refuses_a_malformed_record_before_sending(
     with pytest.raises(RecordError, match="rtt_ns"):
         producer.produce("rtt_samples", rtt(rtt_ns="slow"))
     assert producer.stats.sent == 0
+
+
+def test_read_stream_returns_the_committed_records_and_stops_at_the_end(
+    stack: Stack, topics: dict[str, str]
+) -> None:
+    """As the Flink jobs write (transactions, one aborted): the reader gets exactly the
+    committed records and stops at the partitions' ends (transaction markers included)
+    rather than waiting for its idle timeout."""
+    producer = Producer(
+        {"bootstrap.servers": stack.kafka.bootstrap, "transactional.id": f"t-{time.time_ns()}"}
+    )
+    producer.init_transactions(30)
+    encode = codec("RttSampleBatch").encode
+    for rtt_ns, commit in ((1, True), (2, False), (3, True)):
+        producer.begin_transaction()
+        for link in ("r1:eth1", "r2:eth0", "r3:eth2"):
+            producer.produce(topics["rtt_samples"], encode(rtt(link, rtt_ns)), link.encode())
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+
+    idle_s = 120.0
+    began = time.monotonic()
+    got = read_stream(stack.kafka.bootstrap, "rtt_samples", topics, idle_s=idle_s)
+    assert time.monotonic() - began < idle_s / 2
+    assert sorted((r["link_id"], r["rtt_ns"][0]) for r in got) == sorted(
+        (link, n) for link in ("r1:eth1", "r2:eth0", "r3:eth2") for n in (1, 3)
+    )

@@ -234,9 +234,46 @@ class RecordConsumer:
                 offsets=[TopicPartition(t, p, offset + 1) for (t, p), offset in last.items()]
             )
 
+    def at_end(self) -> bool:
+        """Whether every partition assigned to this consumer is read up to its current end;
+        False until the group has assigned it partitions."""
+        assigned = self._consumer.assignment()
+        if not assigned:
+            return False
+        for tp in self._consumer.position(assigned):
+            low, high = self._consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+            if (tp.offset if tp.offset >= 0 else low) < high:
+                return False
+        return True
+
     def close(self) -> None:
         self._consumer.close()
         self._dead_letters.flush(10.0)
+
+
+def read_stream(
+    bootstrap: str,
+    stream: str,
+    topics: Mapping[str, str],
+    *,
+    idle_s: float = 10.0,
+) -> list[dict[str, Any]]:
+    """Every committed record of a stream as it stands now, for streams nobody writes to any
+    more: stops at the partitions' ends, or once nothing has arrived for `idle_s`."""
+    consumer = RecordConsumer(bootstrap, f"read-{stream}-{time.time_ns()}", [stream], topics)
+    records = []
+    try:
+        last_arrival = time.monotonic()
+        while time.monotonic() - last_arrival < idle_s:
+            received = consumer.poll(0.2)
+            if received is not None:
+                records.append(received.record)
+                last_arrival = time.monotonic()
+            elif consumer.at_end():
+                break
+    finally:
+        consumer.close()
+    return records
 
 
 def ensure_topics(

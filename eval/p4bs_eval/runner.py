@@ -19,11 +19,10 @@ import threading
 import time
 import tomllib
 import traceback
-import uuid
 from pathlib import Path
 from typing import Any
 
-from p4bs.bus import RecordConsumer
+from p4bs.bus import read_stream
 from p4bs.closed_loop import ClosedLoop, own_stack, own_testbed_plan
 from p4bs.config import load_config
 from p4bs_eval.figures import run_figures
@@ -59,15 +58,7 @@ class Progress:
 
 def dump_stream(loop: ClosedLoop, stream: str, path: Path) -> list[dict[str, Any]]:
     """Every committed record of one of the loop's topics, written as JSON lines."""
-    consumer = RecordConsumer(
-        loop.config.kafka.bootstrap, f"eval-dump-{uuid.uuid4().hex[:6]}", [stream], loop.topics
-    )
-    records = []
-    try:
-        while (received := consumer.poll(3.0)) is not None:
-            records.append(received.record)
-    finally:
-        consumer.close()
+    records = read_stream(loop.config.kafka.bootstrap, stream, loop.topics)
     with path.open("w") as out:
         for record in records:
             out.write(json.dumps(record) + "\n")
