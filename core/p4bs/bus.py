@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import (
+    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
@@ -139,9 +140,12 @@ class RecordConsumer:
         *,
         from_beginning: bool = True,
         store_on_poll: bool = True,
+        whole_topics: bool = False,
     ) -> None:
         """`store_on_poll=False`: a record's offset is committed only once the caller says
-        it is handled (`handled`), for consumers that write records elsewhere in batches."""
+        it is handled (`handled`), for consumers that write records elsewhere in batches.
+        `whole_topics`: reads every partition from its start by assignment, without joining
+        the group (no wait for a rebalance) and without committing anything."""
         self.group = group
         self._store_on_poll = store_on_poll
         self.stats = ConsumerStats()
@@ -154,10 +158,23 @@ class RecordConsumer:
                 "auto.offset.reset": "earliest" if from_beginning else "latest",
                 # Offsets are stored only once a record is handled (or dead-lettered).
                 "enable.auto.offset.store": False,
-                "enable.auto.commit": True,
+                "enable.auto.commit": not whole_topics,
             }
         )
-        self._consumer.subscribe(list(self._stream_of))
+        if whole_topics:
+            metadata = self._consumer.list_topics(timeout=30).topics
+            missing = sorted(set(self._stream_of) - set(metadata))
+            if missing:
+                raise KafkaException(f"no such topic: {', '.join(missing)}")
+            self._consumer.assign(
+                [
+                    TopicPartition(topic, partition, OFFSET_BEGINNING)
+                    for topic in self._stream_of
+                    for partition in metadata[topic].partitions
+                ]
+            )
+        else:
+            self._consumer.subscribe(list(self._stream_of))
         self._dead_letters = RecordProducer(bootstrap, topics, client_id=f"{group}-dlq")
 
     def poll(self, timeout_s: float) -> Received | None:
@@ -260,7 +277,9 @@ def read_stream(
 ) -> list[dict[str, Any]]:
     """Every committed record of a stream as it stands now, for streams nobody writes to any
     more: stops at the partitions' ends, or once nothing has arrived for `idle_s`."""
-    consumer = RecordConsumer(bootstrap, f"read-{stream}-{time.time_ns()}", [stream], topics)
+    consumer = RecordConsumer(
+        bootstrap, f"read-{stream}-{time.time_ns()}", [stream], topics, whole_topics=True
+    )
     records = []
     try:
         last_arrival = time.monotonic()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import signal
 import sys
 import time
 import tomllib
@@ -44,7 +45,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         scenario = dataclasses.replace(scenario, repeat=args.repeat)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out or paths.home() / ".run" / "eval" / f"{scenario.name}-{stamp}"
-    failed = run_eval(scenario, out, args.config)
+    # Both signals unwind the runs (testbed and stack down) as Ctrl-C does, also when the
+    # shell that started the eval in the background left SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        failed = run_eval(scenario, out, args.config)
+    except KeyboardInterrupt:
+        print(f"p4bs eval: interrupted; the finished runs are in {out}", file=sys.stderr)
+        return 130
     print(f"report: {write_report(out)}")
     return 1 if failed else 0
 

@@ -64,10 +64,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"p4bs jobs run: {exc}", file=sys.stderr)
         return 2
     client = result.get_job_client()
+    # Explicit handlers: a process started from a background shell job inherits SIGINT
+    # ignored, and Python then never raises KeyboardInterrupt; SIGTERM cancels the same way.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         client.get_job_execution_result().result()  # returns when the job ends
     except KeyboardInterrupt:
-        print("cancelling; restart with --resume to continue from the last checkpoint")
+        print("cancelling; restart with --resume to continue from the last checkpoint", flush=True)
         client.cancel().result()
         return 0
     except Exception as exc:  # the job failed; Flink's own exception says why
