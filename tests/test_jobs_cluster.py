@@ -75,8 +75,8 @@ def test_taskmanager_lost_mid_stream_every_window_exactly_once(
     want = expected(records, made, config)
     bootstrap = stack.kafka.bootstrap
     produce(bootstrap, topics, records, made)
-    # The same traffic on links the config does not describe: the SQL reduces them too (the
-    # Python stage drops them), so the job has work to do when the TaskManager is killed.
+    # The same traffic on links the config does not describe: the SQL reduces them too
+    # (LinkMetrics drops them), so the job has work to do when the TaskManager is killed.
     for extra in range(2, 22):
         produce(bootstrap, topics, [{**r, "link_id": f"r1:eth{extra}"} for r in records], [])
 

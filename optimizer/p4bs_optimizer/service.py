@@ -44,7 +44,7 @@ from typing import Any
 from p4bs import paths
 from p4bs.bus import Received, RecordConsumer, RecordProducer
 from p4bs.config import Config, LinkConfig, RouterConfig
-from p4bs_jobs.link_state import flow_key
+from p4bs_jobs.flows import flow_key
 from p4bs_optimizer.drivers.base import DriverError, RouterDriver, driver_for
 from p4bs_optimizer.policies import bayes, policy_for
 from p4bs_optimizer.policies.base import Decision, Policy, Window

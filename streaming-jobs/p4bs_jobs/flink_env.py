@@ -8,7 +8,6 @@ so the bytes Flink's `avro` format reads and writes are exactly the p4bs codec's
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -58,9 +57,6 @@ def flink_configuration(
     conf = Configuration()
     conf.set_string("pipeline.jars", ";".join(pipeline_jars()))
     conf.set_string("parallelism.default", str(parallelism))
-    # Python workers run this interpreter (its venv has p4bs), in the MiniCluster or on
-    # a standalone cluster's TaskManagers.
-    conf.set_string("python.executable", sys.executable)
     if checkpoint_interval_ns:
         conf.set_string(
             "execution.checkpointing.interval", f"{checkpoint_interval_ns // 1_000_000} ms"
@@ -96,7 +92,8 @@ def table_environment(
 
 
 def stream_table_environment(conf: Configuration) -> StreamTableEnvironment:
-    """A Table API environment over a DataStream one, for jobs with keyed Python stages."""
+    """A Table API environment for a full configuration (`flink_configuration`'s, with a
+    checkpoint folder or a checkpoint to restore), embedded or remote."""
     if conf.get_string("execution.target", "local") == "remote":
         # get_execution_environment would make a local environment, which forces the
         # target to local; the base environment honours execution.target and rest.*.

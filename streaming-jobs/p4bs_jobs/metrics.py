@@ -1,39 +1,28 @@
 """The metrics job: raw data-plane records in, one LinkMetrics record per link and window out.
 
-Per-sample work runs on the JVM. One tumbling window per link runs over the union of the
-RTT batches, the link counters, the flow events and the applied buffer decisions; a Java
-aggregate (`FlowRtts`, streaming-jobs/functions) reduces the window's RTT samples per flow
-(count, sum, minimum). A batch or a counters record covers [ts_ns - interval_ns, ts_ns) and
-lands in the window of that interval (its event time is the interval's last ns, ts_ns - 1,
-which windows of whole intervals hold with its start). The links' window rows are then
-gathered per group of links, and Python sees one row per group and window
-(`LinkGroupFunction`): the sequential EWMA, SRTT, N, z-score and SLA state of each link
-(`link_state.LinkState`, `sla.SlaState`), kept in Flink's keyed state so that checkpoints
-cover it. SLA alerts come out with their window.
+Everything runs on the JVM. One tumbling window per link runs over the union of the RTT
+batches, the link counters, the flow events and the applied buffer decisions; a Java aggregate
+(`FlowRtts`, streaming-jobs/functions) reduces the window's RTT samples per flow (count, sum,
+minimum). A batch or a counters record covers [ts_ns - interval_ns, ts_ns) and lands in the
+window of that interval (its event time is the interval's last ns, ts_ns - 1, which windows
+of whole intervals hold with its start). The links' window rows then go through a second Java
+aggregate (`LinkMetrics`) as an OVER aggregate per link in window order: the sequential SRTT,
+RTT minimum, N, EWMAs, f, z-score and SLA state of each link live in Flink's keyed state, so
+checkpoints cover them. SLA alerts come out with their window.
 """
 
 from __future__ import annotations
 
-import pickle
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+import base64
+from collections.abc import Mapping
 
-from pyflink.common import Configuration, Row, Types
-from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext
-from pyflink.datastream.state import ValueStateDescriptor
-from pyflink.table import StatementSet, StreamTableEnvironment, Table, TableResult
+from pyflink.common import Configuration
+from pyflink.table import StatementSet, StreamTableEnvironment, TableResult
 
-from p4bs.config import Config, LinkConfig, MetricsConfig
+from p4bs.config import Config, MetricsConfig
 from p4bs_jobs.flink_env import kafka_table_ddl, stream_table_environment
-from p4bs_jobs.link_state import LinkState, WindowSummary
-from p4bs_jobs.sla import SlaState
 from p4bs_schemas.registry import STREAMS, current_schema
 
-# Links are grouped (by a hash of their id) for the Python stage; a group is the unit of
-# keyed state and of parallelism there.
-LINK_GROUPS = 64
 FLOW_KEY_SQL = (
     "CONCAT(src_ip, ':', CAST(src_port AS STRING), '>', dst_ip, ':', "
     "CAST(dst_port AS STRING), '/', CAST(protocol AS STRING))"
@@ -46,6 +35,10 @@ RTT_BATCH_COLUMNS_SQL = {
     "flow_index": "ARRAY<INT>",
     "rtt_ns": "ARRAY<BIGINT>",
 }
+# The Java aggregate that carries each link's state from window to window, and the job
+# parameter it reads the links and the metrics settings from.
+LINK_METRICS_CLASS = "io.p4bs.flink.LinkMetrics"
+LINK_METRICS_PARAMETER = "p4bs.link-metrics"
 
 
 def _rowtime(column_ns: str, out_of_orderness_ns: int) -> tuple[str, ...]:
@@ -91,16 +84,16 @@ def create_sources(
         )
 
 
-def window_summaries(env: StreamTableEnvironment, window_ns: int) -> Table:
-    """One row per group of links and window: the group's `WindowSummary` fields, a row
-    per link (`summaries_of`)."""
+def declare_link_windows(env: StreamTableEnvironment, window_ns: int) -> None:
+    """The view `per_link`: one row per link and window, its raw records reduced (RTT per
+    flow, summed counters, the flow events and applied decisions as text)."""
     size = f"INTERVAL '{window_ns // 1_000_000 / 1000:.3f}' SECOND"
     env.create_java_temporary_system_function("FLOW_RTTS", FLOW_RTTS_CLASS)
     rtt_columns = ", ".join(RTT_BATCH_COLUMNS_SQL)
     no_rtt = ", ".join(f"CAST(NULL AS {t}) AS {c}" for c, t in RTT_BATCH_COLUMNS_SQL.items())
     no_counts = (
-        "CAST(NULL AS BIGINT) AS packets, CAST(NULL AS BIGINT) AS nbytes, "
-        "CAST(NULL AS BIGINT) AS data_packets, CAST(NULL AS BIGINT) AS retransmissions, "
+        "CAST(NULL AS BIGINT) AS nbytes, CAST(NULL AS BIGINT) AS data_packets, "
+        "CAST(NULL AS BIGINT) AS retransmissions, "
         "CAST(NULL AS BIGINT) AS qd_n, CAST(NULL AS BIGINT) AS qd_sum"
     )
     rows = f"""
@@ -108,7 +101,7 @@ def window_summaries(env: StreamTableEnvironment, window_ns: int) -> Table:
                CAST(NULL AS STRING) AS event, CAST(NULL AS STRING) AS decision
         FROM rtt_in
         UNION ALL
-        SELECT link_id, rowtime, {no_rtt}, packets, `bytes`, data_packets,
+        SELECT link_id, rowtime, {no_rtt}, `bytes`, data_packets,
                retransmissions, queue_delay_samples, queue_delay_sum_ns,
                CAST(NULL AS STRING), CAST(NULL AS STRING)
         FROM counters_in
@@ -124,8 +117,8 @@ def window_summaries(env: StreamTableEnvironment, window_ns: int) -> Table:
         FROM decisions_in WHERE outcome = 'applied' AND queue = 0"""
     env.create_temporary_view("link_rows", env.sql_query(rows))
     per_link = f"""
-        SELECT link_id, window_time, FLOW_RTTS({rtt_columns}) AS rtt,
-               COALESCE(SUM(packets), 0) AS packets,
+        SELECT link_id, window_start, window_end, window_time,
+               FLOW_RTTS({rtt_columns}) AS rtt,
                COALESCE(SUM(nbytes), 0) AS `bytes`,
                COALESCE(SUM(data_packets), 0) AS data_packets,
                COALESCE(SUM(retransmissions), 0) AS retransmissions,
@@ -136,150 +129,62 @@ def window_summaries(env: StreamTableEnvironment, window_ns: int) -> Table:
         FROM TABLE(TUMBLE(TABLE link_rows, DESCRIPTOR(rowtime), {size}))
         GROUP BY link_id, window_start, window_end, window_time"""
     env.create_temporary_view("per_link", env.sql_query(per_link))
-    # Python is called once per group of links and window, not once per link: its per-call
-    # cost (the crossing and the keyed state) is then paid by many links at once.
-    return env.sql_query(f"""
-        SELECT MOD(HASH_CODE(link_id), {LINK_GROUPS}) AS link_group, window_start, window_end,
-               ARRAY_AGG(ROW(link_id, rtt.samples, rtt.flows, rtt.inverse_sum, rtt.min_ns,
-                             rtt.flow_keys, packets, `bytes`, data_packets, retransmissions,
-                             queue_delay_samples, queue_delay_sum_ns, flow_events,
-                             decisions)) AS links
-        FROM TABLE(TUMBLE(TABLE per_link, DESCRIPTOR(window_time), {size}))
-        GROUP BY MOD(HASH_CODE(link_id), {LINK_GROUPS}), window_start, window_end""")
 
 
-_EPOCH = datetime(1970, 1, 1)
+def declare_link_metrics(env: StreamTableEnvironment, config: Config) -> None:
+    """The view `link_metrics_rows`: per link and window, `LinkMetrics`'s output (the
+    metrics and the SLA alerts the window raises or resolves) for the config's links."""
+    env.get_config().set(
+        "pipeline.global-job-parameters",
+        f"{LINK_METRICS_PARAMETER}:{link_metrics_parameter(config)}",
+    )
+    env.create_java_temporary_system_function("LINK_METRICS", LINK_METRICS_CLASS)
+    # Window order per link is event-time order: each window's row reaches the aggregate
+    # before the watermark that closed the window, so none is late.
+    env.create_temporary_view(
+        "link_metrics_rows",
+        env.sql_query("""
+            SELECT link_id, m.*
+            FROM (
+                SELECT link_id, LINK_METRICS(
+                    link_id, window_start, window_end, rtt.samples, rtt.flows,
+                    rtt.inverse_sum, rtt.min_ns, rtt.flow_keys, `bytes`, data_packets,
+                    retransmissions, queue_delay_samples, queue_delay_sum_ns, flow_events,
+                    decisions
+                ) OVER (PARTITION BY link_id ORDER BY window_time
+                        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS m
+                FROM per_link)
+            WHERE m.known"""),
+    )
 
 
-def _epoch_ns(moment: datetime) -> int:
-    """A window bound as Flink hands it to Python (a naive UTC datetime, ms precision)."""
-    since = moment - _EPOCH
-    return (since.days * 86_400 + since.seconds) * 1_000_000_000 + since.microseconds * 1000
-
-
-def _split(text: str | None) -> list[str]:
-    return text.split(",") if text else []
-
-
-def summaries_of(row: Row) -> Iterator[WindowSummary]:
-    """The window summaries of one group of links (rows unpacked by position: a Row's
-    attribute lookup costs more than the rest of the conversion)."""
-    start, end = _epoch_ns(row.window_start), _epoch_ns(row.window_end)
-    for link in row.links:
-        (
-            link_id,
-            samples,
-            flows,
-            inverse_sum,
-            rtt_min,
-            flow_keys,
-            packets,
-            nbytes,
-            data_packets,
-            retransmissions,
-            qd_samples,
-            qd_sum,
-            flow_events,
-            decisions,
-        ) = link
-        events = []
-        for item in _split(flow_events):
-            ts, kind, key = item.split(" ")
-            events.append((int(ts), kind, key))
-        applied = []
-        for item in _split(decisions):
-            ts, buffer = item.split(" ")
-            applied.append((int(ts), int(buffer)))
-        yield WindowSummary(
-            link_id=link_id,
-            window_start_ns=start,
-            window_end_ns=end,
-            rtt_samples=samples,
-            rtt_flows=flows,
-            rtt_inverse_sum=inverse_sum,
-            rtt_min_ns=rtt_min,
-            rtt_flow_keys=tuple(_split(flow_keys)),
-            packets=packets,
-            bytes=nbytes,
-            data_packets=data_packets,
-            retransmissions=retransmissions,
-            queue_delay_samples=qd_samples,
-            queue_delay_sum_ns=qd_sum,
-            flow_events=tuple(events),
-            decisions=tuple(applied),
+def link_metrics_parameter(config: Config) -> str:
+    """The links and metrics settings as `LinkMetrics` reads them: base64 (a job parameter
+    value must not hold ':' or ',') of tab-separated lines; floats in repr, which Java parses
+    back to the same double."""
+    m = config.metrics
+    settings = (
+        m.srtt_alpha,
+        m.loss_alpha,
+        m.queue_delay_alpha,
+        m.rtt_min_horizon_ns,
+        m.long_flow_ttl_ns,
+        m.zscore_lag,
+        m.zscore_threshold,
+        m.zscore_influence,
+        m.sla_windows,
+    )
+    lines = ["\t".join(["metrics", *map(repr, settings)])]
+    for link in config.links:
+        values = (
+            link.capacity_bps,
+            link.weight_loss,
+            link.weight_delay,
+            link.max_loss,
+            link.max_queue_delay_ns,
         )
-
-
-_FLINK_TYPES = {
-    "string": Types.STRING,
-    "long": Types.LONG,
-    "int": Types.INT,
-    "double": Types.DOUBLE,
-    "boolean": Types.BOOLEAN,
-}
-
-
-def _row_type(stream: str) -> Any:
-    """The Flink row type of a stream's records (Avro field order and types)."""
-    fields = current_schema(STREAMS[stream])["fields"]
-    names = [f["name"] for f in fields]
-    types = []
-    for f in fields:
-        avro = f["type"][1] if isinstance(f["type"], list) else f["type"]
-        types.append(_FLINK_TYPES[avro]())
-    return Types.ROW_NAMED(names, types)
-
-
-def _row(stream: str, record: dict[str, Any]) -> Row:
-    return Row(*(record[f["name"]] for f in current_schema(STREAMS[stream])["fields"]))
-
-
-@dataclass
-class _LinkStates:
-    metrics: LinkState = field(default_factory=LinkState)
-    sla: SlaState = field(default_factory=SlaState)
-
-
-ALERTS = OutputTag("sla_alerts", _row_type("sla_alerts"))
-
-
-class LinkGroupFunction(KeyedProcessFunction):  # type: ignore[misc]
-    """Keyed by link group: one row in holds the window summaries of the group's links; out
-    come a LinkMetrics row per link and, on the ALERTS side output, the SLA alerts they
-    raise or resolve. The links' states are pickled into Flink's keyed state after every
-    window (so checkpoints cover them) and kept in memory between windows; a restarted
-    worker starts from what the checkpoint restored. Records of links the config does not
-    describe are counted and dropped."""
-
-    def __init__(self, links: Mapping[str, LinkConfig], metrics: MetricsConfig) -> None:
-        self.links = dict(links)
-        self.metrics = metrics
-
-    def open(self, runtime_context: RuntimeContext) -> None:
-        self.state = runtime_context.get_state(
-            ValueStateDescriptor("link_states", Types.PICKLED_BYTE_ARRAY())
-        )
-        self.unknown_links = runtime_context.get_metrics_group().counter("unknown_links")
-        self.groups: dict[int, dict[str, _LinkStates]] = {}
-
-    def process_element(self, value: Row, ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
-        group = self.groups.get(value.link_group)
-        if group is None:
-            stored = self.state.value()
-            group = self.groups[value.link_group] = pickle.loads(stored) if stored else {}
-        for summary in summaries_of(value):
-            link = self.links.get(summary.link_id)
-            if link is None:
-                self.unknown_links.inc()
-                continue
-            states = group.get(summary.link_id)
-            if states is None:
-                states = group[summary.link_id] = _LinkStates()
-            record = states.metrics.update(summary, link, self.metrics)
-            yield _row("link_metrics", record)
-            for alert in states.sla.update(record, link, self.metrics.sla_windows):
-                yield ALERTS, _row("sla_alerts", alert)
-        self.state.update(pickle.dumps(group))
+        lines.append("\t".join(["link", link.id, *map(repr, values)]))
+    return base64.b64encode("\n".join(lines).encode()).decode()
 
 
 def build_metrics_job(
@@ -291,8 +196,9 @@ def build_metrics_job(
     stop_offsets: Mapping[str, Mapping[int, int]] | None = None,
     transactional_id_prefix: str,
 ) -> StatementSet:
-    """Declares the sources, the SQL, the keyed Python stages and the two sinks (link
-    metrics, SLA alerts); returns the statements to execute as one Flink job."""
+    """Declares the sources, the SQL and the two sinks (link metrics, SLA alerts); returns
+    the statements to execute as one Flink job (the planner shares the views between the
+    two sinks)."""
     env.get_config().set("table.local-time-zone", "UTC")
     bootstrap = config.kafka.bootstrap
     create_sources(env, topics, bootstrap, config.metrics, source_options, stop_offsets)
@@ -300,16 +206,22 @@ def build_metrics_job(
         # Each sink's transactions need their own ids.
         options = exactly_once_sink_options(f"{transactional_id_prefix}.{stream}")
         env.execute_sql(kafka_table_ddl(table, stream, topics[stream], bootstrap, options=options))
-    links = {link.id: link for link in config.links}
-    metrics = (
-        env.to_data_stream(window_summaries(env, config.flink.window_ns))
-        .key_by(lambda row: row.link_group, key_type=Types.INT())
-        .process(LinkGroupFunction(links, config.metrics), output_type=_row_type("link_metrics"))
+    declare_link_windows(env, config.flink.window_ns)
+    declare_link_metrics(env, config)
+    metrics_columns = ", ".join(
+        f"`{f['name']}`" for f in current_schema(STREAMS["link_metrics"])["fields"]
     )
-    alerts = metrics.get_side_output(ALERTS)
+    alerts = " UNION ALL ".join(
+        f"""SELECT link_id, window_end_ns, {kind}_alert_id, {kind}_alert, '{name}',
+                   {kind}_value, {kind}_bound, {config.metrics.sla_windows}
+            FROM link_metrics_rows WHERE {kind}_alert IS NOT NULL"""
+        for kind, name in (("delay", "queue_delay"), ("loss", "loss"))
+    )
     statements = env.create_statement_set()
-    statements.add_insert("metrics_out", env.from_data_stream(metrics))
-    statements.add_insert("alerts_out", env.from_data_stream(alerts))
+    statements.add_insert_sql(
+        f"INSERT INTO metrics_out SELECT {metrics_columns} FROM link_metrics_rows"
+    )
+    statements.add_insert_sql(f"INSERT INTO alerts_out {alerts}")
     return statements
 
 
@@ -366,12 +278,10 @@ def run_metrics_job(
     if stop_offsets and not bounded:
         raise ValueError("stop offsets end a bounded run; the job is unbounded")
     env = stream_table_environment(conf)
-    # A window's rows wait in the Python stage's bundle for at most one window, and the
-    # sources publish watermarks twice a window (Flink's defaults, 1 s and 200 ms, add up to
-    # 1.2 s to when a window's record leaves; each watermark also flushes the window
+    # The sources publish watermarks twice a window (Flink's default, 200 ms, would hold a
+    # 100 ms window's record up to 200 ms longer; each watermark also flushes the window
     # aggregates' buffers, so more often costs throughput).
     window_ms = config.flink.window_ns // 1_000_000
-    env.get_config().set("python.fn-execution.bundle.time", str(window_ms))
     env.get_config().set("pipeline.auto-watermark-interval", f"{max(window_ms // 2, 1)} ms")
     if not bounded:
         # A live topic (or partition) without records must not hold event time back forever.

@@ -16,8 +16,9 @@ before any run. A Kafka broker of its own runs on free ports.
    it (bounded, parallelism 2, exactly-once sink). The rate is the samples of the windows
    that came out between 20% and 90% of the output, over the wall time they took (read
    uncommitted, so that the checkpoint cadence does not quantise it); start-up is outside it.
-2. Baseline, same run: the job's SQL part alone (the same sources and windows, no Python
-   stage), into a Kafka topic as JSON, on the same backlog and measured the same way.
+2. Baseline, same run: the job's SQL part alone (the same sources and windows, without
+   the per-link state of LinkMetrics), into a Kafka topic as JSON, on the same backlog and
+   measured the same way.
 3. Latency: traffic produced live (event time = wall clock) into fresh topics while the job
    runs unbounded, for LIVE seconds, at a rate the job sustains: half its measured
    throughput, at most LINKS links. A window's latency is the time its record became
@@ -59,10 +60,10 @@ from p4bs_jobs.flink_env import (
 )
 from p4bs_jobs.metrics import (
     create_sources,
+    declare_link_windows,
     exactly_once_sink_options,
     run_metrics_job,
     source_options,
-    window_summaries,
 )
 from p4bs_schemas.codec import codec
 from p4bs_schemas.registry import STREAMS
@@ -343,7 +344,7 @@ def produce_backlog(sender: Sender, seconds: int, start_ns: int) -> None:
 
 def run_baseline(config: Config, topics: dict[str, str], out_topic: str, work: Path) -> Any:
     """The metrics job's SQL per link and window (sources, windows, the Java per-flow
-    aggregate) into Kafka as JSON: the job without the link groups and Python."""
+    aggregate) into Kafka as JSON: the job without the per-link state (LinkMetrics)."""
     env = stream_table_environment(flink_conf(work, "baseline"))
     env.get_config().set("table.local-time-zone", "UTC")
     create_sources(
@@ -353,10 +354,10 @@ def run_baseline(config: Config, topics: dict[str, str], out_topic: str, work: P
         config.metrics,
         source_options("bench-baseline", bounded=True),
     )
-    window_summaries(env, config.flink.window_ns)  # declares the per-link window view
+    declare_link_windows(env, config.flink.window_ns)
     columns = (
         "link_id STRING, window_time TIMESTAMP_LTZ(3), rtt_samples BIGINT, rtt_flows INT, "
-        "rtt_inverse_sum DOUBLE, rtt_min_ns BIGINT, rtt_flow_keys STRING, packets BIGINT, "
+        "rtt_inverse_sum DOUBLE, rtt_min_ns BIGINT, rtt_flow_keys STRING, "
         "`bytes` BIGINT, data_packets BIGINT, retransmissions BIGINT, "
         "queue_delay_samples BIGINT, queue_delay_sum_ns BIGINT, flow_events STRING, "
         "decisions STRING"
@@ -373,7 +374,7 @@ def run_baseline(config: Config, topics: dict[str, str], out_topic: str, work: P
     return env.execute_sql("""
         INSERT INTO baseline_out
         SELECT link_id, window_time, rtt.samples, rtt.flows, rtt.inverse_sum, rtt.min_ns,
-               rtt.flow_keys, packets, `bytes`, data_packets, retransmissions,
+               rtt.flow_keys, `bytes`, data_packets, retransmissions,
                queue_delay_samples, queue_delay_sum_ns, flow_events, decisions
         FROM per_link""")
 

@@ -1,0 +1,584 @@
+package io.p4bs.flink;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.time.LocalDateTime;
+import java.time.ZoneOffset;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.HashMap;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import org.apache.flink.api.common.typeutils.SimpleTypeSerializerSnapshot;
+import org.apache.flink.api.common.typeutils.TypeSerializerSnapshot;
+import org.apache.flink.api.common.typeutils.base.TypeSerializerSingleton;
+import org.apache.flink.core.memory.DataInputView;
+import org.apache.flink.core.memory.DataOutputView;
+import org.apache.flink.metrics.Counter;
+import org.apache.flink.table.annotation.DataTypeHint;
+import org.apache.flink.table.annotation.FunctionHint;
+import org.apache.flink.table.functions.AggregateFunction;
+import org.apache.flink.table.functions.FunctionContext;
+import org.apache.flink.types.Row;
+
+/**
+ * The sequential part of the metrics job: one link's state from window to window, used as an
+ * OVER aggregate per link ordered by window time, so Flink keeps the state per link and in its
+ * checkpoints, and every window row in gives that window's LinkMetrics row out.
+ *
+ * <p>Input: one link's window as the job's SQL reduces it (RTT per flow from FlowRtts, summed
+ * counters, the window's flow events as "ts_ns kind flow_key" and applied decisions as "ts_ns
+ * buffer_bytes", each comma separated). Output: the LinkMetrics fields (streaming-jobs/README.md
+ * defines each), whether the link is one of the config's (known; other links' rows are counted
+ * in the metric unknown_links and left out), and the SLA alert each bound raises or resolves in
+ * this window (state "raise"/"resolve", else null).
+ *
+ * <p>The links and the metrics settings come from the job parameter {@value #CONFIG_PARAMETER}
+ * (base64 of tab-separated lines, written by p4bs_jobs.metrics.link_metrics_parameter).
+ * Arithmetic follows the definitions step by step as the tests' reference computation does:
+ * sums of the z-score are exactly rounded (Shewchuk's algorithm, as Python's math.fsum) and ns
+ * values are rounded half to even.
+ */
+@FunctionHint(
+    input = {
+      @DataTypeHint("STRING"),
+      @DataTypeHint("TIMESTAMP(3)"),
+      @DataTypeHint("TIMESTAMP(3)"),
+      @DataTypeHint("BIGINT"),
+      @DataTypeHint("INT"),
+      @DataTypeHint("DOUBLE"),
+      @DataTypeHint("BIGINT"),
+      @DataTypeHint("STRING"),
+      @DataTypeHint("BIGINT"),
+      @DataTypeHint("BIGINT"),
+      @DataTypeHint("BIGINT"),
+      @DataTypeHint("BIGINT"),
+      @DataTypeHint("BIGINT"),
+      @DataTypeHint("STRING"),
+      @DataTypeHint("STRING")
+    },
+    accumulator =
+        @DataTypeHint(
+            value = "RAW",
+            bridgedTo = LinkMetrics.State.class,
+            rawSerializer = LinkMetrics.StateSerializer.class),
+    output =
+        @DataTypeHint(
+            "ROW<known BOOLEAN NOT NULL, window_start_ns BIGINT, window_end_ns BIGINT,"
+                + " rtt_samples BIGINT, rtt_flows INT, rtt_hmean_ns BIGINT, srtt_ns BIGINT,"
+                + " rtt_min_ns BIGINT, long_flows INT, data_packets BIGINT,"
+                + " retransmissions BIGINT, loss_rate DOUBLE, loss_rate_ewma DOUBLE,"
+                + " queue_delay_samples BIGINT, queue_delay_ns BIGINT,"
+                + " queue_delay_ewma_ns BIGINT, throughput_bps BIGINT, utilisation DOUBLE,"
+                + " f DOUBLE, zscore DOUBLE, `change` BOOLEAN, buffer_bytes BIGINT,"
+                + " delay_alert STRING, delay_alert_id STRING, delay_value DOUBLE,"
+                + " delay_bound DOUBLE, loss_alert STRING, loss_alert_id STRING,"
+                + " loss_value DOUBLE, loss_bound DOUBLE>"))
+public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
+  private static final long serialVersionUID = 1L;
+  public static final String CONFIG_PARAMETER = "p4bs.link-metrics";
+  /** A flat f has deviation 0; a later move of f is then a change with a finite z. */
+  private static final double Z_DEVIATION_FLOOR = 1e-9;
+
+  private static final int OUTPUT_FIELDS = 30;
+  private static final int DELAY = 0, LOSS = 1;
+  private static final String[] KINDS = {"queue_delay", "loss"};
+
+  private transient Settings settings;
+  private transient Map<String, Link> links;
+  private transient Counter unknownLinks;
+
+  /** The metrics settings (config [metrics]). */
+  static final class Settings {
+    double srttAlpha, lossAlpha, queueDelayAlpha, zscoreThreshold, zscoreInfluence;
+    long rttMinHorizonNs, longFlowTtlNs;
+    int zscoreLag, slaWindows;
+  }
+
+  /** One link of the config: its capacity, weights and SLA bounds. */
+  static final class Link {
+    long capacityBps, maxQueueDelayNs;
+    double weightLoss, weightDelay, maxLoss;
+  }
+
+  /** What a link carries from one window to the next. */
+  public static final class State {
+    double srtt = Double.NaN, lossEwma = Double.NaN, queueDelayEwma = Double.NaN;
+    /** (window end, minimum), the minima increasing from the oldest. */
+    final ArrayDeque<long[]> rttMinima = new ArrayDeque<>();
+    /** Long flows: flow key -> last sign of life (start event or RTT sample). */
+    final HashMap<String, Long> longFlows = new HashMap<>();
+    /** The change detector's lag of filtered f values. */
+    final ArrayDeque<Double> filteredF = new ArrayDeque<>();
+    long bufferBytes = -1, bufferSinceNs = -1; // -1 bytes: no decision applied yet
+    /** Per SLA bound: consecutive windows outside, inside, and the raised alert's id. */
+    final int[] outside = new int[2], inside = new int[2];
+    final String[] alertId = new String[2];
+    /** The last window's output, read by getValue right after accumulate; not state. */
+    transient Row out;
+  }
+
+  /** Writes a state field by field; Kryo's generic handling would cost in every checkpoint. */
+  public static final class StateSerializer extends TypeSerializerSingleton<State> {
+    private static final long serialVersionUID = 1L;
+    static final StateSerializer INSTANCE = new StateSerializer();
+
+    @Override
+    public boolean isImmutableType() {
+      return false;
+    }
+
+    @Override
+    public State createInstance() {
+      return new State();
+    }
+
+    @Override
+    public State copy(State from) {
+      State to = new State();
+      to.srtt = from.srtt;
+      to.lossEwma = from.lossEwma;
+      to.queueDelayEwma = from.queueDelayEwma;
+      for (long[] m : from.rttMinima) {
+        to.rttMinima.add(m.clone());
+      }
+      to.longFlows.putAll(from.longFlows);
+      to.filteredF.addAll(from.filteredF);
+      to.bufferBytes = from.bufferBytes;
+      to.bufferSinceNs = from.bufferSinceNs;
+      for (int k = 0; k < 2; k++) {
+        to.outside[k] = from.outside[k];
+        to.inside[k] = from.inside[k];
+        to.alertId[k] = from.alertId[k];
+      }
+      to.out = from.out;
+      return to;
+    }
+
+    @Override
+    public State copy(State from, State reuse) {
+      return copy(from);
+    }
+
+    @Override
+    public int getLength() {
+      return -1;
+    }
+
+    @Override
+    public void serialize(State s, DataOutputView target) throws IOException {
+      target.writeDouble(s.srtt);
+      target.writeDouble(s.lossEwma);
+      target.writeDouble(s.queueDelayEwma);
+      target.writeInt(s.rttMinima.size());
+      for (long[] m : s.rttMinima) {
+        target.writeLong(m[0]);
+        target.writeLong(m[1]);
+      }
+      target.writeInt(s.longFlows.size());
+      for (Map.Entry<String, Long> e : s.longFlows.entrySet()) {
+        target.writeUTF(e.getKey());
+        target.writeLong(e.getValue());
+      }
+      target.writeInt(s.filteredF.size());
+      for (double f : s.filteredF) {
+        target.writeDouble(f);
+      }
+      target.writeLong(s.bufferBytes);
+      target.writeLong(s.bufferSinceNs);
+      for (int k = 0; k < 2; k++) {
+        target.writeInt(s.outside[k]);
+        target.writeInt(s.inside[k]);
+        target.writeBoolean(s.alertId[k] != null);
+        if (s.alertId[k] != null) {
+          target.writeUTF(s.alertId[k]);
+        }
+      }
+    }
+
+    @Override
+    public State deserialize(DataInputView source) throws IOException {
+      State s = new State();
+      s.srtt = source.readDouble();
+      s.lossEwma = source.readDouble();
+      s.queueDelayEwma = source.readDouble();
+      for (int n = source.readInt(); n > 0; n--) {
+        s.rttMinima.add(new long[] {source.readLong(), source.readLong()});
+      }
+      for (int n = source.readInt(); n > 0; n--) {
+        s.longFlows.put(source.readUTF(), source.readLong());
+      }
+      for (int n = source.readInt(); n > 0; n--) {
+        s.filteredF.add(source.readDouble());
+      }
+      s.bufferBytes = source.readLong();
+      s.bufferSinceNs = source.readLong();
+      for (int k = 0; k < 2; k++) {
+        s.outside[k] = source.readInt();
+        s.inside[k] = source.readInt();
+        s.alertId[k] = source.readBoolean() ? source.readUTF() : null;
+      }
+      return s;
+    }
+
+    @Override
+    public State deserialize(State reuse, DataInputView source) throws IOException {
+      return deserialize(source);
+    }
+
+    @Override
+    public void copy(DataInputView source, DataOutputView target) throws IOException {
+      serialize(deserialize(source), target);
+    }
+
+    @Override
+    public TypeSerializerSnapshot<State> snapshotConfiguration() {
+      return new StateSerializerSnapshot();
+    }
+  }
+
+  /** The serializer has no configuration: restoring it is creating it. */
+  public static final class StateSerializerSnapshot extends SimpleTypeSerializerSnapshot<State> {
+    public StateSerializerSnapshot() {
+      super(() -> StateSerializer.INSTANCE);
+    }
+  }
+
+  @Override
+  public void open(FunctionContext context) {
+    String encoded = context.getJobParameter(CONFIG_PARAMETER, null);
+    if (encoded == null) {
+      throw new IllegalStateException(
+          "job parameter " + CONFIG_PARAMETER + " (the links and metrics settings) is not set");
+    }
+    parseConfig(new String(Base64.getDecoder().decode(encoded), StandardCharsets.UTF_8));
+    unknownLinks = context.getMetricGroup().counter("unknown_links");
+  }
+
+  private void parseConfig(String text) {
+    links = new HashMap<>();
+    for (String line : text.split("\n")) {
+      String[] f = line.split("\t");
+      if (f[0].equals("metrics")) {
+        settings = new Settings();
+        settings.srttAlpha = Double.parseDouble(f[1]);
+        settings.lossAlpha = Double.parseDouble(f[2]);
+        settings.queueDelayAlpha = Double.parseDouble(f[3]);
+        settings.rttMinHorizonNs = Long.parseLong(f[4]);
+        settings.longFlowTtlNs = Long.parseLong(f[5]);
+        settings.zscoreLag = Integer.parseInt(f[6]);
+        settings.zscoreThreshold = Double.parseDouble(f[7]);
+        settings.zscoreInfluence = Double.parseDouble(f[8]);
+        settings.slaWindows = Integer.parseInt(f[9]);
+      } else if (f[0].equals("link")) {
+        Link link = new Link();
+        link.capacityBps = Long.parseLong(f[2]);
+        link.weightLoss = Double.parseDouble(f[3]);
+        link.weightDelay = Double.parseDouble(f[4]);
+        link.maxLoss = Double.parseDouble(f[5]);
+        link.maxQueueDelayNs = Long.parseLong(f[6]);
+        links.put(f[1], link);
+      } else {
+        throw new IllegalArgumentException("unknown line in " + CONFIG_PARAMETER + ": " + f[0]);
+      }
+    }
+    if (settings == null) {
+      throw new IllegalArgumentException(CONFIG_PARAMETER + " has no metrics line");
+    }
+  }
+
+  @Override
+  public State createAccumulator() {
+    return new State();
+  }
+
+  public void accumulate(
+      State s,
+      String linkId,
+      LocalDateTime windowStart,
+      LocalDateTime windowEnd,
+      Long rttSamples,
+      Integer rttFlows,
+      Double rttInverseSum,
+      Long rttMinNs,
+      String rttFlowKeys,
+      Long bytes,
+      Long dataPackets,
+      Long retransmissions,
+      Long queueDelaySamples,
+      Long queueDelaySumNs,
+      String flowEvents,
+      String decisions) {
+    Link link = links.get(linkId);
+    if (link == null) {
+      unknownLinks.inc();
+      s.out = new Row(OUTPUT_FIELDS);
+      s.out.setField(0, false);
+      return;
+    }
+    Settings m = settings;
+    long start = epochNs(windowStart), end = epochNs(windowEnd);
+
+    Double hmean = rttFlows != null && rttFlows > 0 ? rttFlows / rttInverseSum : null;
+    if (hmean != null) {
+      s.srtt = ewma(s.srtt, hmean, m.srttAlpha);
+    }
+    if (rttMinNs != null) {
+      while (!s.rttMinima.isEmpty() && s.rttMinima.peekLast()[1] >= rttMinNs) {
+        s.rttMinima.pollLast(); // a later, smaller minimum outlives it
+      }
+      s.rttMinima.addLast(new long[] {end, rttMinNs});
+    }
+    while (!s.rttMinima.isEmpty() && s.rttMinima.peekFirst()[0] <= end - m.rttMinHorizonNs) {
+      s.rttMinima.pollFirst();
+    }
+
+    countLongFlows(s, flowEvents, rttFlowKeys, end, m.longFlowTtlNs);
+
+    long data = dataPackets, retrans = retransmissions;
+    double loss = data != 0 ? (double) retrans / (double) data : 0.0;
+    s.lossEwma = ewma(s.lossEwma, loss, m.lossAlpha);
+    long qdSamples = queueDelaySamples;
+    Double delay = qdSamples != 0 ? (double) queueDelaySumNs / (double) qdSamples : null;
+    if (delay != null) {
+      s.queueDelayEwma = ewma(s.queueDelayEwma, delay, m.queueDelayAlpha);
+    }
+    double f =
+        -(link.weightLoss * loss / link.maxLoss
+            + link.weightDelay * (delay != null ? delay : 0.0) / (double) link.maxQueueDelayNs);
+    double[] change = detectChange(s.filteredF, f, m);
+
+    if (decisions != null) {
+      for (String item : decisions.split(",")) {
+        int space = item.indexOf(' ');
+        long ts = Long.parseLong(item.substring(0, space));
+        if (ts >= s.bufferSinceNs) {
+          s.bufferSinceNs = ts;
+          s.bufferBytes = Long.parseLong(item.substring(space + 1));
+        }
+      }
+    }
+
+    double windowS = (end - start) / 1e9;
+    double throughput = (double) (bytes * 8) / windowS;
+    Long delayNs = delay != null ? roundNs(delay) : null;
+    Object[] alerts = new Object[8];
+    // A window without queueing-delay samples had nothing queued to measure.
+    sla(s, DELAY, delayNs != null ? (double) delayNs : 0.0, (double) link.maxQueueDelayNs,
+        linkId, end, m.slaWindows, alerts);
+    sla(s, LOSS, loss, link.maxLoss, linkId, end, m.slaWindows, alerts);
+    s.out =
+        Row.of(
+            true,
+            start,
+            end,
+            rttSamples,
+            rttFlows,
+            hmean != null ? roundNs(hmean) : null,
+            Double.isNaN(s.srtt) ? null : roundNs(s.srtt),
+            s.rttMinima.isEmpty() ? null : s.rttMinima.peekFirst()[1],
+            s.longFlows.size(),
+            data,
+            retrans,
+            loss,
+            s.lossEwma,
+            qdSamples,
+            delayNs,
+            Double.isNaN(s.queueDelayEwma) ? null : roundNs(s.queueDelayEwma),
+            roundNs(throughput),
+            throughput / link.capacityBps,
+            f,
+            change[0],
+            change[1] != 0,
+            s.bufferBytes >= 0 ? s.bufferBytes : null,
+            alerts[0],
+            alerts[1],
+            alerts[2],
+            alerts[3],
+            alerts[4],
+            alerts[5],
+            alerts[6],
+            alerts[7]);
+  }
+
+  @Override
+  public Row getValue(State s) {
+    return s.out;
+  }
+
+  /**
+   * N: flows enter on their start event and leave on their end event; an RTT sample is a sign of
+   * life, and a flow without one for the TTL has lost its end event.
+   */
+  private static void countLongFlows(
+      State s, String flowEvents, String rttFlowKeys, long end, long ttlNs) {
+    if (flowEvents != null) {
+      List<String[]> events = new ArrayList<>();
+      for (String item : flowEvents.split(",")) {
+        events.add(item.split(" "));
+      }
+      events.sort(
+          (a, b) -> {
+            int byTime = Long.compare(Long.parseLong(a[0]), Long.parseLong(b[0]));
+            if (byTime != 0) {
+              return byTime;
+            }
+            int byKind = a[1].compareTo(b[1]);
+            return byKind != 0 ? byKind : a[2].compareTo(b[2]);
+          });
+      for (String[] e : events) {
+        if (e[1].equals("start")) {
+          s.longFlows.putIfAbsent(e[2], Long.parseLong(e[0]));
+        } else {
+          s.longFlows.remove(e[2]);
+        }
+      }
+    }
+    if (rttFlowKeys != null && !s.longFlows.isEmpty()) {
+      for (String key : rttFlowKeys.split(",")) {
+        s.longFlows.replace(key, end);
+      }
+    }
+    long expired = end - ttlNs;
+    Iterator<Long> seen = s.longFlows.values().iterator();
+    while (seen.hasNext()) {
+      if (seen.next() < expired) {
+        seen.remove();
+      }
+    }
+  }
+
+  /**
+   * Smoothed z-score (Brakel): f against the mean and deviation of the last lag filtered values;
+   * a change enters the filter damped by the influence. Returns {z, 1 if a change else 0}.
+   */
+  private static double[] detectChange(ArrayDeque<Double> filtered, double f, Settings m) {
+    if (filtered.size() < m.zscoreLag) {
+      filtered.addLast(f);
+      return new double[] {0.0, 0};
+    }
+    int n = filtered.size();
+    double[] values = new double[n];
+    int i = 0;
+    for (double v : filtered) {
+      values[i++] = v;
+    }
+    double mean = exactSum(values) / n;
+    double[] squares = new double[n];
+    for (i = 0; i < n; i++) {
+      double d = values[i] - mean;
+      squares[i] = d * d;
+    }
+    double deviation = Math.sqrt(exactSum(squares) / n);
+    double z = (f - mean) / Math.max(deviation, Z_DEVIATION_FLOOR);
+    boolean change = Math.abs(z) > m.zscoreThreshold;
+    double previous = filtered.peekLast();
+    filtered.pollFirst();
+    filtered.addLast(change ? m.zscoreInfluence * f + (1 - m.zscoreInfluence) * previous : f);
+    return new double[] {z, change ? 1 : 0};
+  }
+
+  /** A bound broken for K consecutive windows raises an alert, K windows within resolve it. */
+  private static void sla(
+      State s,
+      int kind,
+      double value,
+      double bound,
+      String linkId,
+      long end,
+      int k,
+      Object[] alerts) {
+    if (value > bound) {
+      s.outside[kind]++;
+      s.inside[kind] = 0;
+    } else {
+      s.outside[kind] = 0;
+      s.inside[kind]++;
+    }
+    String state;
+    String id = s.alertId[kind];
+    if (id == null && s.outside[kind] == k) {
+      id = s.alertId[kind] = linkId + "/" + KINDS[kind] + "/" + end;
+      state = "raise";
+    } else if (id != null && s.inside[kind] == k) {
+      s.alertId[kind] = null;
+      state = "resolve";
+    } else {
+      return;
+    }
+    int at = kind * 4;
+    alerts[at] = state;
+    alerts[at + 1] = id;
+    alerts[at + 2] = value;
+    alerts[at + 3] = bound;
+  }
+
+  private static double ewma(double previous, double sample, double alpha) {
+    return Double.isNaN(previous) ? sample : alpha * previous + (1 - alpha) * sample;
+  }
+
+  /** Rounded half to even, as the reference computation (Python's round) does. */
+  private static long roundNs(double value) {
+    return (long) Math.rint(value);
+  }
+
+  private static long epochNs(LocalDateTime moment) {
+    return moment.toEpochSecond(ZoneOffset.UTC) * 1_000_000_000L + moment.getNano();
+  }
+
+  /**
+   * The exactly rounded sum of the values (Shewchuk's partials with a half-even correction of the
+   * last step, the algorithm of Python's math.fsum), so a flat series has exactly zero deviation.
+   */
+  static double exactSum(double[] values) {
+    double[] partials = new double[values.length + 1];
+    int used = 0;
+    for (double value : values) {
+      double x = value;
+      int i = 0;
+      for (int j = 0; j < used; j++) {
+        double y = partials[j];
+        if (Math.abs(x) < Math.abs(y)) {
+          double t = x;
+          x = y;
+          y = t;
+        }
+        double hi = x + y;
+        double lo = y - (hi - x);
+        if (lo != 0.0) {
+          partials[i++] = lo;
+        }
+        x = hi;
+      }
+      partials[i] = x;
+      used = i + 1;
+    }
+    if (used == 0) {
+      return 0.0;
+    }
+    int n = used;
+    double hi = partials[--n];
+    double lo = 0.0;
+    while (n > 0) {
+      double x = hi;
+      double y = partials[--n];
+      hi = x + y;
+      double yr = hi - x;
+      lo = y - yr;
+      if (lo != 0.0) {
+        break;
+      }
+    }
+    if (n > 0 && ((lo < 0.0 && partials[n - 1] < 0.0) || (lo > 0.0 && partials[n - 1] > 0.0))) {
+      double y = lo * 2.0;
+      double x = hi + y;
+      double yr = x - hi;
+      if (y == yr) {
+        hi = x;
+      }
+    }
+    return hi;
+  }
+}
