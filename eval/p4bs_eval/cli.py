@@ -15,6 +15,16 @@ from typing import Any
 from p4bs import paths
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+# `p4bs eval all`, in order (p4bs-fig17's run gives Fig. 10 its measured curve).
+FULL_SET = (
+    "globecom-test1",
+    "globecom-test2",
+    "globecom-test3",
+    "gomez-jenks",
+    "p4bs-fig11",
+    "p4bs-fig14",
+    "p4bs-fig17",
+)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -45,16 +55,75 @@ def cmd_run(args: argparse.Namespace) -> int:
         scenario = dataclasses.replace(scenario, repeat=args.repeat)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out or paths.home() / ".run" / "eval" / f"{scenario.name}-{stamp}"
-    # Both signals unwind the runs (testbed and stack down) as Ctrl-C does, also when the
-    # shell that started the eval in the background left SIGINT ignored.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    _unwind_on_signals()
     try:
         failed = run_eval(scenario, out, args.config)
     except KeyboardInterrupt:
         print(f"p4bs eval: interrupted; the finished runs are in {out}", file=sys.stderr)
         return 130
     print(f"report: {write_report(out)}")
+    return 1 if failed else 0
+
+
+def _unwind_on_signals() -> None:
+    """SIGINT and SIGTERM unwind the runs (testbed and stack down) as Ctrl-C does, also when
+    the shell that started the eval in the background left SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+
+def cmd_all(args: argparse.Namespace) -> int:
+    """Every scenario of the full set, then Fig. 10 on seeded curves and on the p4bs-fig17
+    run's measured f; each step's wall time goes to times.md as it finishes."""
+    from p4bs_eval.acquisition import CurveError, run_acquisitions
+    from p4bs_eval.report import write_report
+    from p4bs_eval.runner import run_eval
+    from p4bs_eval.scenario import ScenarioError, load_scenario
+
+    try:
+        scenarios = [load_scenario(SCENARIOS / f"{name}.toml") for name in FULL_SET]
+    except ScenarioError as exc:
+        print(f"p4bs eval: {exc}", file=sys.stderr)
+        return 2
+    for scenario in scenarios:
+        problem = _config_problem(args.config, scenario.link_settings)
+        if problem:
+            print(f"p4bs eval: {scenario.name}: {problem}", file=sys.stderr)
+            return 2
+    out = args.out or paths.home() / ".run" / "eval" / f"all-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    steps: list[tuple[str, str, float]] = []
+
+    def finished(name: str, runs: str, began: float) -> None:
+        steps.append((name, runs, time.monotonic() - began))
+        total = sum(took for _, _, took in steps)
+        rows = [f"| {n} | {r} | {took / 60:.1f} |" for n, r, took in steps]
+        (out / "times.md").write_text(
+            "| step | runs | minutes |\n|---|---|---|\n"
+            + "\n".join(rows)
+            + f"\n| total | | {total / 60:.1f} |\n"
+        )
+        print(f"p4bs eval all: {name} done, {total / 60:.1f} min so far", flush=True)
+
+    failed = 0
+    _unwind_on_signals()
+    try:
+        for scenario in scenarios:
+            began = time.monotonic()
+            failed += run_eval(scenario, out / scenario.name, args.config)
+            write_report(out / scenario.name)
+            finished(scenario.name, str(len(list(scenario.runs()))), began)
+        for name, curve in (("acquisition", None), ("acquisition-curve", out / "p4bs-fig17")):
+            began = time.monotonic()
+            run_acquisitions(out / name, 10, 50, curve)
+            finished(name, "10 seeds", began)
+    except KeyboardInterrupt:
+        print(f"p4bs eval: interrupted; the finished steps are in {out}", file=sys.stderr)
+        return 130
+    except CurveError as exc:  # p4bs-fig17's runs failed
+        print(f"p4bs eval: acquisition-curve: {exc}", file=sys.stderr)
+        return 1
+    print(f"times: {out / 'times.md'}")
     return 1 if failed else 0
 
 
@@ -140,3 +209,12 @@ def add_parser(sub: Any, default_config: Path) -> None:
         "of seeded Fig. 18-shaped curves",
     )
     acquisition.set_defaults(func=cmd_acquisition)
+    everything = eval_sub.add_parser(
+        "all",
+        help=f"the full set: {', '.join(FULL_SET)}, then Fig. 10 (seeded and measured curves)",
+    )
+    everything.add_argument("--out", type=Path, help="default: .run/eval/all-<time>")
+    everything.add_argument(
+        "--config", type=Path, default=default_config, help="default: %(default)s"
+    )
+    everything.set_defaults(func=cmd_all)
