@@ -8,7 +8,6 @@ import java.util.List;
 import java.util.Map;
 import org.apache.flink.api.common.typeutils.SimpleTypeSerializerSnapshot;
 import org.apache.flink.api.common.typeutils.TypeSerializerSnapshot;
-import org.apache.flink.api.common.typeutils.base.TypeSerializerSingleton;
 import org.apache.flink.core.memory.DataInputView;
 import org.apache.flink.core.memory.DataOutputView;
 import org.apache.flink.metrics.Counter;
@@ -79,14 +78,9 @@ public class FlowRtts extends AggregateFunction<Row, FlowRtts.Flows> {
    * serializes accumulators between the two aggregation phases and into every checkpoint, and
    * its generic (Kryo) serializer's string and map handling showed in a profile of the job.
    */
-  public static final class FlowsSerializer extends TypeSerializerSingleton<Flows> {
+  public static final class FlowsSerializer extends FieldSerializer<Flows> {
     private static final long serialVersionUID = 1L;
     static final FlowsSerializer INSTANCE = new FlowsSerializer();
-
-    @Override
-    public boolean isImmutableType() {
-      return false;
-    }
 
     @Override
     public Flows createInstance() {
@@ -100,16 +94,6 @@ public class FlowRtts extends AggregateFunction<Row, FlowRtts.Flows> {
         to.byKey.put(e.getKey(), e.getValue().clone());
       }
       return to;
-    }
-
-    @Override
-    public Flows copy(Flows from, Flows reuse) {
-      return copy(from);
-    }
-
-    @Override
-    public int getLength() {
-      return -1;
     }
 
     @Override
@@ -132,16 +116,6 @@ public class FlowRtts extends AggregateFunction<Row, FlowRtts.Flows> {
         flows.byKey.put(key, new long[] {source.readLong(), source.readLong(), source.readLong()});
       }
       return flows;
-    }
-
-    @Override
-    public Flows deserialize(Flows reuse, DataInputView source) throws IOException {
-      return deserialize(source);
-    }
-
-    @Override
-    public void copy(DataInputView source, DataOutputView target) throws IOException {
-      serialize(deserialize(source), target);
     }
 
     @Override

@@ -13,7 +13,6 @@ import java.util.List;
 import java.util.Map;
 import org.apache.flink.api.common.typeutils.SimpleTypeSerializerSnapshot;
 import org.apache.flink.api.common.typeutils.TypeSerializerSnapshot;
-import org.apache.flink.api.common.typeutils.base.TypeSerializerSingleton;
 import org.apache.flink.core.memory.DataInputView;
 import org.apache.flink.core.memory.DataOutputView;
 import org.apache.flink.metrics.Counter;
@@ -120,15 +119,10 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
     transient Row out;
   }
 
-  /** Writes a state field by field; Kryo's generic handling would cost in every checkpoint. */
-  public static final class StateSerializer extends TypeSerializerSingleton<State> {
+  /** Writes a state field by field (see FieldSerializer). */
+  public static final class StateSerializer extends FieldSerializer<State> {
     private static final long serialVersionUID = 1L;
     static final StateSerializer INSTANCE = new StateSerializer();
-
-    @Override
-    public boolean isImmutableType() {
-      return false;
-    }
 
     @Override
     public State createInstance() {
@@ -155,16 +149,6 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
       }
       to.out = from.out;
       return to;
-    }
-
-    @Override
-    public State copy(State from, State reuse) {
-      return copy(from);
-    }
-
-    @Override
-    public int getLength() {
-      return -1;
     }
 
     @Override
@@ -221,16 +205,6 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
         s.alertId[k] = source.readBoolean() ? source.readUTF() : null;
       }
       return s;
-    }
-
-    @Override
-    public State deserialize(State reuse, DataInputView source) throws IOException {
-      return deserialize(source);
-    }
-
-    @Override
-    public void copy(DataInputView source, DataOutputView target) throws IOException {
-      serialize(deserialize(source), target);
     }
 
     @Override
