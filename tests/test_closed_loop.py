@@ -58,6 +58,21 @@ def _decisions(loop: ClosedLoop) -> list[dict[str, Any]]:
     return read_stream(loop.config.kafka.bootstrap, "buffer_decisions", loop.topics)
 
 
+def _session_commands(leader: int) -> list[list[str]]:
+    """The command lines of the processes in the session `leader` started."""
+    commands = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # Fields after the command (which may hold spaces) end with ')': state, ppid,
+            # pgrp, session.
+            session = int(stat.read_text().rpartition(")")[2].split()[3])
+            if session == leader:
+                commands.append((stat.parent / "cmdline").read_bytes().decode().split("\0"))
+        except (OSError, ValueError):  # the process ended meanwhile
+            continue
+    return commands
+
+
 def test_globecom_brings_rtt_to_base_and_keeps_the_link_busy(
     testbed: Testbed, stack: Stack, tmp_path: Path
 ) -> None:
@@ -69,6 +84,11 @@ def test_globecom_brings_rtt_to_base_and_keeps_the_link_busy(
     )
     loop.start()
     try:
+        # The loop's metrics job runs in a JVM with the loop's options (faster start-up).
+        jvm_args = loop.config.flink.jvm_args.split()
+        assert jvm_args
+        javas = [c for c in _session_commands(loop.processes["metrics-job"].pid) if "java" in c[0]]
+        assert javas and all(set(jvm_args) <= set(c) for c in javas), javas
         scenario = Scenario(duration_s=45, warmup_s=30)
         summary = TrafficRun(testbed, tmp_path / "run", scenario).run(progress=lambda _: None)
     finally:

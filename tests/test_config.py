@@ -86,6 +86,7 @@ BAD = [
     (_set("flink.mode", "yarn"), "flink.mode: must be one of embedded, remote"),
     (_set("flink.window", "0ms"), "flink.window: the window must be positive"),
     (_set("flink.window", "150ms"), "flink.window: must be a multiple of dataplane.export"),
+    (_set("flink.jvm_args", ["-Xmx1g"]), "flink.jvm_args: must be a non-empty string"),
     (_set("metrics.srtt_alpha", 1.0), "metrics.srtt_alpha: must be a fraction"),
     (_set("metrics.zscore_lag", 1), "metrics.zscore_lag: must be an integer in [2"),
     (_set("metrics.long_flow_ttl", "0s"), "metrics.long_flow_ttl: long_flow_ttl must be"),

@@ -159,8 +159,12 @@ class RecordConsumer:
                 # Offsets are stored only once a record is handled (or dead-lettered).
                 "enable.auto.offset.store": False,
                 "enable.auto.commit": not whole_topics,
+                # Tells when a partition is read to its end (transaction markers included):
+                # `at_end` without a round trip to the broker per partition.
+                "enable.partition.eof": whole_topics,
             }
         )
+        self._at_eof: set[tuple[str, int]] = set()
         if whole_topics:
             metadata = self._consumer.list_topics(timeout=30).topics
             missing = sorted(set(self._stream_of) - set(metadata))
@@ -185,11 +189,15 @@ class RecordConsumer:
             if msg is None:
                 return None
             err = msg.error()
+            if err is not None and err.code() == KafkaError._PARTITION_EOF:
+                self._at_eof.add((msg.topic() or "", msg.partition() or 0))
+                continue
             if err is not None:
                 if err.fatal():
                     raise KafkaException(err)
                 log.warning("consumer %s: %s", self.group, err)
                 continue
+            self._at_eof.discard((msg.topic() or "", msg.partition() or 0))
             received = self._decode(msg)
             if received is None or self._store_on_poll:
                 self._consumer.store_offsets(msg)
@@ -252,16 +260,10 @@ class RecordConsumer:
             )
 
     def at_end(self) -> bool:
-        """Whether every partition assigned to this consumer is read up to its current end;
-        False until the group has assigned it partitions."""
+        """Whether every partition is read up to its end as it stood when last fetched (a
+        `whole_topics` consumer only)."""
         assigned = self._consumer.assignment()
-        if not assigned:
-            return False
-        for tp in self._consumer.position(assigned):
-            low, high = self._consumer.get_watermark_offsets(tp, timeout=10, cached=False)
-            if (tp.offset if tp.offset >= 0 else low) < high:
-                return False
-        return True
+        return bool(assigned) and all((tp.topic, tp.partition) in self._at_eof for tp in assigned)
 
     def close(self) -> None:
         self._consumer.close()

@@ -102,6 +102,9 @@ class FlinkConfig:
     parallelism: int = 1
     window_ns: int = 100_000_000
     checkpoint_interval_ns: int = 500_000_000
+    # Options for the JVM that `p4bs jobs run|submit` starts (PyFlink's JVM_ARGS): with an
+    # embedded job it also runs the job.
+    jvm_args: str = ""
 
 
 @dataclass(frozen=True)
@@ -457,7 +460,9 @@ def _read_influx(r: _Reader, data: dict[str, Any]) -> InfluxConfig:
 
 def _read_flink(r: _Reader, data: dict[str, Any]) -> FlinkConfig:
     d = FlinkConfig()
-    r.unknown(data, {"mode", "jobmanager", "parallelism", "window", "checkpoint_interval"})
+    r.unknown(
+        data, {"mode", "jobmanager", "parallelism", "window", "checkpoint_interval", "jvm_args"}
+    )
     window = _positive(parse_duration_ns, "the window")
     interval = _positive(parse_duration_ns, "the checkpoint interval")
     return FlinkConfig(
@@ -467,6 +472,7 @@ def _read_flink(r: _Reader, data: dict[str, Any]) -> FlinkConfig:
         window_ns=r.get(data, "window", window, d.window_ns) or d.window_ns,
         checkpoint_interval_ns=r.get(data, "checkpoint_interval", interval, None)
         or d.checkpoint_interval_ns,
+        jvm_args=r.get(data, "jvm_args", _text, d.jvm_args) or d.jvm_args,
     )
 
 

@@ -56,6 +56,20 @@ class Progress:
             print(("\r" if self.tty else "") + text, flush=True)
 
 
+class PhaseClock:
+    """Wall time of a run's phases (testbed up, loop start, traffic, stop, read back), s:
+    where a run's time beyond its traffic goes."""
+
+    def __init__(self) -> None:
+        self.took: dict[str, float] = {}
+        self.last = time.monotonic()
+
+    def mark(self, phase: str) -> None:
+        now = time.monotonic()
+        self.took[phase] = round(now - self.last, 1)
+        self.last = now
+
+
 def dump_stream(loop: ClosedLoop, stream: str, path: Path) -> list[dict[str, Any]]:
     """Every committed record of one of the loop's topics, written as JSON lines."""
     records = read_stream(loop.config.kafka.bootstrap, stream, loop.topics)
@@ -83,8 +97,10 @@ def run_one(
     loop: ClosedLoop | None = None
     label = f"[{progress.done + 1}/{progress.total}] {point.label} | {policy} | #{repeat}"
     began = time.monotonic()
+    phases = PhaseClock()
     try:
         testbed.up()
+        phases.mark("testbed_up")
         loop = ClosedLoop(
             tomllib.loads(base_config.read_text()),
             testbed,
@@ -101,6 +117,7 @@ def run_one(
             optimizer=policy != NO_POLICY,
             progress=lambda line: progress.show(f"{label} | {line}"),
         )
+        phases.mark("loop_start")
         traffic = Scenario(
             duration_s=scenario.duration_s,
             warmup_s=scenario.warmup_s,
@@ -129,16 +146,20 @@ def run_one(
             )
         if failure:
             raise failure[0]
+        phases.mark("traffic")
     finally:
         if loop is not None:
             loop.stop()
         testbed.down()
+    phases.mark("stop")
     windows = dump_stream(loop, "link_metrics", run_dir / "link_metrics.jsonl")
     decisions = dump_stream(loop, "buffer_decisions", run_dir / "decisions.jsonl")
+    phases.mark("read_back")
     groups_by_address = {g.address: g.name for g in plan.groups}
-    return run_figures(
+    figures = run_figures(
         result, run_dir / "traffic", windows, decisions, groups_by_address, plan.rate_bps
     )
+    return figures | {"phases_s": phases.took}
 
 
 def run_eval(

@@ -6,6 +6,7 @@ PyFlink is imported only by the commands that need it (it takes seconds to load)
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -37,6 +38,9 @@ def _start_job(args: argparse.Namespace, mode: str) -> tuple[Any, Config]:
     restore = latest_checkpoint(checkpoints) if args.resume else None
     if args.resume and restore is None:
         raise ConfigError(str(checkpoints), ["--resume: no completed checkpoint there"])
+    if config.flink.jvm_args:
+        # Read by PyFlink when it starts its JVM, which the first Flink object below does.
+        os.environ["JVM_ARGS"] = config.flink.jvm_args
     conf = flink_configuration(
         mode,
         args.jobmanager or config.flink.jobmanager,
