@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
+from fastavro import parse_schema, schemaless_writer
 from pyflink.table import EnvironmentSettings, TableEnvironment
-from replay import assert_windows_match, config_for, consume, decisions, expected, produce, replay
+from replay import (
+    LINK,
+    assert_windows_match,
+    config_for,
+    consume,
+    decisions,
+    expected,
+    produce,
+    replay,
+)
 
 from p4bs_infra.stack import Stack
 from p4bs_jobs.flink_env import flink_configuration
-from p4bs_jobs.metrics import FLOW_RTTS_CLASS, RTT_BATCH_COLUMNS_SQL, run_metrics_job
+from p4bs_jobs.metrics import FLOW_RTTS_CLASS, RTT_BATCH_TIME_CLASS, run_metrics_job
+from p4bs_schemas.registry import STREAMS, current_schema
 
 
 def test_every_window_matches_an_independent_computation(
@@ -22,6 +35,19 @@ def test_every_window_matches_an_independent_computation(
     want = expected(records, made, config)
     assert sum(e["long_flows"] > 0 for e in want) > 20  # the replay exercises every part
     assert any(e["retransmissions"] for e in want) and any(e["change"] for e in want)
+    # Bad RTT batches first, in the first window and in the replay's partition: counted
+    # and skipped, they change nothing (a batch with a plausible time reaches the window).
+    first_end = (min(r["ts_ns"] for r in records) // 10_000_000 + 1) * 10_000_000
+    bad = Producer({"bootstrap.servers": stack.kafka.bootstrap})
+    for value in (
+        _batch(first_end, 1, [0, 0], [1]),  # columns of different lengths
+        _batch(first_end, 1, [3], [1]),  # a sample of a flow the batch does not list
+        _batch(first_end, 1, [0], [1])[:-2],  # cut short
+        b"not avro",
+        None,
+    ):
+        bad.produce(topics["rtt_samples"], value, LINK)
+    assert bad.flush(30) == 0
     produce(stack.kafka.bootstrap, topics, records, made)
 
     conf = flink_configuration(
@@ -32,37 +58,57 @@ def test_every_window_matches_an_independent_computation(
     assert_windows_match(consume(stack.kafka.bootstrap, topics, len(want), "reader"), want)
 
 
-def _array(items: list[str], sql_type: str) -> str:
-    return f"CAST(ARRAY[{', '.join(items)}] AS {sql_type})"
+def _batch(ts_ns: int, flows: int, flow_index: list[int], rtt_ns: list[int]) -> bytes:
+    """An RttSampleBatch's Avro bytes as written, without the codec's layout checks."""
+    flow_list = [
+        {"src_ip": f"10.0.1.{2 + f}", "dst_ip": "10.0.2.2", "src_port": 40000 + f,
+         "dst_port": 5201, "protocol": 6}
+        for f in range(flows)
+    ]  # fmt: skip
+    record = {
+        "link_id": LINK,
+        "ts_ns": ts_ns,
+        "interval_ns": 10_000_000,
+        "flows": flow_list,
+        "flow_index": flow_index,
+        "offset_ns": [0] * len(flow_index),
+        "rtt_ns": rtt_ns,
+    }
+    out = io.BytesIO()
+    schemaless_writer(out, parse_schema(current_schema(STREAMS["rtt_samples"])), record)
+    return out.getvalue()
 
 
-def test_the_per_flow_aggregate_skips_malformed_samples_and_goes_on() -> None:
-    """Flink's avro format does not run the codec's layout checks: a batch whose sample
-    names a flow the batch does not list loses that sample, and one whose columns differ in
-    length is skipped whole; the rest of the window counts."""
+def _bytes_sql(value: bytes) -> str:
+    return f"CAST(X'{value.hex()}' AS BYTES)"
+
+
+def test_rtt_batches_are_read_from_their_bytes_and_bad_ones_are_skipped() -> None:
+    """The job reads RTT batches as raw bytes, without the codec's checks: a sample that
+    names a flow the batch does not list is skipped, a batch that does not decode (cut
+    short, columns of different lengths, not Avro) adds nothing and gets event time 0 (the
+    job's filter), and the rest of the window counts."""
     settings = EnvironmentSettings.new_instance().in_batch_mode()
     env = TableEnvironment.create(settings.with_configuration(flink_configuration()).build())
     env.create_java_temporary_system_function("FLOW_RTTS", FLOW_RTTS_CLASS)
-    types = RTT_BATCH_COLUMNS_SQL
-    flows = _array(
-        [
-            "ROW('10.0.1.2', '10.0.2.2', 40000, 5201, 6)",
-            "ROW('10.0.1.3', '10.0.2.2', 40001, 5201, 6)",
-        ],
-        types["flows"],
-    )
+    env.create_java_temporary_system_function("RTT_BATCH_TIME", RTT_BATCH_TIME_CLASS)
+    ts_ns = 1_700_000_000_010_000_000
+    good = _batch(ts_ns, 2, [0, 1, 0, 2, -1], [10, 40, 30, 99, 99])  # the last two: no flow
     batches = [
-        (["0", "1", "0", "2", "-1"], ["10", "40", "30", "99", "99"]),  # the last two: no flow
-        (["1", "1"], ["20"]),  # columns of different lengths
-        (["1"], ["5"]),
+        good,
+        _batch(ts_ns, 2, [1, 1], [20]),  # columns of different lengths
+        _batch(ts_ns, 2, [1], [5]),
+        good[:-3],  # cut short
+        good + b"\0",  # a byte after the last field
+        b"not avro",
     ]
-    rows = " UNION ALL ".join(
-        f"SELECT {flows} AS flows, {_array(index, types['flow_index'])} AS flow_index, "
-        f"{_array(rtt, types['rtt_ns'])} AS rtt_ns"
-        for index, rtt in batches
-    )
-    query = f"SELECT FLOW_RTTS(flows, flow_index, rtt_ns) FROM ({rows})"
-    with env.sql_query(query).execute().collect() as results:
+    rows = " UNION ALL ".join(f"SELECT {_bytes_sql(b)} AS batch" for b in batches)
+    times = f"SELECT RTT_BATCH_TIME(batch) FROM ({rows})"
+    with env.sql_query(times).execute().collect() as results:
+        got_times = [row[0] for row in results]
+    # The header (link, ts_ns, interval_ns) is all the event time reads.
+    assert got_times == [(ts_ns - 1) // 1_000_000] * 5 + [0]
+    with env.sql_query(f"SELECT FLOW_RTTS(batch) FROM ({rows})").execute().collect() as results:
         ((rtt,),) = list(results)
     samples, flows_seen, inverse_sum, min_ns, flow_keys = rtt
     assert (samples, flows_seen, min_ns) == (4, 2, 5)

@@ -142,13 +142,20 @@ def kafka_table_ddl(
     topic: str,
     bootstrap: str,
     *,
+    raw_value: str | None = None,
     extra_columns: tuple[str, ...] = (),
     options: Mapping[str, str] | None = None,
 ) -> str:
-    """CREATE TABLE for a Kafka topic of `stream`, keyed by link id like every p4bs topic."""
+    """CREATE TABLE for a Kafka topic of `stream`, keyed by link id like every p4bs topic.
+    With `raw_value`, the value is not decoded: the table has the key and a BYTES column of
+    that name holding the value's Avro bytes."""
     columns = [*sql_columns(STREAMS[stream]), *extra_columns]
     if not columns[0].startswith("`link_id` "):
         raise ValueError(f"stream {stream} is not keyed by link_id")
+    value: dict[str, str] = {"value.format": "avro", "value.fields-include": "ALL"}
+    if raw_value is not None:
+        columns = [columns[0], f"`{raw_value}` BYTES", *extra_columns]
+        value = {"value.format": "raw", "value.fields-include": "EXCEPT_KEY"}
     settings = {
         "connector": "kafka",
         "topic": topic,
@@ -156,8 +163,7 @@ def kafka_table_ddl(
         "properties.isolation.level": "read_committed",
         "key.format": "raw",
         "key.fields": "link_id",
-        "value.format": "avro",
-        "value.fields-include": "ALL",
+        **value,
         **(options or {}),
     }
     column_list = ",\n  ".join(columns)

@@ -27,28 +27,30 @@ FLOW_KEY_SQL = (
     "CONCAT(src_ip, ':', CAST(src_port AS STRING), '>', dst_ip, ':', "
     "CAST(dst_port AS STRING), '/', CAST(protocol AS STRING))"
 )
-# The Java aggregate (streaming-jobs/functions) that reduces a window's RTT batches per flow,
-# and the batch columns it reads, with their types as it declares them.
+# The RTT batches are read as raw bytes (Flink's avro format spent a quarter of the job
+# boxing samples): a Java function (streaming-jobs/functions) gives a batch's event time,
+# and a Java aggregate reduces a window's batches per flow.
+RTT_BATCH_TIME_CLASS = "io.p4bs.flink.RttBatchTime"
 FLOW_RTTS_CLASS = "io.p4bs.flink.FlowRtts"
-RTT_BATCH_COLUMNS_SQL = {
-    "flows": "ARRAY<ROW<src_ip STRING, dst_ip STRING, src_port INT, dst_port INT, protocol INT>>",
-    "flow_index": "ARRAY<INT>",
-    "rtt_ns": "ARRAY<BIGINT>",
-}
+RTT_BATCH_COLUMN = "batch"
 # The Java aggregate that carries each link's state from window to window, and the job
 # parameter it reads the links and the metrics settings from.
 LINK_METRICS_CLASS = "io.p4bs.flink.LinkMetrics"
 LINK_METRICS_PARAMETER = "p4bs.link-metrics"
 
 
-def _rowtime(column_ns: str, out_of_orderness_ns: int) -> tuple[str, ...]:
-    """An event-time column at ms precision (Flink's) from a ns column, and its watermark.
-    Windows are whole ms, so flooring to the ms keeps every record in its window."""
+def _rowtime(time_ms_sql: str, out_of_orderness_ns: int) -> tuple[str, ...]:
+    """An event-time column at ms precision (Flink's) from a ms expression, and its
+    watermark. Windows are whole ms, so flooring to the ms keeps every record in its window."""
     seconds = f"{out_of_orderness_ns // 1_000_000 / 1000:.3f}"
     return (
-        f"rowtime AS TO_TIMESTAMP_LTZ(CAST(({column_ns}) / 1000000 AS BIGINT), 3)",
+        f"rowtime AS TO_TIMESTAMP_LTZ({time_ms_sql}, 3)",
         f"WATERMARK FOR rowtime AS rowtime - INTERVAL '{seconds}' SECOND",
     )
+
+
+def _ns_to_ms(column_ns: str) -> str:
+    return f"CAST(({column_ns}) / 1000000 AS BIGINT)"
 
 
 def create_sources(
@@ -63,14 +65,16 @@ def create_sources(
     named in `stop_offsets` is read up to those offsets (see `stop_at`)."""
     lag = metrics.max_out_of_orderness_ns
     stop_offsets = stop_offsets or {}
-    for table, stream, time_ns in (
+    env.create_java_temporary_system_function("RTT_BATCH_TIME", RTT_BATCH_TIME_CLASS)
+    for table, stream, time_ms, raw_value in (
         # An interval's record is stamped with the interval's last ns: in the same window as
         # its start (windows are whole intervals), and it moves event time to the interval's
-        # end, so a window closes one interval sooner than with the start.
-        ("rtt_in", "rtt_samples", "ts_ns - 1"),
-        ("counters_in", "link_counters", "ts_ns - 1"),
-        ("events_in", "flow_events", "ts_ns"),
-        ("decisions_in", "buffer_decisions", "ts_ns"),
+        # end, so a window closes one interval sooner than with the start. A batch that
+        # does not decode is stamped 0 (counted, then dropped in `declare_link_windows`).
+        ("rtt_in", "rtt_samples", f"RTT_BATCH_TIME({RTT_BATCH_COLUMN})", RTT_BATCH_COLUMN),
+        ("counters_in", "link_counters", _ns_to_ms("ts_ns - 1"), None),
+        ("events_in", "flow_events", _ns_to_ms("ts_ns"), None),
+        ("decisions_in", "buffer_decisions", _ns_to_ms("ts_ns"), None),
     ):
         env.execute_sql(
             kafka_table_ddl(
@@ -78,7 +82,8 @@ def create_sources(
                 stream,
                 topics[stream],
                 bootstrap,
-                extra_columns=_rowtime(time_ns, lag),
+                raw_value=raw_value,
+                extra_columns=_rowtime(time_ms, lag),
                 options={**source_options, **stop_at(stop_offsets.get(stream))},
             )
         )
@@ -89,17 +94,17 @@ def declare_link_windows(env: StreamTableEnvironment, window_ns: int) -> None:
     flow, summed counters, the flow events and applied decisions as text)."""
     size = f"INTERVAL '{window_ns // 1_000_000 / 1000:.3f}' SECOND"
     env.create_java_temporary_system_function("FLOW_RTTS", FLOW_RTTS_CLASS)
-    rtt_columns = ", ".join(RTT_BATCH_COLUMNS_SQL)
-    no_rtt = ", ".join(f"CAST(NULL AS {t}) AS {c}" for c, t in RTT_BATCH_COLUMNS_SQL.items())
+    batch = RTT_BATCH_COLUMN
+    no_rtt = f"CAST(NULL AS BYTES) AS {batch}"
     no_counts = (
         "CAST(NULL AS BIGINT) AS nbytes, CAST(NULL AS BIGINT) AS data_packets, "
         "CAST(NULL AS BIGINT) AS retransmissions, "
         "CAST(NULL AS BIGINT) AS qd_n, CAST(NULL AS BIGINT) AS qd_sum"
     )
     rows = f"""
-        SELECT link_id, rowtime, {rtt_columns}, {no_counts},
+        SELECT link_id, rowtime, {batch}, {no_counts},
                CAST(NULL AS STRING) AS event, CAST(NULL AS STRING) AS decision
-        FROM rtt_in
+        FROM rtt_in WHERE rowtime > TO_TIMESTAMP_LTZ(0, 3)
         UNION ALL
         SELECT link_id, rowtime, {no_rtt}, `bytes`, data_packets,
                retransmissions, queue_delay_samples, queue_delay_sum_ns,
@@ -118,7 +123,7 @@ def declare_link_windows(env: StreamTableEnvironment, window_ns: int) -> None:
     env.create_temporary_view("link_rows", env.sql_query(rows))
     per_link = f"""
         SELECT link_id, window_start, window_end, window_time,
-               FLOW_RTTS({rtt_columns}) AS rtt,
+               FLOW_RTTS({batch}) AS rtt,
                COALESCE(SUM(nbytes), 0) AS `bytes`,
                COALESCE(SUM(data_packets), 0) AS data_packets,
                COALESCE(SUM(retransmissions), 0) AS retransmissions,
