@@ -19,6 +19,9 @@ before any run. A Kafka broker of its own runs on free ports.
 2. Baseline, same run: the job's SQL part alone (the same sources and windows, without
    the per-link state of LinkMetrics), into a Kafka topic as JSON, on the same backlog and
    measured the same way.
+   Both read the backlog ROUNDS times, in turns, after a warm-up round that is printed and
+   not counted (the first run in the JVM pays for compiling the operators, up to a fifth
+   of its rate here; a job runs for weeks); the medians are the figures.
 3. Latency: traffic produced live (event time = wall clock) into fresh topics while the job
    runs unbounded, for LIVE seconds, at a rate the job sustains: half its measured
    throughput, at most LINKS links. A window's latency is the time its record became
@@ -27,7 +30,8 @@ before any run. A Kafka broker of its own runs on free ports.
    that came meanwhile: from cold, the first window takes ~45 s). Read-uncommitted latency is
    printed beside it.
 
-    .venv/bin/python tests/bench/metrics_job.py [--links 1000] [--seconds 20] [--live 150]
+    .venv/bin/python tests/bench/metrics_job.py [--links 1000] [--seconds 20] [--rounds 3] \\
+        [--live 150]
     .venv/bin/python tests/bench/metrics_job.py --live-links 83   # the live phase only
 """
 
@@ -342,17 +346,19 @@ def produce_backlog(sender: Sender, seconds: int, start_ns: int) -> None:
     sender.flush()
 
 
-def run_baseline(config: Config, topics: dict[str, str], out_topic: str, work: Path) -> Any:
+def run_baseline(
+    config: Config, topics: dict[str, str], out_topic: str, work: Path, run: int
+) -> Any:
     """The metrics job's SQL per link and window (sources, windows, the Java per-flow
     aggregate) into Kafka as JSON: the job without the per-link state (LinkMetrics)."""
-    env = stream_table_environment(flink_conf(work, "baseline"))
+    env = stream_table_environment(flink_conf(work, f"baseline{run}"))
     env.get_config().set("table.local-time-zone", "UTC")
     create_sources(
         env,
         topics,
         config.kafka.bootstrap,
         config.metrics,
-        source_options("bench-baseline", bounded=True),
+        source_options(f"bench-baseline{run}", bounded=True),
     )
     declare_link_windows(env, config.flink.window_ns)
     columns = (
@@ -367,7 +373,7 @@ def run_baseline(config: Config, topics: dict[str, str], out_topic: str, work: P
         "topic": out_topic,
         "properties.bootstrap.servers": config.kafka.bootstrap,
         "format": "json",
-        **exactly_once_sink_options("bench-baseline"),
+        **exactly_once_sink_options(f"bench-baseline{run}"),
     }
     with_clause = ", ".join(f"'{k}' = '{v}'" for k, v in options.items())
     env.execute_sql(f"CREATE TABLE baseline_out ({columns}) WITH ({with_clause})")
@@ -388,10 +394,58 @@ def flink_conf(work: Path, name: str) -> Any:
     )
 
 
-def throughput(config: Config, traffic: Traffic, seconds: int, work: Path) -> tuple[float, float]:
-    """The job's and the plain-SQL baseline's steady RTT samples/s on one backlog."""
+def measure_once(
+    name: str,
+    run: int,
+    config: Config,
+    topics: dict[str, str],
+    windows: int,
+    samples: int,
+    work: Path,
+) -> float:
+    """One read of the backlog by the job or the baseline, from its start, into output
+    topics of its own; returns its steady RTT samples/s."""
     bootstrap = config.kafka.bootstrap
-    topics = fresh_topics(bootstrap, INPUTS + OUTPUTS)
+    prefix = topics["rtt_samples"].rpartition(".")[0]
+    outputs = {stream: f"{prefix}.{stream}.{name}{run}" for stream in OUTPUTS}
+    ensure_topics(bootstrap, outputs.values(), partitions=PARALLELISM, replication_factor=1)
+    watch = OutputWatch(bootstrap, outputs["link_metrics"], committed=False)
+    started = time.monotonic()
+    if name == "job":
+        result = run_metrics_job(
+            config,
+            {**topics, **outputs},
+            flink_conf(work, f"job{run}"),
+            group_id=f"bench-job{run}",
+            bounded=True,
+        )
+    else:
+        result = run_baseline(config, topics, outputs["link_metrics"], work, run)
+    try:
+        if not watch.wait_for(windows, 1200):
+            raise RuntimeError(f"{name}: {len(watch.arrivals)} of {windows} windows came out")
+    finally:
+        watch.stop()
+    result.wait(120_000)
+    rate = steady_rate(watch.arrivals, samples)
+    print(
+        f"  {name}: {rate:,.0f} RTT samples/s between 20% and 90% of its {windows:,} "
+        f"windows (first window {min(watch.arrivals) - started:.1f} s after submission, all "
+        f"{max(watch.arrivals) - started:.1f} s)",
+        flush=True,
+    )
+    return rate
+
+
+def throughput(
+    config: Config, traffic: Traffic, seconds: int, rounds: int, work: Path
+) -> tuple[float, float]:
+    """The job's and the plain-SQL baseline's steady RTT samples/s on one backlog: the
+    medians of `rounds` reads each, after a warm-up round (the JVM compiles the operators
+    in the first run; a job runs for weeks). Each round reads it once with each, in turns
+    (job first in even rounds), so neither is favoured by what ran before it."""
+    bootstrap = config.kafka.bootstrap
+    topics = fresh_topics(bootstrap, INPUTS)
     sender = Sender(bootstrap, topics, traffic)
     started = time.monotonic()
     produce_backlog(
@@ -403,36 +457,17 @@ def throughput(config: Config, traffic: Traffic, seconds: int, work: Path) -> tu
         f"produced in {time.monotonic() - started:.1f} s",
         flush=True,
     )
-
-    rates = []
-    for name in ("job", "baseline"):
-        out_topic = topics["link_metrics"] if name == "job" else f"{topics['link_metrics']}.sql"
-        if name == "baseline":
-            ensure_topics(bootstrap, [out_topic], partitions=PARALLELISM, replication_factor=1)
-        watch = OutputWatch(bootstrap, out_topic, committed=False)
-        started = time.monotonic()
-        if name == "job":
-            result = run_metrics_job(
-                config, topics, flink_conf(work, "throughput"), group_id="bench-job", bounded=True
-            )
-        else:
-            result = run_baseline(config, topics, out_topic, work)
-        try:
-            if not watch.wait_for(windows, 1200):
-                raise RuntimeError(f"{name}: {len(watch.arrivals)} of {windows} windows came out")
-        finally:
-            watch.stop()
-        result.wait(120_000)
-        rate = steady_rate(watch.arrivals, traffic.samples)
-        first = min(watch.arrivals) - started
-        print(
-            f"  {name}: {rate:,.0f} RTT samples/s between 20% and 90% of its {windows:,} "
-            f"windows (first window {first:.1f} s after submission, all "
-            f"{max(watch.arrivals) - started:.1f} s)",
-            flush=True,
-        )
-        rates.append(rate)
-    return rates[0], rates[1]
+    rates: dict[str, list[float]] = {"job": [], "baseline": []}
+    for run in range(rounds + 1):
+        print(f"  round {run}{' (warm-up, not counted)' if run == 0 else ''}:", flush=True)
+        order = ("job", "baseline") if run % 2 == 0 else ("baseline", "job")
+        for name in order:
+            rate = measure_once(name, run, config, topics, windows, traffic.samples, work)
+            if run > 0:
+                rates[name].append(rate)
+    ratios = [j / b for j, b in zip(rates["job"], rates["baseline"], strict=True)]
+    print(f"  job/SQL per round: {', '.join(f'{r:.2f}' for r in ratios)}", flush=True)
+    return statistics.median(rates["job"]), statistics.median(rates["baseline"])
 
 
 def _metrics_window_end() -> Callable[[bytes], int]:
@@ -505,6 +540,9 @@ def main() -> int:
     parser.add_argument("--flows", type=int, default=10, help="long flows per link")
     parser.add_argument("--samples", type=int, default=100, help="RTT samples per link per 100 ms")
     parser.add_argument("--seconds", type=int, default=20, help="backlog, s of traffic")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="measured reads of the backlog, after a warm-up"
+    )
     parser.add_argument("--live", type=int, default=150, help="live traffic, s")
     parser.add_argument(
         "--warmup", type=int, default=60, help="s after the first live window left out"
@@ -532,11 +570,11 @@ def main() -> int:
             job = baseline = float("nan")
             live_links = args.live_links
         else:
-            job, baseline = throughput(config, traffic, args.seconds, work)
+            job, baseline = throughput(config, traffic, args.seconds, args.rounds, work)
             print(
-                f"throughput: metrics job {job:,.0f} RTT samples/s ({job / TARGET:.2f} x the "
-                f"1M/s target); plain SQL {baseline:,.0f} RTT samples/s; "
-                f"job/SQL {job / baseline:.2f}",
+                f"throughput, medians of {args.rounds} rounds: metrics job {job:,.0f} RTT "
+                f"samples/s ({job / TARGET:.2f} x the 1M/s target); plain SQL "
+                f"{baseline:,.0f} RTT samples/s; job/SQL {job / baseline:.2f}",
                 flush=True,
             )
             # Live at a rate the job sustains (half its measured throughput), up to the target.
