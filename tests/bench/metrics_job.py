@@ -479,6 +479,17 @@ def throughput(
     return statistics.median(rates["job"]), statistics.median(rates["baseline"])
 
 
+def last_checkpoint(folder: Path) -> str:
+    """The newest completed checkpoint under a job's checkpoint folder (kept on cancel) and
+    its size on disk: the state of every operator, written in full each time."""
+    done = [c for c in folder.glob("*/chk-*") if (c / "_metadata").is_file()]
+    if not done:
+        return f"no completed checkpoint in {folder}"
+    newest = max(done, key=lambda c: int(c.name.removeprefix("chk-")))
+    size = sum(f.stat().st_size for f in newest.rglob("*") if f.is_file())
+    return f"last checkpoint: {newest.name}, {size:,} bytes"
+
+
 def _read_varint(value: bytes, pos: int) -> tuple[int, int]:
     """An Avro long at `pos`, and the position after it."""
     z = shift = 0
@@ -545,6 +556,7 @@ def latency(config: Config, traffic: Traffic, seconds: int, warmup_s: int, work:
     committed.stop()
     uncommitted.stop()
     result.get_job_client().cancel().result()
+    print(f"  {last_checkpoint(work / 'checkpoints-live')}", flush=True)
     if not done:
         print(
             f"  live: {len(committed.arrivals):,} of {expected:,} windows came out within "
