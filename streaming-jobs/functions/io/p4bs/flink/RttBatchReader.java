@@ -36,7 +36,6 @@ final class RttBatchReader {
   private int pos;
 
   long tsNs;
-  long intervalNs;
   int flowCount;
   int sampleCount;
   /** Per flow, FLOW_INTS ints: where its addresses are in the value, its ports and protocol. */
@@ -105,7 +104,7 @@ final class RttBatchReader {
   private void readHeader() throws Malformed {
     readStringLength(); // link_id: the Kafka key carries it too
     tsNs = readLong();
-    intervalNs = readLong();
+    long intervalNs = readLong();
     if (tsNs <= 0 || intervalNs <= 0) {
       throw new Malformed("ts_ns " + tsNs + " and interval_ns " + intervalNs + " must be > 0");
     }
@@ -176,7 +175,8 @@ final class RttBatchReader {
       readLong();
     }
     if (n > (long) (bytes.length - pos) / minItemBytes) {
-      throw new Malformed("an array block of " + n + " items at byte " + pos + " of " + bytes.length);
+      throw new Malformed(
+          "an array block of " + n + " items at byte " + pos + " of " + bytes.length);
     }
     return n;
   }
