@@ -19,13 +19,17 @@ APT_PACKAGES := iproute2 iperf3 tshark tcpdump ethtool procps curl iputils-ping 
                 openjdk-17-jdk-headless maven python3-venv build-essential zlib1g-dev
 INFLUXDB_VERSION := v1.8.10
 GNMI_VERSION     := v0.14.1
-PYTHON_SOURCES   := core schemas infra streaming-jobs exporter optimizer eval tests
+PYTHON_SOURCES   := core schemas linux-tc infra streaming-jobs exporter optimizer loop eval cli tests
 
-.PHONY: help setup apt python jars tools build test lint format clean-stack
+.PHONY: help setup apt python jars tools build test test-unit test-system test-testbed lint \
+        format clean-stack
 help:
-	@echo "make setup   install system packages, the venv, the JVM jars and the Go tools"
-	@echo "make test    lint, type-check and run the tests (starts Kafka/InfluxDB itself)"
-	@echo "make format  apply ruff's formatting and fixes"
+	@echo "make setup         install system packages, the venv, the JVM jars and the Go tools"
+	@echo "make test          lint, type-check and run every test (starts Kafka/InfluxDB itself)"
+	@echo "make test-unit     the fast loop: tests/unit (no root, no services; under 3 minutes)"
+	@echo "make test-system   tests/system: against real Kafka, InfluxDB and Flink"
+	@echo "make test-testbed  tests/testbed: root, network namespaces, real TCP through the router"
+	@echo "make format        apply ruff's formatting and fixes"
 
 setup: apt python jars tools build fuzz-tools
 	@echo "setup done: $$(du -sh $(VENV) | cut -f1) venv, $$(du -sh $(CACHE) | cut -f1) cache"
@@ -108,6 +112,10 @@ test: lint build
 	done
 	FUZZ_SECONDS=60 p4/model/fuzz/run.sh
 	$(VENV)/bin/pytest -ra
+
+# The three folders of tests/ (tests/README.md), each on its own; `make test` runs them all.
+test-unit test-system test-testbed: test-%: build
+	$(VENV)/bin/pytest -ra tests/$*
 
 # cargo-fuzz for the packet parser's fuzz targets (p4/model/fuzz/, run on the nightly toolchain).
 .PHONY: fuzz-tools fuzz

@@ -15,6 +15,11 @@ def home() -> Path:
     return Path(override) if override else Path(__file__).resolve().parents[2]
 
 
+def default_config() -> Path:
+    """The example deployment config, which every command reads unless given --config."""
+    return home() / "config" / "testbed.toml"
+
+
 def cache_dir() -> Path:
     return home() / ".cache"
 

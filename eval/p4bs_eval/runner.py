@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from p4bs.bus import read_stream
-from p4bs.closed_loop import ClosedLoop, own_stack, own_testbed_plan
 from p4bs.config import load_config
 from p4bs_eval.figures import run_figures
 from p4bs_eval.scenario import NO_POLICY, EvalScenario, Point
 from p4bs_infra.stack import Stack
 from p4bs_infra.testbed import Testbed
 from p4bs_infra.traffic import Scenario, TrafficRun
+from p4bs_loop.closed_loop import ClosedLoop, own_stack, own_testbed_plan
 
 # A run's time on top of its traffic, for the time-left estimate until one run has been
 # measured: the testbed up, the metrics job from cold, the topics read back.

@@ -12,8 +12,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from p4bs import dataplane, paths
+from p4bs import paths
 from p4bs.config import Config, ConfigError, LinkConfig, SwitchConfig
+from p4bs_exporter import dataplane
 from p4bs_exporter.target import (
     EXPORTED_STREAMS,
     ExporterError,

@@ -35,13 +35,15 @@ from p4bs import paths
 from p4bs.config import Config, FlowGroup, SecretRef
 from p4bs_infra import procs
 from p4bs_infra.agent.tls import make_test_pki
-from p4bs_infra.netlink_tc import htb_shaping
+from p4bs_linux_tc.queues import QUEUE_CLASS_BASE, htb_shaping
 
 SENDER_NET = "10.201.1"
 RECEIVER_NET = "10.201.2"
 ROUTER_INGRESS = "rin"
-HTB_ROOT, HTB_LINK_CLASS, DEFAULT_QUEUE_CLASS = "1:", "1:1", "1:10"
-DEFAULT_QUEUE_QDISC = "10:"
+HTB_ROOT, HTB_LINK_CLASS = "1:", "1:1"
+# Queue q0 of the layout p4bs_linux_tc.queues describes: the router's default queue.
+DEFAULT_QUEUE_CLASS = f"1:{QUEUE_CLASS_BASE:x}"
+DEFAULT_QUEUE_QDISC = f"{QUEUE_CLASS_BASE:x}:"
 NETCONF_PORT = 830
 MANAGEMENT = "mgmt0"
 RPS_ALL_CPUS = format((1 << (os.cpu_count() or 1)) - 1, "x")
@@ -322,7 +324,9 @@ class Testbed:
         """htb at the link rate over one default queue: a bfifo holding `buffer_bytes`."""
         dev, rate = self.plan.egress, self.plan.rate_bps
         shaping = htb_shaping(rate, rate)
-        self._tc("rtr", f"qdisc add dev {dev} root handle {HTB_ROOT} htb default 10")
+        self._tc(
+            "rtr", f"qdisc add dev {dev} root handle {HTB_ROOT} htb default {QUEUE_CLASS_BASE:x}"
+        )
         self._tc("rtr", f"class add dev {dev} parent {HTB_ROOT} classid {HTB_LINK_CLASS} {shaping}")
         self._tc(
             "rtr",

@@ -32,7 +32,7 @@ import threading
 import time
 from typing import IO, Any
 
-from p4bs_infra.netlink_tc import Rtnetlink
+from p4bs_linux_tc.netlink import Rtnetlink
 
 REQUEST = struct.Struct("!Q")
 VOIP_HEADER = struct.Struct("!QQ")  # sequence number, send time (ns, realtime)

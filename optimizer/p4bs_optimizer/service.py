@@ -44,13 +44,14 @@ from typing import Any
 from p4bs import paths
 from p4bs.bus import Received, RecordConsumer, RecordProducer
 from p4bs.config import Config, LinkConfig, RouterConfig
-from p4bs_jobs.flows import flow_key
-from p4bs_optimizer.drivers.base import DriverError, RouterDriver, driver_for
+from p4bs_optimizer.drivers import driver_for
+from p4bs_optimizer.drivers.base import DriverError, RouterDriver
 from p4bs_optimizer.policies import bayes, policy_for
 from p4bs_optimizer.policies.base import Decision, Policy, Window
 from p4bs_optimizer.policies.jenks import JenksPolicy
 from p4bs_optimizer.policies.p4bs import P4bsPolicy
 from p4bs_optimizer.state import LinkState, StateStore
+from p4bs_schemas.flows import flow_key
 
 log = logging.getLogger(__name__)
 

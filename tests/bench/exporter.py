@@ -216,7 +216,7 @@ def main() -> int:
         broker.start()
         wait_ready(broker, 90)
         pin(broker.pid, BROKER_CPU)
-        base = load_config(paths.home() / "config" / "testbed.toml")
+        base = load_config(paths.default_config())
         config = dataclasses.replace(base, kafka=KafkaConfig(bootstrap=broker.bootstrap))
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
         print(

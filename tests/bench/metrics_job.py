@@ -332,7 +332,7 @@ def steady_rate(arrivals: list[float], per_record: int) -> float:
 
 
 def bench_config(bootstrap: str, links: int) -> Config:
-    base = load_config(paths.home() / "config" / "testbed.toml")
+    base = load_config(paths.default_config())
     link = base.links[0]
     return dataclasses.replace(
         base,

@@ -214,7 +214,7 @@ def produce_windows(
     bootstrap: str, topic: str, links: int, first_end_ns: int, seconds: float
 ) -> None:
     """In its own process: every link's window as it ends, from `first_end_ns` on."""
-    base = load_config(paths.home() / "config" / "testbed.toml").links[0]
+    base = load_config(paths.default_config()).links[0]
     specs = bench_links(base, links)
     templates = [[WindowTemplate(s, srtt, first_end_ns) for srtt in SRTTS_NS] for s in specs]
     check_end = first_end_ns + 7 * WINDOW_NS
@@ -244,7 +244,7 @@ def produce_windows(
 
 
 def capacity_config(bootstrap: str, topics: dict[str, str], links: int, state: Path) -> Config:
-    base = load_config(paths.home() / "config" / "testbed.toml")
+    base = load_config(paths.default_config())
     local = RouterConfig("r1", "linux-tc", None, None, None, None, 5_000_000_000, 4)
     return dataclasses.replace(
         base,
@@ -354,7 +354,7 @@ class KernelWatch:
 def reaction_config(
     bootstrap: str, topics: dict[str, str], testbed: Testbed, state: Path
 ) -> Config:
-    base = load_config(paths.home() / "config" / "testbed.toml")
+    base = load_config(paths.default_config())
     plan = testbed.plan
     router = dataclasses.replace(
         base.routers[0],
@@ -374,7 +374,7 @@ def reaction_config(
 def bench_reaction(bootstrap: str, steps: int, work: Path) -> bool:
     os.environ.setdefault("P4BS_ROUTER_USER", "bench")
     os.environ.setdefault("P4BS_ROUTER_PASSWORD", "bench-password")
-    plan = TestbedPlan.from_config(load_config(paths.home() / "config" / "testbed.toml"))
+    plan = TestbedPlan.from_config(load_config(paths.default_config()))
     plan = dataclasses.replace(plan, name=f"o{uuid.uuid4().hex[:6]}", state_dir=work / "testbed")
     testbed = Testbed(plan)
     testbed.up()

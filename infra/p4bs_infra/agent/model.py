@@ -39,12 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from p4bs_infra.netlink_tc import NetlinkError, Rtnetlink, htb_shaping
+from p4bs_linux_tc.netlink import NetlinkError, Rtnetlink
+from p4bs_linux_tc.queues import MIN_BUFFER_BYTES, QUEUE_CLASS_BASE, htb_shaping
 
 PathElems = list[tuple[str, dict[str, str]]]
-
-QUEUE_CLASS_BASE = 0x10
-MIN_BUFFER_BYTES = 1514  # one full frame: a smaller FIFO could never hold a packet
 
 
 class AgentError(Exception):

@@ -374,34 +374,3 @@ def _consume_exception(future: asyncio.Future[Any]) -> None:
 def _describe(error: BaseException) -> str:
     text = str(error).strip()
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
-
-
-def driver_for(
-    router: RouterConfig,
-    *,
-    line_rates_bps: Mapping[str, int] | None = None,
-    attempts: int = DEFAULT_ATTEMPTS,
-    backoff_ns: int = DEFAULT_BACKOFF_NS,
-) -> RouterDriver:
-    """The driver `router.driver` names. `line_rates_bps` (interface -> bit/s, the links'
-    capacities) is what the netconf-junos driver converts bytes to microseconds with."""
-    # Imported here: each driver pulls in its own client library.
-    if router.driver == "gnmi":
-        from p4bs_optimizer.drivers.gnmi import GnmiDriver
-
-        return GnmiDriver(router, attempts=attempts, backoff_ns=backoff_ns)
-    if router.driver == "netconf":
-        from p4bs_optimizer.drivers.netconf import NetconfDriver
-
-        return NetconfDriver(router, attempts=attempts, backoff_ns=backoff_ns)
-    if router.driver == "netconf-junos":
-        from p4bs_optimizer.drivers.netconf import JunosNetconfDriver
-
-        return JunosNetconfDriver(
-            router, line_rates_bps=line_rates_bps or {}, attempts=attempts, backoff_ns=backoff_ns
-        )
-    if router.driver == "linux-tc":
-        from p4bs_optimizer.drivers.linux_tc import LinuxTcDriver
-
-        return LinuxTcDriver(router, attempts=attempts, backoff_ns=backoff_ns)
-    raise ValueError(f"router {router.name}: no driver {router.driver!r}")

@@ -1,8 +1,8 @@
 """Linux tc driver: a router that is this machine, or a network namespace on it, changed over
-rtnetlink (p4bs_infra.netlink_tc) without any management server.
+rtnetlink (p4bs_linux_tc) without any management server.
 
 The router's queues are laid out as the testbed and the router agent have them: an htb root
-whose class 1:<0x10 + k> feeds a bfifo, queue k (p4bs_infra/agent/model.py). Setting a
+whose class 1:<0x10 + k> feeds a bfifo, queue k (p4bs_linux_tc.queues). Setting a
 buffer changes that bfifo's byte limit in place (the queue and its packets stay), then reads
 the limit back from the kernel.
 
@@ -20,8 +20,8 @@ import socket
 import threading
 
 from p4bs.config import RouterConfig
-from p4bs_infra.agent.model import MIN_BUFFER_BYTES, QUEUE_CLASS_BASE
-from p4bs_infra.netlink_tc import NetlinkError, QdiscStats, Rtnetlink
+from p4bs_linux_tc.netlink import NetlinkError, QdiscStats, Rtnetlink
+from p4bs_linux_tc.queues import MIN_BUFFER_BYTES, QUEUE_CLASS_BASE
 from p4bs_optimizer.drivers.base import (
     DEFAULT_ATTEMPTS,
     DEFAULT_BACKOFF_NS,

@@ -2,7 +2,7 @@
 variant that configures buffers as time of line rate ("netconf-junos").
 
 "netconf" edits a queue's `dedicated-buffer` (bytes) in the buffer-allocation-profile named
-like the interface (namespace http://openconfig.net/yang/qos, see p4bs_infra/agent/model.py)
+like the interface (namespace http://openconfig.net/yang/qos, see p4bs_infra.agent.model)
 and reads back the queue's state/dedicated-buffer.
 
 "netconf-junos" sizes buffers the way Junos does, `class-of-service schedulers <s>

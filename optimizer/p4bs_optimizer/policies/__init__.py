@@ -4,7 +4,7 @@ a link's config names (`policy`, `policy_options`)."""
 from __future__ import annotations
 
 from p4bs.config import LinkConfig
-from p4bs_optimizer.policies.base import Policy
+from p4bs_optimizer.policies.base import Policy, PolicyOptionError
 from p4bs_optimizer.policies.baselines import (
     AdtPolicy,
     BdpPolicy,
@@ -36,5 +36,11 @@ POLICIES: dict[str, type[Policy]] = {
 
 
 def policy_for(link: LinkConfig) -> Policy:
-    """The link's policy with its options (PolicyOptionError names a bad one)."""
-    return POLICIES[link.policy](link, link.policy_options)
+    """The link's policy with its options (PolicyOptionError names an unknown policy or a bad
+    option)."""
+    try:
+        cls = POLICIES[link.policy]
+    except KeyError:
+        known = ", ".join(POLICIES)
+        raise PolicyOptionError(f"policy: no policy {link.policy!r} (one of {known})") from None
+    return cls(link, link.policy_options)

@@ -108,7 +108,7 @@ def _capture(
     finally:
         testbed.down()
     config = run_dir.parent / "p4bs.toml"
-    example = (paths.home() / "config" / "testbed.toml").read_text()
+    example = (paths.default_config()).read_text()
     config.write_text(
         example.replace(
             "long_flow_threshold = 2000", f"long_flow_threshold = {LONG_FLOW_THRESHOLD}"

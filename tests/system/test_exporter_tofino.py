@@ -229,7 +229,7 @@ def counters(packets: list[int], sum_lo: int = 0, sum_hi: int = 0) -> dict[str, 
 def write_config(directory: Path, bootstrap: str, topics: dict[str, str]) -> Path:
     """The example config on a Tofino: link r1:eth1 on ports 4/5 with its prefix, and
     r1:eth2 on ports 8/9 without any."""
-    text = (paths.home() / "config" / "testbed.toml").read_text()
+    text = (paths.default_config()).read_text()
     table = ", ".join(f'{s} = "{t}"' for s, t in topics.items())
     text = re.sub(
         r"^bootstrap = .*$", f'bootstrap = "{bootstrap}"\ntopics = {{ {table} }}', text, flags=re.M

@@ -13,7 +13,7 @@ from p4bs_infra.procs import free_ports, port_open, running_pid
 
 def _p4bs(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "p4bs.cli", *args],
+        [sys.executable, "-m", "p4bs_cli", *args],
         capture_output=True,
         text=True,
         timeout=180,

@@ -23,11 +23,11 @@ from typing import Any
 
 from p4bs import paths
 from p4bs.bus import RecordConsumer
-from p4bs.closed_loop import ClosedLoop, own_stack, own_testbed_plan
 from p4bs.config import FlowGroup, load_config
 from p4bs_infra.services import InfluxDB, StackError
 from p4bs_infra.testbed import Testbed
 from p4bs_infra.traffic import Scenario, TrafficRun
+from p4bs_loop.closed_loop import ClosedLoop, own_stack, own_testbed_plan
 
 RATE_BPS = 100_000_000
 

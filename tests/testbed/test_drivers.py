@@ -23,7 +23,8 @@ from p4bs.config import RouterConfig, SecretRef
 from p4bs.units import bytes_for_duration
 from p4bs_infra.procs import free_port
 from p4bs_infra.testbed import NETCONF_PORT, Testbed, run
-from p4bs_optimizer.drivers.base import Attempt, DriverError, ErrorKind, RouterDriver, driver_for
+from p4bs_optimizer.drivers import driver_for
+from p4bs_optimizer.drivers.base import Attempt, DriverError, ErrorKind, RouterDriver
 from p4bs_optimizer.drivers.gnmi import GnmiDriver
 from p4bs_optimizer.drivers.netconf import (
     CANDIDATE,

@@ -16,11 +16,11 @@ import pytest
 
 from p4bs import paths
 from p4bs.bus import read_stream
-from p4bs.closed_loop import ClosedLoop
 from p4bs.config import FlowGroup
 from p4bs_infra.stack import Stack
 from p4bs_infra.testbed import Testbed, TestbedPlan, sender_group
 from p4bs_infra.traffic import Scenario, TrafficRun
+from p4bs_loop.closed_loop import ClosedLoop
 
 RATE_BPS = 100_000_000
 JOIN_S = 150  # when the second group joins the P4BS test's flows
@@ -78,7 +78,7 @@ def test_globecom_brings_rtt_to_base_and_keeps_the_link_busy(
 ) -> None:
     """Within 30 s of traffic the RTT through the router is within 20% of the idle RTT and
     the link is at least 90% busy (measured by a probe and the router, not by p4bs)."""
-    base = tomllib.loads((paths.home() / "config" / "testbed.toml").read_text())
+    base = tomllib.loads((paths.default_config()).read_text())
     loop = ClosedLoop(
         base, testbed, tmp_path / "loop", bootstrap=stack.kafka.bootstrap, policy="globecom"
     )
@@ -119,7 +119,7 @@ def joining_testbed(unique_plan: Callable[..., TestbedPlan]) -> Iterator[Testbed
 def test_p4bs_searches_settles_and_searches_again_when_flows_join(
     joining_testbed: Testbed, stack: Stack, tmp_path: Path
 ) -> None:
-    base = tomllib.loads((paths.home() / "config" / "testbed.toml").read_text())
+    base = tomllib.loads((paths.default_config()).read_text())
     loop = ClosedLoop(
         base, joining_testbed, tmp_path / "loop", bootstrap=stack.kafka.bootstrap, policy="p4bs"
     )
@@ -188,7 +188,7 @@ def test_jenks_puts_each_rtt_group_in_its_own_queue_sized_by_stanford(
     Stanford rule on its own flows; each queue then gets its equal share of the link,
     whatever its flows' RTT."""
     testbed = two_rtt_testbed
-    base = tomllib.loads((paths.home() / "config" / "testbed.toml").read_text())
+    base = tomllib.loads((paths.default_config()).read_text())
     loop = ClosedLoop(
         base,
         testbed,

@@ -16,13 +16,13 @@ import shutil
 import subprocess
 from collections.abc import Callable
 from functools import cache
-from pathlib import Path
 
 import pytest
 
+from p4bs import paths
 from p4bs_exporter.tofino import FLOW_FIELDS, RTT_FIELDS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = paths.home()
 TOFINO = ROOT / "p4" / "tofino"
 SPEC = ROOT / "p4" / "SPEC.md"
 README = TOFINO / "README.md"

@@ -20,7 +20,7 @@ def _namespaces() -> set[str]:
 def test_a_short_demo_reports_and_tears_everything_down(tmp_path: Path) -> None:
     before = _namespaces()
     env = {"P4BS_ROUTER_USER": ROUTER_USER, "P4BS_ROUTER_PASSWORD": ROUTER_PASSWORD}
-    argv = [sys.executable, "-m", "p4bs.cli", "demo", "--policy", "globecom", "--out"]
+    argv = [sys.executable, "-m", "p4bs_cli", "demo", "--policy", "globecom", "--out"]
     argv += [str(tmp_path), "--groups", "10,20", "--every", "20", "--duration", "40"]
     done = subprocess.run(
         argv, capture_output=True, text=True, timeout=600, env={**os.environ, **env}

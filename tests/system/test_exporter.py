@@ -20,8 +20,8 @@ from pcapgen import FlowPlan, write_taps
 
 from p4bs import paths
 from p4bs.bus import RecordConsumer
-from p4bs.cli import main
 from p4bs.config import Config, load_config
+from p4bs_cli.main import main
 from p4bs_exporter import EXPORTED_STREAMS, ExporterStats, ModelTarget, SpecError, run_spec
 from p4bs_infra import procs
 from p4bs_infra.stack import Stack
@@ -38,7 +38,7 @@ KIND_STREAM["link_counters"] = "link_counters"
 
 def write_config(directory: Path, bootstrap: str, topics: dict[str, str]) -> Path:
     """The example config on the test's broker and topics, long flows from 100 packets."""
-    text = (paths.home() / "config" / "testbed.toml").read_text()
+    text = (paths.default_config()).read_text()
     table = ", ".join(f'{s} = "{t}"' for s, t in topics.items())
     text = re.sub(
         r"^bootstrap = .*$",
@@ -421,8 +421,8 @@ def test_live_capture_in_a_namespace_exports_until_sigterm(
         with exporting(spec) as target:
             assert procs.wait_until(lambda: target.stats().state == "running", 30)
             files = {before: peers[str(link.tap_before)], after: peers[str(link.tap_after)]}
-            argv = [str(paths.home() / ".venv" / "bin" / "python"), str(Path(__file__).parent)]
-            argv[1] += "/pcapgen.py"
+            pcapgen = Path(__file__).resolve().parents[1] / "pcapgen.py"
+            argv = [str(paths.home() / ".venv" / "bin" / "python"), str(pcapgen)]
             argv += [f"{f}={i}" for f, i in files.items()]
             subprocess.run(["ip", "netns", "exec", netns, *argv], check=True, timeout=60)
             assert procs.wait_until(lambda: target.stats().pipeline["rtt_samples"] >= 100, 30)

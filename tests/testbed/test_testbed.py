@@ -111,8 +111,7 @@ def test_group_delay_is_fixed_per_sender_address(make_testbed: MakeTestbed) -> N
 
 
 def _example_plan() -> TestbedPlan:
-    repo = Path(__file__).resolve().parents[1]
-    return TestbedPlan.from_config(load_config(repo / "config" / "testbed.toml"))
+    return TestbedPlan.from_config(load_config(paths.default_config()))
 
 
 def _capture(testbed: Testbed, interface: str) -> subprocess.Popen[str]:

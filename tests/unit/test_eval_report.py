@@ -77,7 +77,7 @@ def test_a_folder_without_a_buffer_sweep_gives_no_curve(tmp_path: Path) -> None:
     run = _buffer_sweep(tmp_path / "run", {2: -1.0, 4: -0.5})
     with pytest.raises(CurveError, match="2 buffer"):
         measured_curve(run)
-    argv = [sys.executable, "-m", "p4bs.cli", "eval", "acquisition", "--curve", str(run)]
+    argv = [sys.executable, "-m", "p4bs_cli", "eval", "acquisition", "--curve", str(run)]
     done = subprocess.run([*argv, "--out", str(tmp_path / "out")], capture_output=True, text=True)
     assert done.returncode == 2 and "p4bs-fig17" in done.stderr
 

@@ -52,7 +52,7 @@ def _eval_run(scenario_text: str, tmp_path: Path) -> Path:
     out = tmp_path / "run"
     env = {"P4BS_ROUTER_USER": ROUTER_USER, "P4BS_ROUTER_PASSWORD": ROUTER_PASSWORD}
     done = subprocess.run(
-        [sys.executable, "-m", "p4bs.cli", "eval", "run", str(scenario), "--out", str(out)],
+        [sys.executable, "-m", "p4bs_cli", "eval", "run", str(scenario), "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=1200,
@@ -87,7 +87,7 @@ def test_resizing_cuts_the_rtt_at_full_utilisation_and_the_report_says_so(
     # The report is regenerated from the folder alone.
     (out / "report.md").unlink()
     again = subprocess.run(
-        [sys.executable, "-m", "p4bs.cli", "eval", "report", str(out)],
+        [sys.executable, "-m", "p4bs_cli", "eval", "report", str(out)],
         capture_output=True,
         text=True,
         check=True,

@@ -84,7 +84,7 @@ def test_an_unreadable_file_names_itself(tmp_path: Path) -> None:
 
 def test_eval_run_refuses_before_any_run_without_router_credentials(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "P4BS_ROUTER_USER"}
-    argv = [sys.executable, "-m", "p4bs.cli", "eval", "run", "globecom-test1"]
+    argv = [sys.executable, "-m", "p4bs_cli", "eval", "run", "globecom-test1"]
     done = subprocess.run(
         [*argv, "--out", str(tmp_path / "run")], capture_output=True, text=True, env=env
     )
@@ -102,7 +102,7 @@ def test_eval_run_refuses_before_any_run_when_the_scenarios_sla_is_invalid(
         "[[groups]]\nflows = 5\n"
     )
     env = {**os.environ, "P4BS_ROUTER_USER": "u", "P4BS_ROUTER_PASSWORD": "p"}
-    argv = [sys.executable, "-m", "p4bs.cli", "eval", "run", str(scenario)]
+    argv = [sys.executable, "-m", "p4bs_cli", "eval", "run", str(scenario)]
     done = subprocess.run(
         [*argv, "--out", str(tmp_path / "run")], capture_output=True, text=True, env=env
     )

@@ -1,4 +1,5 @@
-"""How the metrics job names a flow (its SQL builds the same string, `metrics.FLOW_KEY_SQL`)."""
+"""How a flow is named across streams: the metrics job writes these keys into LinkMetrics
+(its SQL builds the same string, `p4bs_jobs.metrics.FLOW_KEY_SQL`) and the optimizer reads them."""
 
 from __future__ import annotations
 

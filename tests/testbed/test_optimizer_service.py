@@ -50,7 +50,7 @@ def write_config(
     """The example config on the test's broker, topics and testbed router, with `policy`,
     a 1 s stale limit and changes at least 0.3 s apart; `buffer` replaces the link's buffer
     table (TOML)."""
-    text = (paths.home() / "config" / "testbed.toml").read_text()
+    text = (paths.default_config()).read_text()
     table = ", ".join(f'{s} = "{t}"' for s, t in topics.items())
     plan = testbed.plan
     replacements = {
@@ -82,7 +82,7 @@ def optimizer(
     """`p4bs optimizer run` with the config, its output in `log`; stopped (SIGTERM) at the
     end unless it already ended."""
     log = log or config_path.with_name(f"optimizer-{uuid.uuid4().hex[:6]}.log")
-    argv = [sys.executable, "-m", "p4bs.cli", "optimizer", "run", "--config", str(config_path)]
+    argv = [sys.executable, "-m", "p4bs_cli", "optimizer", "run", "--config", str(config_path)]
     with log.open("wb") as out:
         proc = subprocess.Popen([*argv, "--report-every", "1", *extra], stdout=out, stderr=out)
     try:

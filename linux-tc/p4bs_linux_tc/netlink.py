@@ -61,24 +61,6 @@ class HtbClass:
     rate_bps: int  # the class's guaranteed rate
 
 
-MTU_FRAME = 1514
-HTB_BURST_NS = 5_000_000
-
-
-def htb_shaping(rate_bps: int, ceil_bps: int) -> str:
-    """tc arguments of an htb class guaranteed `rate_bps`, borrowing up to `ceil_bps`.
-
-    Its bucket holds HTB_BURST_NS of the ceiling: a shaper woken late by a busy CPU catches up
-    instead of losing the link's capacity (tc's default burst is a few frames; measured here,
-    a full 200 ms queue then drained at 69% of the link).
-    """
-    burst = max(ceil_bps * HTB_BURST_NS // 8_000_000_000, 4 * MTU_FRAME)
-    return (
-        f"htb rate {rate_bps}bit ceil {ceil_bps}bit burst {burst} cburst {burst} "
-        f"quantum {MTU_FRAME}"
-    )
-
-
 def _align(n: int) -> int:
     return (n + 3) & ~3
 

@@ -10,8 +10,16 @@ from typing import Any
 
 import pytest
 
-from p4bs.cli import main
-from p4bs.config import ConfigError, SecretRef, config_toml, load_config, parse_config
+from p4bs.config import (
+    ROUTER_DRIVERS,
+    ConfigError,
+    SecretRef,
+    config_toml,
+    load_config,
+    parse_config,
+)
+from p4bs_cli.main import main
+from p4bs_optimizer.drivers import DRIVERS
 
 
 @pytest.fixture
@@ -67,7 +75,7 @@ BAD = [
     (_set("links.0.buffer.min", "300ms"), "links[0].buffer.min: 3750000 B is above max"),
     (_set("links.0.buffer.safe", "1KiB"), "links[0].buffer.safe: 1024 B is outside [min, max]"),
     (_set("links.0.buffer.max", "100"), "links[0].buffer.max: a bare number string"),
-    (_set("links.0.policy", "magic"), "links[0].policy: must be one of static, bdp"),
+    (_set("links.0.policy", ""), "links[0].policy: must be a non-empty string"),
     (_set("links.0.router", "r9"), "links[0].router: no router named 'r9'"),
     (_set("links.0.switch", "tofino9"), "links[0].switch: no switch named 'tofino9'"),
     (_set("links.0.taps", {"before": 3, "after": "x"}), "links[0].taps.before: a software-model"),
@@ -148,8 +156,32 @@ def test_cli_check_exit_codes(
     assert "not valid TOML" in capsys.readouterr().err
 
 
+def test_cli_check_asks_the_optimizer_for_each_links_policy_and_options(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Policies are the optimizer's: core reads the name, `config check` makes each policy."""
+    example = (repo / "config" / "testbed.toml").read_text()
+    assert 'policy = "p4bs"' in example
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text(example.replace('policy = "p4bs"', 'policy = "magic"'))
+    assert main(["config", "check", str(unknown)]) == 1
+    err = capsys.readouterr().err
+    assert "link r1:eth1: policy: no policy 'magic' (one of static, bdp," in err
+    bad_option = tmp_path / "option.toml"
+    bad_option.write_text(
+        example.replace('policy = "p4bs"', 'policy = "globecom"\npolicy_options = { nope = 1 }')
+    )
+    assert main(["config", "check", str(bad_option)]) == 1
+    err = capsys.readouterr().err
+    assert "link r1:eth1:" in err and "nope" in err, err
+
+
 def test_config_toml_writes_what_load_config_reads_back(example: dict[str, Any]) -> None:
     example["optimizer"] = {"group": 'a "quoted" group', "stale_after": "2s"}
     example["links"][0]["policy_options"] = {"gamma": 0.2, "nested": {"on": True}}
     assert tomllib.loads(config_toml(example)) == example
     assert parse_config(tomllib.loads(config_toml(example))).optimizer.stale_after_ns == 2 * 10**9
+
+
+def test_every_router_driver_the_config_accepts_has_a_driver() -> None:
+    assert set(DRIVERS) == set(ROUTER_DRIVERS)

@@ -186,7 +186,7 @@ class ClosedLoop:
 
     def _cli(self, name: str, *args: str) -> None:
         """Starts `p4bs ARGS` with this loop's config; its output goes to NAME.log."""
-        argv = [sys.executable, "-m", "p4bs.cli", *args, "--config", str(self.config_path)]
+        argv = [sys.executable, "-m", "p4bs_cli", *args, "--config", str(self.config_path)]
         with (self.work_dir / f"{name}.log").open("wb") as log:
             proc = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True

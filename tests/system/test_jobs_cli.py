@@ -31,7 +31,7 @@ def test_jobs_run_bounded_writes_every_window(
     )
     argv = ["jobs", "run", "--bounded", "--config", str(config), "--group", "cli-test"]
     run = subprocess.run(
-        [sys.executable, "-m", "p4bs.cli", *argv, "--checkpoints", str(tmp_path / "ckpt")],
+        [sys.executable, "-m", "p4bs_cli", *argv, "--checkpoints", str(tmp_path / "ckpt")],
         capture_output=True,
         text=True,
         timeout=300,
