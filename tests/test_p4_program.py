@@ -20,8 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from p4bs_exporter.tofino import FLOW_FIELDS, RTT_FIELDS
-
 ROOT = Path(__file__).resolve().parents[1]
 TOFINO = ROOT / "p4" / "tofino"
 SPEC = ROOT / "p4" / "SPEC.md"
@@ -674,19 +672,6 @@ def test_preprocessed_program_is_complete(window_mode: bool) -> None:
 # --------------------------------------------------------------------------------------------
 # Tests: the control-plane contract in README.md
 # --------------------------------------------------------------------------------------------
-
-
-def test_digest_field_order_is_the_documented_contract() -> None:
-    """The program's digests, its README and the exporter's tofino target agree."""
-    assert [f for _, f in structs()["rtt_digest_t"]] == list(RTT_FIELDS)
-    assert [f for _, f in structs()["flow_digest_t"]] == list(FLOW_FIELDS)
-    assert const("DIGEST_RTT") != const("DIGEST_FLOW")
-    assert 0 < const("DIGEST_RTT") < 8 and 0 < const("DIGEST_FLOW") < 8
-    readme = README.read_text()
-    for name, fields in (("rtt_digest_t", RTT_FIELDS), ("flow_digest_t", FLOW_FIELDS)):
-        m = re.search(rf"`{name}`[^\n]*\n+```\n([^`]*)```", readme)
-        assert m, f"README.md does not document {name} in a code block after its name"
-        assert re.findall(rf"^({NAME}):", m.group(1), re.M) == list(fields), name
 
 
 def test_readme_names_every_control_plane_object() -> None:
