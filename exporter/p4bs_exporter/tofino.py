@@ -31,35 +31,38 @@ from p4bs_exporter.target import EXPORTED_STREAMS, ExporterError, ExporterStats,
 from p4bs_schemas.codec import RecordError
 from p4bs_schemas.rtt_batch import RttBatcher
 
-PROGRAM = "p4bs"
-MAX_LINKS = 256  # 2^LINK_INDEX_BITS, the program's default
-TAP_BEFORE, TAP_AFTER = 0, 1
-DIR_BOTH = 2
-FLOW_START_THRESHOLD, FLOW_START_WINDOW, FLOW_END_FIN, FLOW_END_RST = 1, 2, 3, 4
-FLOW_REASONS = {
-    FLOW_START_THRESHOLD: ("start", "threshold"),
-    FLOW_START_WINDOW: ("start", "window"),
-    FLOW_END_FIN: ("end", "fin"),
-    FLOW_END_RST: ("end", "rst"),
-}
-TCP = 6
-WRAP32 = 1 << 32
-WRAP64 = 1 << 64
-TS_MAX = (1 << 48) - 1
-CLOCK_REANCHOR_NS = 60 * 10**9  # a switch clock that jumps (reset, 48-bit wrap): re-anchor
-MAX_PROBLEMS = 100
-DIGESTS_PER_ROUND = 1000
+# --- The contract with p4/tofino -----------------------------------------------------------
+# Every name, code and width the exporter takes from the P4 program is here and nowhere else
+# (p4/tofino/README.md, "Control-plane contract"; names as bfrt_grpc shows them,
+# "<control>.<object>"). tests/unit/test_tofino_contract.py reads each one back from
+# p4/tofino/*.p4 and fails, naming it, when the program and this block disagree.
 
-# Table, action, field and learn-object names (p4/tofino/README.md, "Control-plane contract").
+PROGRAM = "p4bs"  # p4/tofino/p4bs.p4, built with -DP4_NAME=p4bs
+LINK_INDEX_BITS = 8  # link_index_t: the program's default LINK_INDEX_BITS
+MAX_LINKS = 1 << LINK_INDEX_BITS  # per-link register size, MAX_LINKS
+TCP = 6  # IP_PROTO_TCP: the only protocol the program measures
+
+# Ingress.port_to_link: ingress port (exact) -> Ingress.set_link(link, tap, direction).
 PORT_TABLE = "Ingress.port_to_link"
 PORT_KEY = "ig_intr_md.ingress_port"
 SET_LINK = "Ingress.set_link"
+SET_LINK_PARAMS = ("link", "tap", "direction")
+TAP_BEFORE, TAP_AFTER = 0, 1
+DIR_BOTH = 2
+# Ingress.output_prefixes: (PORT_KEY exact, PREFIX_KEY lpm) -> Ingress.dst_is_output().
 PREFIX_TABLE = "Ingress.output_prefixes"
 PREFIX_KEY = "hdr.ipv4.dst_addr"
 DST_IS_OUTPUT = "Ingress.dst_is_output"
+# Ingress.config, keyless: default entry Ingress.set_config(cms_epoch), a 16-bit epoch.
 CONFIG_TABLE = "Ingress.config"
 SET_CONFIG = "Ingress.set_config"
+CMS_EPOCH = "cms_epoch"
+CMS_EPOCH_BITS = 16
+# RegisterParam Ingress.rtt_min_interval, in the units of md.now_us (2^10 ns).
 RTT_MIN_INTERVAL = "Ingress.rtt_min_interval"
+RTT_MIN_INTERVAL_UNIT_NS = 1024
+# Ingress.long_flows: exact on LONG_FLOW_KEYS (a FlowKey's order), action
+# Ingress.long_flow_hit(), idle timeout on.
 LONG_FLOWS = "Ingress.long_flows"
 LONG_FLOW_KEYS = (
     "md.link",
@@ -69,35 +72,73 @@ LONG_FLOW_KEYS = (
     "hdr.tcp.dst_port",
 )
 LONG_FLOW_HIT = "Ingress.long_flow_hit"
-ENTRY_TTL = "$ENTRY_TTL"
-REGISTER_INDEX = "$REGISTER_INDEX"
+
+# Digests (learn objects): (field, width in bits) in the order of the P4 struct.
 RTT_DIGEST = "IngressDeparser.rtt_digest"
-FLOW_DIGEST = "IngressDeparser.flow_digest"
-RTT_FIELDS = ("link", "ts", "src_addr", "dst_addr", "src_port", "dst_port", "rtt")
-FLOW_FIELDS = (
-    "link",
-    "event",
-    "ts",
-    "src_addr",
-    "dst_addr",
-    "src_port",
-    "dst_port",
-    "count0",
-    "count1",
-    "count2",
-    "count3",
+RTT_DIGEST_LAYOUT = (
+    ("link", LINK_INDEX_BITS),
+    ("ts", 48),
+    ("src_addr", 32),
+    ("dst_addr", 32),
+    ("src_port", 16),
+    ("dst_port", 16),
+    ("rtt", 32),
 )
-# Per-link registers: (register, [(bfrt data field, LinkCounters field)]). Counters wrap at
-# 2^32 and are exported as differences; the queueing-delay sum is {sum_lo, sum_hi} (64 bits).
+FLOW_DIGEST = "IngressDeparser.flow_digest"
+FLOW_DIGEST_LAYOUT = (
+    ("link", LINK_INDEX_BITS),
+    ("event", 8),
+    ("ts", 48),
+    ("src_addr", 32),
+    ("dst_addr", 32),
+    ("src_port", 16),
+    ("dst_port", 16),
+    ("count0", 16),
+    ("count1", 16),
+    ("count2", 16),
+    ("count3", 16),
+)
+RTT_FIELDS = tuple(name for name, _ in RTT_DIGEST_LAYOUT)
+FLOW_FIELDS = tuple(name for name, _ in FLOW_DIGEST_LAYOUT)
+# flow_digest_t.event: the P4's FLOW_<KIND>_<REASON> codes.
+FLOW_START_THRESHOLD, FLOW_START_WINDOW, FLOW_END_FIN, FLOW_END_RST = 1, 2, 3, 4
+FLOW_REASONS = {
+    FLOW_START_THRESHOLD: ("start", "threshold"),
+    FLOW_START_WINDOW: ("start", "window"),
+    FLOW_END_FIN: ("end", "fin"),
+    FLOW_END_RST: ("end", "rst"),
+}
+
+# Per-link registers (Egress, index = link index): (register, [(bfrt data field,
+# LinkCounters field)]); a bit<N> cell's field is "f1". Counters are COUNTER_BITS wide, wrap
+# and are exported as differences; the queueing-delay sum is {sum_lo, sum_hi}, 64 bits.
 COUNTER_REGISTERS = (
     ("Egress.link_traffic", (("packets", "packets"), ("bytes", "bytes"))),
     ("Egress.link_data", (("packets", "data_packets"), ("bytes", "data_bytes"))),
     ("Egress.link_retx", (("f1", "retransmissions"),)),
     ("Egress.link_qdelay_samples", (("f1", "queue_delay_samples"),)),
 )
+COUNTER_BITS = 32
 QDELAY_SUM = "Egress.link_qdelay_sum"
+QDELAY_SUM_LO, QDELAY_SUM_HI = "sum_lo", "sum_hi"
+QDELAY_SUM_LO_BITS = 32
+QDELAY_SUM_BITS = 64
 QDELAY_EWMA = "Egress.link_qdelay_ewma"
+QDELAY_EWMA_FIELD = "f1"
+
+# bfrt_grpc's own names (not in the P4; the README's contract documents them).
+ENTRY_TTL = "$ENTRY_TTL"
+REGISTER_INDEX = "$REGISTER_INDEX"
+REGISTER_PARAM_VALUE = "value"
+
+# --- end of the contract ---------------------------------------------------------------------
+
 COUNTER_FIELDS = tuple(f for _, fields in COUNTER_REGISTERS for _, f in fields)
+COUNTER_WRAP = 1 << COUNTER_BITS
+QDELAY_SUM_WRAP = 1 << QDELAY_SUM_BITS
+CLOCK_REANCHOR_NS = 60 * 10**9  # a switch clock that jumps (reset, 48-bit wrap): re-anchor
+MAX_PROBLEMS = 100
+DIGESTS_PER_ROUND = 1000
 
 SDE_HINT = (
     "the tofino target needs the SDE's Python client bfrt_grpc: set PYTHONPATH to "
@@ -188,21 +229,9 @@ def _fields(data: Any, expected: tuple[str, ...], what: str) -> dict[str, int]:
     return {n: _as_int(raw[n], f"{what} {n}") for n in expected}
 
 
-def _check_range(values: Mapping[str, int], what: str) -> None:
-    limits = {
-        "ts": TS_MAX,
-        "src_addr": WRAP32 - 1,
-        "dst_addr": WRAP32 - 1,
-        "src_port": 0xFFFF,
-        "dst_port": 0xFFFF,
-        "link": 0xFF,
-        "event": 0xFF,
-        "rtt": WRAP32 - 1,
-        "count0": 0xFFFF,
-        "count1": 0xFFFF,
-        "count2": 0xFFFF,
-        "count3": 0xFFFF,
-    }
+def _check_range(values: Mapping[str, int], layout: tuple[tuple[str, int], ...], what: str) -> None:
+    """Every field fits its width in the digest's layout."""
+    limits = {name: (1 << bits) - 1 for name, bits in layout}
     for name, value in values.items():
         top = limits.get(name)
         if value < 0 or (top is not None and value > top):
@@ -405,16 +434,8 @@ class TofinoTarget:
             nets = link.output_prefixes or ("0.0.0.0/0",)
             for tap, port in ((TAP_BEFORE, link.tap_before), (TAP_AFTER, link.tap_after)):
                 keys.append(ports.make_key([gc.KeyTuple(PORT_KEY, port)]))
-                data.append(
-                    ports.make_data(
-                        [
-                            gc.DataTuple("link", state.index),
-                            gc.DataTuple("tap", tap),
-                            gc.DataTuple("direction", DIR_BOTH),
-                        ],
-                        SET_LINK,
-                    )
-                )
+                params = zip(SET_LINK_PARAMS, (state.index, tap, DIR_BOTH), strict=True)
+                data.append(ports.make_data([gc.DataTuple(n, v) for n, v in params], SET_LINK))
                 for net in nets:
                     prefix = ipaddress.IPv4Network(net, strict=False)
                     prefix_keys.append(
@@ -445,8 +466,9 @@ class TofinoTarget:
             ttl_ms,
         )
         rtt_param = self._table(RTT_MIN_INTERVAL)
-        units = math.ceil(dp.rtt_min_interval_ns / 1024)
-        rtt_param.default_entry_set(target, rtt_param.make_data([gc.DataTuple("value", units)]))
+        units = math.ceil(dp.rtt_min_interval_ns / RTT_MIN_INTERVAL_UNIT_NS)
+        value = gc.DataTuple(REGISTER_PARAM_VALUE, units)
+        rtt_param.default_entry_set(target, rtt_param.make_data([value]))
         self._set_cms_epoch()
 
     def _ttl_ms(self) -> int:
@@ -454,7 +476,7 @@ class TofinoTarget:
 
     def _set_cms_epoch(self) -> None:
         table = self._table(CONFIG_TABLE)
-        data = table.make_data([self._gc.DataTuple("cms_epoch", self._cms_epoch)], SET_CONFIG)
+        data = table.make_data([self._gc.DataTuple(CMS_EPOCH, self._cms_epoch)], SET_CONFIG)
         table.default_entry_set(self._target, data)
 
     def _baseline(self) -> None:
@@ -477,7 +499,7 @@ class TofinoTarget:
                 if tick > self._last_tick_ns:
                     self._export(tick)
                 if time.monotonic() >= next_epoch:
-                    self._cms_epoch = (self._cms_epoch + 1) % (1 << 16)
+                    self._cms_epoch = (self._cms_epoch + 1) % (1 << CMS_EPOCH_BITS)
                     self._set_cms_epoch()
                     next_epoch += self.config.dataplane.cms_reset_ns / 1e9
                 assert self._producer is not None
@@ -546,7 +568,7 @@ class TofinoTarget:
         return self.links[index]
 
     def _rtt(self, v: dict[str, int], what: str) -> None:
-        _check_range(v, what)
+        _check_range(v, RTT_DIGEST_LAYOUT, what)
         state = self._link(v["link"], what)
         max_age = self.config.dataplane.rtt_max_age_ns
         if not 0 < v["rtt"] <= max_age:
@@ -564,10 +586,12 @@ class TofinoTarget:
             self._produce("rtt_samples", batch)
 
     def _flow(self, v: dict[str, int], what: str) -> None:
-        _check_range(v, what)
+        _check_range(v, FLOW_DIGEST_LAYOUT, what)
         state = self._link(v["link"], what)
         if v["event"] not in FLOW_REASONS:
-            raise DigestError(f"{what}: event {v['event']} is not one of 1..4")
+            raise DigestError(
+                f"{what}: event {v['event']} is not one of {min(FLOW_REASONS)}..{max(FLOW_REASONS)}"
+            )
         kind, reason = FLOW_REASONS[v["event"]]
         key: FlowKey = (state.index, v["src_addr"], v["dst_addr"], v["src_port"], v["dst_port"])
         packets = min(v["count0"], v["count1"], v["count2"], v["count3"])
@@ -669,14 +693,16 @@ class TofinoTarget:
         for register, fields in COUNTER_REGISTERS:
             for index, data in self._read_register(register):
                 for field, name in fields:
-                    out[index][name] = _as_int(data[f"{register}.{field}"], name) % WRAP32
+                    out[index][name] = _as_int(data[f"{register}.{field}"], name) % COUNTER_WRAP
         for index, data in self._read_register(QDELAY_SUM):
-            lo = _per_pipe(data[f"{QDELAY_SUM}.sum_lo"])
-            hi = _per_pipe(data[f"{QDELAY_SUM}.sum_hi"])
-            total = sum((h << 32) + low for h, low in zip(hi, lo, strict=True))
-            out[index]["queue_delay_sum_ns"] = total % WRAP64
+            lo = _per_pipe(data[f"{QDELAY_SUM}.{QDELAY_SUM_LO}"])
+            hi = _per_pipe(data[f"{QDELAY_SUM}.{QDELAY_SUM_HI}"])
+            total = sum((h << QDELAY_SUM_LO_BITS) + low for h, low in zip(hi, lo, strict=True))
+            out[index]["queue_delay_sum_ns"] = total % QDELAY_SUM_WRAP
         for index, data in self._read_register(QDELAY_EWMA):
-            out[index]["queue_delay_ewma_ns"] = max(_per_pipe(data[f"{QDELAY_EWMA}.f1"]))
+            out[index]["queue_delay_ewma_ns"] = max(
+                _per_pipe(data[f"{QDELAY_EWMA}.{QDELAY_EWMA_FIELD}"])
+            )
         return out
 
     def _read_register(self, register: str) -> Iterable[tuple[int, Mapping[str, Any]]]:
@@ -710,10 +736,10 @@ class TofinoTarget:
                 "seq": state.seq,
             }
             for name in COUNTER_FIELDS:
-                record[name] = (now[name] - last[name]) % WRAP32
+                record[name] = (now[name] - last[name]) % COUNTER_WRAP
             record["queue_delay_sum_ns"] = (
                 now["queue_delay_sum_ns"] - last["queue_delay_sum_ns"]
-            ) % WRAP64
+            ) % QDELAY_SUM_WRAP
             record["queue_delay_ewma_ns"] = now["queue_delay_ewma_ns"]
             state.last = now
             state.seq += 1

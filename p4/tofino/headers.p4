@@ -95,7 +95,9 @@
 #define CRC_XOR_OUT 32w0xFFFFFFFF
 
 /* ------------------------------------------------------------------------------------------
- * Codes shared with the control plane
+ * Codes shared with the control plane. The exporter's copy of these, of the digests below
+ * and of the control-plane names is checked against this program by
+ * tests/unit/test_tofino_contract.py: change both together.
  * ---------------------------------------------------------------------------------------- */
 
 /* port_to_link action parameters */

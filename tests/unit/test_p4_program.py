@@ -10,110 +10,33 @@ stateful-ALU limits the program is written around. Runs in a few milliseconds.
 
 from __future__ import annotations
 
-import ast
 import re
 import shutil
 import subprocess
-from collections.abc import Callable
 from functools import cache
 
 import pytest
+from p4text import (
+    NAME,
+    TOFINO,
+    block,
+    const,
+    source,
+    sources,
+    strip_comments,
+    structs,
+    value,
+    width,
+)
 
-from p4bs import paths
-from p4bs_exporter.tofino import FLOW_FIELDS, RTT_FIELDS
-
-ROOT = paths.home()
-TOFINO = ROOT / "p4" / "tofino"
-SPEC = ROOT / "p4" / "SPEC.md"
+SPEC = TOFINO.parent / "SPEC.md"
 README = TOFINO / "README.md"
 MAIN = TOFINO / "p4bs.p4"
-
-NAME = r"[A-Za-z_]\w*"
 
 
 # --------------------------------------------------------------------------------------------
 # Reading the P4 text
 # --------------------------------------------------------------------------------------------
-
-
-def strip_comments(text: str) -> str:
-    """Removes /* */ and // comments, keeping line breaks (P4 here has no string literals
-    that contain comment markers)."""
-    text = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
-    return re.sub(r"//[^\n]*", "", text)
-
-
-@cache
-def sources() -> dict[str, str]:
-    files = sorted(TOFINO.glob("*.p4"))
-    assert files, f"no P4 sources in {TOFINO}"
-    return {f.name: strip_comments(f.read_text()) for f in files}
-
-
-@cache
-def source() -> str:
-    return "\n".join(sources().values())
-
-
-def p4_int(literal: str) -> int:
-    """An integer literal, with or without a P4 width prefix (32w0xFF, 8s5, 0x1F, 1000)."""
-    m = re.fullmatch(r"(?:\d+[ws])?(0[xX][0-9a-fA-F_]+|0[bB][01_]+|\d[\d_]*)", literal)
-    assert m, f"not an integer literal: {literal}"
-    return int(m.group(1).replace("_", ""), 0)
-
-
-@cache
-def definitions() -> dict[str, str]:
-    """Object-like #defines and `const` declarations: name -> unevaluated expression."""
-    found: dict[str, str] = {}
-    text = source()
-    for m in re.finditer(rf"^\s*#define\s+({NAME})(?!\()[ \t]+([^\n]+)$", text, re.M):
-        found[m.group(1)] = m.group(2).strip()
-    for m in re.finditer(rf"\bconst\s+[\w<>, ]+?\s+({NAME})\s*=\s*([^;]+);", text):
-        found[m.group(1)] = m.group(2).strip()
-    return found
-
-
-_BINOPS: dict[type[ast.operator], Callable[[int, int], int]] = {
-    ast.Add: lambda a, b: a + b,
-    ast.Sub: lambda a, b: a - b,
-    ast.Mult: lambda a, b: a * b,
-    ast.LShift: lambda a, b: a << b,
-    ast.RShift: lambda a, b: a >> b,
-}
-
-
-def value(expression: str, _depth: int = 0) -> int:
-    """Evaluates an integer constant expression of the P4 source, following names through
-    #defines and consts. Only + - * << >> and parentheses: nothing else is used for sizes."""
-    assert _depth < 20, f"constant definitions loop at {expression}"
-    literals = re.sub(
-        r"\b(?:\d+[ws])?(?:0[xX][0-9a-fA-F_]+|0[bB][01_]+|\d[\d_]*)\b",
-        lambda m: str(p4_int(m.group(0))),
-        expression,
-    )
-    tree = ast.parse(literals, mode="eval")
-
-    def walk(node: ast.AST) -> int:
-        if isinstance(node, ast.Expression):
-            return walk(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -walk(node.operand)
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            return _BINOPS[type(node.op)](walk(node.left), walk(node.right))
-        if isinstance(node, ast.Name):
-            assert node.id in definitions(), f"{node.id} is not defined in the P4 sources"
-            return value(definitions()[node.id], _depth + 1)
-        raise AssertionError(f"unsupported constant expression: {expression}")
-
-    return walk(tree)
-
-
-def const(name: str) -> int:
-    assert name in definitions(), f"{name} is not defined in the P4 sources"
-    return value(definitions()[name])
 
 
 @cache
@@ -146,40 +69,10 @@ def register_action_body(name: str) -> str:
 
 
 @cache
-def structs() -> dict[str, list[tuple[str, str]]]:
-    """struct/header name -> [(type, field)] in declaration order (typedefs resolved)."""
-    typedefs = {
-        m.group(2): m.group(1)
-        for m in re.finditer(rf"\btypedef\s+(bit<\w+>)\s+({NAME})\s*;", source())
-    }
-    found = {}
-    for m in re.finditer(rf"\b(?:struct|header)\s+({NAME})\s*\{{([^}}]*)\}}", source()):
-        fields = []
-        for line in m.group(2).split(";"):
-            parts = line.split()
-            if len(parts) == 2:
-                fields.append((typedefs.get(parts[0], parts[0]), parts[1]))
-        found[m.group(1)] = fields
-    return found
-
-
-def bit_width(p4_type: str) -> int:
-    m = re.fullmatch(r"bit<(\w+)>", p4_type)
-    assert m, f"not a bit<N> type: {p4_type}"
-    return value(m.group(1))
-
-
-@cache
 def table(name: str) -> str:
     m = re.search(rf"\btable\s+{name}\s*\{{", source())
     assert m, f"table {name} is not declared"
-    depth = 0
-    text = source()
-    for j in range(m.end() - 1, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        if depth == 0:
-            return text[m.end() : j]
-    raise AssertionError(f"unterminated table {name}")
+    return block(source(), m.end() - 1)
 
 
 def hash_inputs(hash_name: str) -> list[list[str]]:
@@ -273,14 +166,8 @@ def test_rtt_table_is_two_stages_of_spec_size() -> None:
         cell, index, size = registers()[name]
         assert size == slots == const("RTT_SLOTS") == 2**16
         assert cell == "sig_ts_t"
-        assert bit_width(definitions_type(index)) == const("RTT_SLOTS_LOG2")
+        assert width(index) == const("RTT_SLOTS_LOG2")
     assert const("RTT_MAX_AGE_NS") == spec_number(r"rtt\.max_age` \(\*config\*, default ([\d.]+ s)")
-
-
-def definitions_type(typedef_name: str) -> str:
-    m = re.search(rf"\btypedef\s+(bit<\w+>)\s+{typedef_name}\s*;", source())
-    assert m, f"{typedef_name} is not a typedef"
-    return m.group(1)
 
 
 def test_sampling_limit_array_and_default() -> None:
@@ -296,20 +183,20 @@ def test_sampling_limit_array_and_default() -> None:
 
 def test_count_min_sketch_rows_width_threshold_and_reset() -> None:
     assert const("CMS_ROWS") == spec_number(r"`cms\.rows = (\d+)`") == 4
-    width = spec_number(r"`cms\.width = ([\d^]+)`")
+    cms_width = spec_number(r"`cms\.width = ([\d^]+)`")
     rows = sorted(name for name in registers() if re.fullmatch(r"cms_row\d", name))
     assert rows == [f"cms_row{i}" for i in range(const("CMS_ROWS"))]
     for name in rows:
         cell, _, size = registers()[name]
-        assert size == width == const("CMS_WIDTH") == 2**17
+        assert size == cms_width == const("CMS_WIDTH") == 2**17
         # SPEC's cells are 32 bits: here a 16-bit saturating count and a 16-bit epoch.
-        assert sum(bit_width(t) for t, _ in structs()[cell]) == 32
+        assert sum(width(t) for t, _ in structs()[cell]) == 32
     assert (
         const("CMS_THRESHOLD") == spec_number(r"`cms\.threshold` \(default (\d+) packets") == 2000
     )
     assert const("CMS_RESET_NS") == spec_number(r"`cms\.reset = (\d+ s)`") == 10 * 10**9
     count_type = {field: t for t, field in structs()["cms_cell_t"]}["count"]
-    assert const("CMS_THRESHOLD") < 2 ** bit_width(count_type)
+    assert const("CMS_THRESHOLD") < 2 ** width(count_type)
 
 
 def test_long_flow_table_capacity_idle_timeout_and_ttl() -> None:
@@ -509,7 +396,7 @@ def test_indices_come_from_the_right_hashes() -> None:
     # truncate to the index type, whose width is the table's log2.
     for name, (_, index, size) in registers().items():
         if index != "link_index_t":
-            assert 2 ** bit_width(definitions_type(index)) == size, name
+            assert 2 ** width(index) == size, name
 
 
 # --------------------------------------------------------------------------------------------
@@ -520,9 +407,9 @@ def test_indices_come_from_the_right_hashes() -> None:
 def test_register_cells_fit_a_stateful_alu() -> None:
     for name, (cell, _, _) in registers().items():
         if cell.startswith("bit<"):
-            assert bit_width(cell) in (8, 16, 32), name
+            assert width(cell) in (8, 16, 32), name
             continue
-        widths = [bit_width(t) for t, _ in structs()[cell]]
+        widths = [width(t) for t, _ in structs()[cell]]
         assert len(widths) == 2 and widths[0] == widths[1] and widths[0] in (8, 16, 32), (
             f"{name}: a cell is one 8/16/32-bit value or a pair of equal halves, not {cell}"
         )
@@ -674,19 +561,6 @@ def test_preprocessed_program_is_complete(window_mode: bool) -> None:
 # --------------------------------------------------------------------------------------------
 # Tests: the control-plane contract in README.md
 # --------------------------------------------------------------------------------------------
-
-
-def test_digest_field_order_is_the_documented_contract() -> None:
-    """The program's digests, its README and the exporter's tofino target agree."""
-    assert [f for _, f in structs()["rtt_digest_t"]] == list(RTT_FIELDS)
-    assert [f for _, f in structs()["flow_digest_t"]] == list(FLOW_FIELDS)
-    assert const("DIGEST_RTT") != const("DIGEST_FLOW")
-    assert 0 < const("DIGEST_RTT") < 8 and 0 < const("DIGEST_FLOW") < 8
-    readme = README.read_text()
-    for name, fields in (("rtt_digest_t", RTT_FIELDS), ("flow_digest_t", FLOW_FIELDS)):
-        m = re.search(rf"`{name}`[^\n]*\n+```\n([^`]*)```", readme)
-        assert m, f"README.md does not document {name} in a code block after its name"
-        assert re.findall(rf"^({NAME}):", m.group(1), re.M) == list(fields), name
 
 
 def test_readme_names_every_control_plane_object() -> None:

@@ -1,0 +1,367 @@
+"""The Tofino program (p4/tofino/*.p4) and the exporter's tofino target agree on their
+control-plane contract.
+
+`p4bs_exporter.tofino` keeps every name, code and width it takes from the program in one
+block of constants; these tests read each of them back from the P4 sources and compare, so a
+change on either side alone fails here, naming the item. The reader is a few regexes over
+the comment-stripped source: #defines and consts (evaluated), typedefs, structs and headers,
+and per control its parameters, tables, actions, registers, RegisterParams and Digests. No
+compiler, no SDE, no services: a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pytest
+from p4text import NAME, TOFINO, TYPE, block, const, layout, source, structs, value, width
+
+import p4bs_exporter.tofino as exporter
+
+README = TOFINO / "README.md"
+
+
+# --------------------------------------------------------------------------------------------
+# Reading the P4 text
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Control:
+    name: str
+    params: dict[str, str]  # parameter name -> type
+    body: str
+
+
+@cache
+def controls() -> dict[str, Control]:
+    found = {}
+    for m in re.finditer(rf"\bcontrol\s+({NAME})\s*\(([^)]*)\)\s*\{{", source()):
+        params = {}
+        for param in m.group(2).split(","):
+            *_, p4_type, name = param.split()
+            params[name] = p4_type
+        found[m.group(1)] = Control(m.group(1), params, block(source(), m.end() - 1))
+    return found
+
+
+def control_of(qualified: str) -> tuple[Control, str]:
+    """bfrt's "<control>.<object>" -> (the control, the object's name)."""
+    control, _, name = qualified.partition(".")
+    assert control in controls(), f"{qualified}: the P4 has no control {control}"
+    return controls()[control], name
+
+
+@dataclass(frozen=True)
+class Table:
+    keys: list[tuple[str, str]]  # (field, match kind) in order
+    actions: dict[str, bool]  # action -> @defaultonly
+    idle_timeout: bool
+
+
+def table(qualified: str) -> Table:
+    control, name = control_of(qualified)
+    m = re.search(rf"\btable\s+{name}\s*\{{", control.body)
+    assert m, f"{qualified}: no table {name} in control {control.name}"
+    body = block(control.body, m.end() - 1)
+    key = re.search(r"\bkey\s*=\s*\{([^}]*)\}", body)
+    keys = re.findall(r"([\w.]+)\s*:\s*(\w+)\s*;", key.group(1)) if key else []
+    listed = re.search(r"\bactions\s*=\s*\{([^}]*)\}", body)
+    assert listed, f"{qualified}: no actions list"
+    actions = {
+        action: "@defaultonly" in annotations
+        for annotations, action in re.findall(rf"((?:@\w+\s+)*)({NAME})\s*;", listed.group(1))
+    }
+    idle = re.search(r"\bidle_timeout\s*=\s*true\s*;", body) is not None
+    return Table(keys, actions, idle)
+
+
+def action_params(qualified: str) -> list[tuple[str, str]]:
+    """(type, name) of an action's parameters, in order."""
+    control, name = control_of(qualified)
+    m = re.search(rf"\baction\s+{name}\s*\(([^)]*)\)", control.body)
+    assert m, f"{qualified}: no action {name} in control {control.name}"
+    params = []
+    for param in filter(str.strip, m.group(1).split(",")):
+        p4_type, param_name = param.rsplit(None, 1)
+        params.append((p4_type.split()[-1], param_name))
+    return params
+
+
+def declaration(qualified: str, extern: str) -> tuple[list[str], str]:
+    """`extern<type args>(ctor args) name;` in the object's control: (type args, ctor args)."""
+    control, name = control_of(qualified)
+    m = re.search(rf"\b{extern}<([^;(]*)>\s*\(([^)]*)\)\s*{name}\s*;", control.body)
+    assert m, f"{qualified}: no {extern} {name} in control {control.name}"
+    args = [a.strip() for a in re.split(r",(?![^<]*>)", m.group(1))]
+    return args, m.group(2).strip()
+
+
+def field_width(control: Control, path: str) -> int:
+    """Width of `param.field.field...` through the control's parameter types."""
+    first, *rest = path.split(".")
+    assert first in control.params, f"{path}: {first} is not a parameter of {control.name}"
+    p4_type = control.params[first]
+    for part in rest:
+        fields = {field: t for t, field in structs().get(p4_type, [])}
+        assert part in fields, f"{path}: {p4_type} has no field {part}"
+        p4_type = fields[part]
+    return width(p4_type)
+
+
+def bfrt_fields(cell: str) -> list[str]:
+    """bfrt's data fields of a register cell: a struct's field names, "f1" for a bit<N>."""
+    return [field for _, field in structs()[cell]] if cell in structs() else ["f1"]
+
+
+def agree(item: str, ours: object, theirs: object, where: str) -> None:
+    """`tofino.<item>` (ours) is what the P4 says at `where` (theirs)."""
+    assert ours == theirs, f"tofino.{item} = {ours!r}, but the P4 ({where}) says {theirs!r}"
+
+
+def entry_action(qualified_table: str, qualified_action: str) -> None:
+    """The table lists the action, and not only as its default (the exporter adds entries)."""
+    actions = table(qualified_table).actions
+    name = qualified_action.partition(".")[2]
+    assert name in actions, f"{qualified_table} does not list {qualified_action}: {actions}"
+    assert not actions[name], f"{qualified_table}: {qualified_action} is @defaultonly"
+
+
+# --------------------------------------------------------------------------------------------
+# Program, codes and widths
+# --------------------------------------------------------------------------------------------
+
+
+def test_program_name() -> None:
+    main = TOFINO / f"{exporter.PROGRAM}.p4"
+    assert main.is_file(), f"tofino.PROGRAM = {exporter.PROGRAM!r}, but there is no {main}"
+    assert re.search(r"\bSwitch\(\s*\w+\s*\)\s+main\s*;", main.read_text()), main
+    build = f"-DP4_NAME={exporter.PROGRAM}"
+    assert build in README.read_text(), f"README.md does not build with {build}"
+
+
+# exporter constant -> the P4 #define or const it restates
+CODES = {
+    "LINK_INDEX_BITS": "LINK_INDEX_BITS",
+    "MAX_LINKS": "MAX_LINKS",
+    "TCP": "IP_PROTO_TCP",
+    "TAP_BEFORE": "TAP_BEFORE",
+    "TAP_AFTER": "TAP_AFTER",
+    "DIR_BOTH": "DIR_BOTH",
+    "FLOW_START_THRESHOLD": "FLOW_START_THRESHOLD",
+    "FLOW_START_WINDOW": "FLOW_START_WINDOW",
+    "FLOW_END_FIN": "FLOW_END_FIN",
+    "FLOW_END_RST": "FLOW_END_RST",
+}
+
+
+@pytest.mark.parametrize("item", CODES)
+def test_code(item: str) -> None:
+    agree(item, getattr(exporter, item), const(CODES[item]), CODES[item])
+
+
+def test_flow_reasons_are_the_event_codes() -> None:
+    """Every FLOW_<KIND>_<REASON> code of the P4 and nothing else, as (kind, reason)."""
+    pattern = rf"\bconst\s+{TYPE}\s+(FLOW_(START|END)_(\w+))\s*="
+    codes = {
+        const(name): (kind.lower(), reason.lower())
+        for name, kind, reason in re.findall(pattern, source())
+    }
+    agree("FLOW_REASONS", exporter.FLOW_REASONS, codes, "const FLOW_<KIND>_<REASON>")
+    event = dict(layout("flow_digest_t"))["event"]
+    assert all(0 < code < 1 << event for code in codes), f"codes {codes} vs event bit<{event}>"
+
+
+# --------------------------------------------------------------------------------------------
+# Tables and actions
+# --------------------------------------------------------------------------------------------
+
+
+def test_port_to_link() -> None:
+    keys = table(exporter.PORT_TABLE).keys
+    agree("PORT_KEY", [(exporter.PORT_KEY, "exact")], keys, f"{exporter.PORT_TABLE} key")
+    entry_action(exporter.PORT_TABLE, exporter.SET_LINK)
+    params = action_params(exporter.SET_LINK)
+    names = tuple(name for _, name in params)
+    agree("SET_LINK_PARAMS", exporter.SET_LINK_PARAMS, names, f"action {exporter.SET_LINK}")
+    widths = {name: width(p4_type) for p4_type, name in params}
+    link, tap, direction = exporter.SET_LINK_PARAMS
+    agree("LINK_INDEX_BITS", exporter.LINK_INDEX_BITS, widths[link], f"{exporter.SET_LINK} {link}")
+    for item in ("TAP_BEFORE", "TAP_AFTER"):
+        code = getattr(exporter, item)
+        assert 0 <= code < 1 << widths[tap], f"tofino.{item} = {code} vs {tap} bit<{widths[tap]}>"
+    code, bits = exporter.DIR_BOTH, widths[direction]
+    assert 0 <= code < 1 << bits, f"tofino.DIR_BOTH = {code} vs {direction} bit<{bits}>"
+
+
+def test_output_prefixes() -> None:
+    keys = table(exporter.PREFIX_TABLE).keys
+    ours = [(exporter.PORT_KEY, "exact"), (exporter.PREFIX_KEY, "lpm")]
+    agree("PORT_KEY, PREFIX_KEY", ours, keys, f"{exporter.PREFIX_TABLE} key")
+    entry_action(exporter.PREFIX_TABLE, exporter.DST_IS_OUTPUT)
+    params = action_params(exporter.DST_IS_OUTPUT)
+    assert params == [], f"{exporter.DST_IS_OUTPUT} takes {params}; the exporter gives none"
+
+
+def test_config() -> None:
+    keys = table(exporter.CONFIG_TABLE).keys
+    assert keys == [], f"{exporter.CONFIG_TABLE} has keys {keys}; the exporter sets its default"
+    assert exporter.SET_CONFIG.partition(".")[2] in table(exporter.CONFIG_TABLE).actions, (
+        f"{exporter.CONFIG_TABLE} does not list {exporter.SET_CONFIG}"
+    )
+    params = [(name, width(p4_type)) for p4_type, name in action_params(exporter.SET_CONFIG)]
+    ours = [(exporter.CMS_EPOCH, exporter.CMS_EPOCH_BITS)]
+    agree("CMS_EPOCH, CMS_EPOCH_BITS", ours, params, f"action {exporter.SET_CONFIG}")
+
+
+def test_rtt_min_interval() -> None:
+    (cell,), _ = declaration(exporter.RTT_MIN_INTERVAL, "RegisterParam")
+    assert width(cell) == 32, f"{exporter.RTT_MIN_INTERVAL} is {cell}"
+    control, name = control_of(exporter.RTT_MIN_INTERVAL)
+    m = re.search(r"\bmd\.now_us\s*=\s*[\w.]+\[(\d+):(\d+)\]\s*;", control.body)
+    assert m, "md.now_us is no longer a slice of the clock"
+    assert re.search(rf"\bmd\.now_us\b[^;]*\b{name}\.read\(\)", control.body), (
+        f"{exporter.RTT_MIN_INTERVAL} is no longer compared with md.now_us"
+    )
+    unit = 1 << int(m.group(2))
+    agree("RTT_MIN_INTERVAL_UNIT_NS", exporter.RTT_MIN_INTERVAL_UNIT_NS, unit, "md.now_us")
+
+
+# The flow digest's fields that make a FlowKey, in the order of the long_flows key.
+FLOW_KEY_FIELDS = ("link", "src_addr", "dst_addr", "src_port", "dst_port")
+
+
+def test_long_flows() -> None:
+    t = table(exporter.LONG_FLOWS)
+    ours = [(key, "exact") for key in exporter.LONG_FLOW_KEYS]
+    agree("LONG_FLOW_KEYS", ours, t.keys, f"{exporter.LONG_FLOWS} key")
+    assert t.idle_timeout, f"{exporter.LONG_FLOWS} has no idle_timeout = true"
+    entry_action(exporter.LONG_FLOWS, exporter.LONG_FLOW_HIT)
+    params = action_params(exporter.LONG_FLOW_HIT)
+    assert params == [], f"{exporter.LONG_FLOW_HIT} takes {params}; the exporter gives none"
+    control, _ = control_of(exporter.LONG_FLOWS)
+    keys = [field_width(control, key) for key in exporter.LONG_FLOW_KEYS]
+    digest = dict(exporter.FLOW_DIGEST_LAYOUT)
+    fields = [digest[f] for f in FLOW_KEY_FIELDS]
+    assert keys == fields, f"{exporter.LONG_FLOWS} key widths {keys}, digest fields {fields}"
+
+
+# --------------------------------------------------------------------------------------------
+# Digests
+# --------------------------------------------------------------------------------------------
+
+# learn object -> (its layout, the digest type it is declared with)
+DIGESTS = {
+    "RTT_DIGEST": ("RTT_DIGEST_LAYOUT", "DIGEST_RTT"),
+    "FLOW_DIGEST": ("FLOW_DIGEST_LAYOUT", "DIGEST_FLOW"),
+}
+
+
+@pytest.mark.parametrize("item", DIGESTS)
+def test_digest_layout(item: str) -> None:
+    """Field names, order and widths of the learn object's struct."""
+    learn: str = getattr(exporter, item)
+    layout_name, code = DIGESTS[item]
+    (struct,), digest_type = declaration(learn, "Digest")
+    assert digest_type == code, f"{learn} is Digest<{struct}>({digest_type}), not ({code})"
+    agree(layout_name, list(getattr(exporter, layout_name)), layout(struct), f"struct {struct}")
+
+
+def test_digest_type_codes() -> None:
+    assert const("DIGEST_RTT") != const("DIGEST_FLOW")
+    assert 0 < const("DIGEST_RTT") < 8 and 0 < const("DIGEST_FLOW") < 8  # 3-bit digest_type
+
+
+@pytest.mark.parametrize("struct", ["rtt_digest_t", "flow_digest_t"])
+def test_readme_documents_the_digest_layout(struct: str) -> None:
+    m = re.search(rf"`{struct}`[^\n]*\n+```\n([^`]*)```", README.read_text())
+    assert m, f"README.md does not document {struct} in a code block after its name"
+    lines = re.findall(rf"^({NAME}):\s*bit<(\d+)>", m.group(1), re.M)
+    documented = [(name, int(bits)) for name, bits in lines]
+    assert documented == layout(struct), f"README.md's {struct} is {documented}"
+
+
+# --------------------------------------------------------------------------------------------
+# Per-link registers
+# --------------------------------------------------------------------------------------------
+
+
+def exported_registers() -> dict[str, tuple[str, list[str]]]:
+    """Register -> (the constant naming its fields, the bfrt data fields the exporter reads)."""
+    registers = {
+        reg: ("COUNTER_REGISTERS", [f for f, _ in fields])
+        for reg, fields in exporter.COUNTER_REGISTERS
+    }
+    registers[exporter.QDELAY_SUM] = (
+        "QDELAY_SUM_LO, QDELAY_SUM_HI",
+        [exporter.QDELAY_SUM_LO, exporter.QDELAY_SUM_HI],
+    )
+    registers[exporter.QDELAY_EWMA] = ("QDELAY_EWMA_FIELD", [exporter.QDELAY_EWMA_FIELD])
+    return registers
+
+
+@pytest.mark.parametrize("register", exported_registers())
+def test_link_register(register: str) -> None:
+    (cell, index), size = declaration(register, "Register")
+    assert index == "link_index_t", f"{register} is indexed by {index}, not the link index"
+    agree("MAX_LINKS", exporter.MAX_LINKS, value(size), f"{register} size {size}")
+    item, fields = exported_registers()[register]
+    agree(item, fields, bfrt_fields(cell), f"{register}, cell {cell}")
+
+
+@pytest.mark.parametrize("register", [r for r, _ in exporter.COUNTER_REGISTERS])
+def test_counter_width(register: str) -> None:
+    (cell, _), _ = declaration(register, "Register")
+    widths = [width(t) for t, _ in structs()[cell]] if cell in structs() else [width(cell)]
+    agree("COUNTER_BITS", [exporter.COUNTER_BITS] * len(widths), widths, f"{register} {cell}")
+
+
+def test_queueing_delay_sum_width() -> None:
+    (cell, _), _ = declaration(exporter.QDELAY_SUM, "Register")
+    widths = dict(layout(cell))
+    lo, hi = widths[exporter.QDELAY_SUM_LO], widths[exporter.QDELAY_SUM_HI]
+    agree("QDELAY_SUM_LO_BITS", exporter.QDELAY_SUM_LO_BITS, lo, f"{cell}")
+    agree("QDELAY_SUM_BITS", exporter.QDELAY_SUM_BITS, lo + hi, f"{cell}")
+
+
+def test_every_per_link_register_is_exported() -> None:
+    pattern = rf"\bRegister<\s*{TYPE}\s*,\s*({NAME})\s*>\s*\([^)]*\)\s*({NAME})\s*;"
+    per_link = {
+        f"{control.name}.{name}"
+        for control in controls().values()
+        for index, name in re.findall(pattern, control.body)
+        if index == "link_index_t"
+    }
+    ours = set(exported_registers())
+    assert per_link == ours, f"the P4's per-link registers {sorted(per_link)}, read {sorted(ours)}"
+
+
+# --------------------------------------------------------------------------------------------
+# bfrt_grpc's own names, and the contract kept in one place
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("item", ["ENTRY_TTL", "REGISTER_INDEX", "REGISTER_PARAM_VALUE"])
+def test_bfrt_names_are_the_documented_ones(item: str) -> None:
+    name = getattr(exporter, item)
+    assert f"`{name}`" in README.read_text(), f"tofino.{item} = {name!r} is not in README.md"
+
+
+def test_contract_names_are_only_in_the_constants() -> None:
+    """No function of tofino.py spells out a P4 object or bfrt name: they use the block."""
+    tree = ast.parse(Path(exporter.__file__).read_text())
+    qualified = re.compile(rf"^(?:{'|'.join(map(re.escape, controls()))})\.\w|^\$")
+    scattered = [
+        f"line {node.lineno}: {node.value!r}"
+        for top in tree.body
+        if not isinstance(top, ast.Assign | ast.AnnAssign | ast.Expr)
+        for node in ast.walk(top)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and qualified.match(node.value)
+    ]
+    assert not scattered, f"contract names outside the constants: {scattered}"
