@@ -13,7 +13,8 @@ STAMPS  := $(CACHE)/stamps
 GO_ENV  := GOPATH=$(CURDIR)/$(CACHE)/go GOBIN=$(CURDIR)/$(CACHE)/bin GOFLAGS=-modcacherw
 MVN     := mvn -q -B -f infra/jars/pom.xml -Dmaven.repo.local=$(CURDIR)/$(CACHE)/m2
 CARGO   := CARGO_HOME=$(CURDIR)/$(CACHE)/cargo cargo
-CRATES  := infra/delay-wire p4/model exporter
+# The Cargo workspace (Cargo.toml) less its fuzz targets, which p4/model/fuzz/run.sh builds.
+WORKSPACE := --workspace --exclude p4bs-model-fuzz
 
 APT_PACKAGES := iproute2 iperf3 tshark tcpdump ethtool procps curl iputils-ping \
                 openjdk-17-jdk-headless maven python3-venv build-essential zlib1g-dev
@@ -85,31 +86,23 @@ $(FUNCTIONS_JAR): $(JAVA_SOURCES) $(STAMPS)/python
 	jar cf $@ -C $(@D)/classes .
 
 build:
-	for crate in $(CRATES); do \
-	  $(CARGO) build -q --release --locked --manifest-path $$crate/Cargo.toml \
-	    --target-dir $(CURDIR)/$(CACHE)/target; \
-	done
+	$(CARGO) build -q --release --locked $(WORKSPACE) --target-dir $(CURDIR)/$(CACHE)/target
 
 lint:
-	for crate in $(CRATES); do \
-	  $(CARGO) fmt --check --manifest-path $$crate/Cargo.toml; \
-	  $(CARGO) clippy -q --release --locked --manifest-path $$crate/Cargo.toml \
-	    --target-dir $(CURDIR)/$(CACHE)/target --all-targets -- -D warnings; \
-	done
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy -q --release --locked $(WORKSPACE) --target-dir $(CURDIR)/$(CACHE)/target \
+	  --all-targets -- -D warnings
 	$(VENV)/bin/ruff check $(PYTHON_SOURCES)
 	$(VENV)/bin/ruff format --check $(PYTHON_SOURCES)
 	$(VENV)/bin/mypy
 
 format:
-	for crate in $(CRATES); do $(CARGO) fmt --manifest-path $$crate/Cargo.toml; done
+	$(CARGO) fmt --all
 	$(VENV)/bin/ruff format $(PYTHON_SOURCES)
 	$(VENV)/bin/ruff check --fix $(PYTHON_SOURCES)
 
 test: lint build
-	for crate in $(CRATES); do \
-	  $(CARGO) test -q --release --locked --manifest-path $$crate/Cargo.toml \
-	    --target-dir $(CURDIR)/$(CACHE)/target; \
-	done
+	$(CARGO) test -q --release --locked $(WORKSPACE) --target-dir $(CURDIR)/$(CACHE)/target
 	FUZZ_SECONDS=60 p4/model/fuzz/run.sh
 	$(VENV)/bin/pytest -ra
 

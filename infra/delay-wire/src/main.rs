@@ -226,7 +226,7 @@ fn main() {
         }
     };
     let open = |name: &str| {
-        PacketSocket::open(name).unwrap_or_else(|e| {
+        socket::open(name).unwrap_or_else(|e| {
             eprintln!("delay-wire: {name}: {e}");
             std::process::exit(1);
         })

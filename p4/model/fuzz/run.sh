@@ -23,14 +23,18 @@ rustup run nightly rustc --version >/dev/null || {
   exit 1
 }
 
-# Not in the Makefile's CRATES (its own workspace, nightly-only build), so linted here.
-cargo fmt --check --manifest-path "$fuzz_dir/Cargo.toml"
-cargo clippy -q --manifest-path "$fuzz_dir/Cargo.toml" --target-dir "$target_dir" \
-  --all-targets -- -D warnings
+# A member of the root workspace (one Cargo.lock) but not of its default-members, so the
+# Makefile's build, clippy and test leave it out: linted here (and by `make lint`'s rustfmt).
+cd "$root"
+cargo fmt --check -p p4bs-model-fuzz
+cargo clippy -q --locked -p p4bs-model-fuzz --target-dir "$target_dir" --all-targets \
+  -- -D warnings
 
+# Its own target dir (nightly, sanitizer flags). The workspace's release profile has
+# lto = "thin": the fuzz build keeps cargo's default, as before it joined the workspace.
 echo "fuzz: building ${targets[*]}"
-PATH=$CARGO_HOME/bin:$PATH cargo +nightly fuzz build --fuzz-dir "$fuzz_dir" \
-  --target-dir "$target_dir" -O --debug-assertions
+PATH=$CARGO_HOME/bin:$PATH CARGO_PROFILE_RELEASE_LTO=false cargo +nightly fuzz build \
+  --fuzz-dir "$fuzz_dir" --target-dir "$target_dir" -O --debug-assertions
 bin_dir=$target_dir/x86_64-unknown-linux-gnu/release
 
 # Seeds: valid inputs for the mutations to start from, written from hex (spaces ignored).

@@ -1,14 +1,17 @@
-//! Live capture: one AF_PACKET socket with a TPACKET_V3 receive ring per interface, frames
-//! handed to the pipeline in timestamp order across interfaces (a packet's copy after the
-//! router must follow its copy before it, though the two rings are read one after the other).
+//! Live capture: one AF_PACKET socket (crate `af-packet`) with a TPACKET_V3 receive ring per
+//! interface, frames handed to the pipeline in timestamp order across interfaces (a packet's
+//! copy after the router must follow its copy before it, though the two rings are read one
+//! after the other).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::ffi::CString;
 use std::io;
-use std::mem::{size_of, zeroed};
+use std::os::fd::AsRawFd;
 use std::ptr;
 use std::sync::atomic::{fence, Ordering};
+
+pub use af_packet::realtime_ns;
+use af_packet::PacketSocket;
 
 const BLOCK_SIZE: u32 = 1 << 20;
 const BLOCKS: u32 = 64;
@@ -18,22 +21,9 @@ const BLOCK_TIMEOUT_MS: u32 = 10;
 /// The pipeline reads only headers: frames are kept up to here while being reordered.
 const KEPT_BYTES: usize = 256;
 
-fn check(ret: libc::c_int, what: &str) -> io::Result<libc::c_int> {
-    if ret < 0 {
-        let err = io::Error::last_os_error();
-        return Err(io::Error::new(err.kind(), format!("{what}: {err}")));
-    }
-    Ok(ret)
-}
-
-pub fn realtime_ns() -> u64 {
-    let mut ts: libc::timespec = unsafe { zeroed() };
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 struct Ring {
-    fd: libc::c_int,
+    /// Closed when the ring is dropped, after the ring is unmapped.
+    socket: PacketSocket,
     map: *mut u8,
     current: u32,
     port: u16,
@@ -41,42 +31,14 @@ struct Ring {
 
 impl Drop for Ring {
     fn drop(&mut self) {
-        unsafe {
-            libc::munmap(self.map.cast(), (BLOCK_SIZE * BLOCKS) as usize);
-            libc::close(self.fd);
-        }
+        unsafe { libc::munmap(self.map.cast(), (BLOCK_SIZE * BLOCKS) as usize) };
     }
 }
 
 impl Ring {
     fn open(interface: &str, port: u16) -> io::Result<Ring> {
-        let name = CString::new(interface).map_err(|_| io::Error::other("bad interface name"))?;
-        let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
-        if ifindex == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("no interface {interface}"),
-            ));
-        }
-        let proto = (libc::ETH_P_ALL as u16).to_be();
-        let fd = check(
-            unsafe {
-                libc::socket(
-                    libc::AF_PACKET,
-                    libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                    libc::c_int::from(proto),
-                )
-            },
-            "socket(AF_PACKET)",
-        )?;
-        let setopt = |name: libc::c_int, value: *const libc::c_void, len: usize, what: &str| {
-            check(
-                unsafe {
-                    libc::setsockopt(fd, libc::SOL_PACKET, name, value, len as libc::socklen_t)
-                },
-                what,
-            )
-        };
+        // Blocking (frames are read from the ring, never with recv); the ring goes before bind.
+        let socket = PacketSocket::open(interface)?;
         let version = libc::tpacket_versions::TPACKET_V3 as libc::c_int;
         let ring_req = libc::tpacket_req3 {
             tp_block_size: BLOCK_SIZE,
@@ -87,59 +49,39 @@ impl Ring {
             tp_sizeof_priv: 0,
             tp_feature_req_word: 0,
         };
-        let opened = setopt(
+        socket.set_option(
+            libc::SOL_PACKET,
             libc::PACKET_VERSION,
-            ptr::from_ref(&version).cast(),
-            size_of::<libc::c_int>(),
+            &version,
             "PACKET_VERSION",
-        )
-        .and_then(|_| {
-            setopt(
-                libc::PACKET_RX_RING,
-                ptr::from_ref(&ring_req).cast(),
-                size_of::<libc::tpacket_req3>(),
-                "PACKET_RX_RING",
-            )
-        });
-        if let Err(e) = opened {
-            unsafe { libc::close(fd) };
-            return Err(e);
-        }
+        )?;
+        socket.set_option(
+            libc::SOL_PACKET,
+            libc::PACKET_RX_RING,
+            &ring_req,
+            "PACKET_RX_RING",
+        )?;
         let map = unsafe {
             libc::mmap(
                 ptr::null_mut(),
                 (BLOCK_SIZE * BLOCKS) as usize,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
-                fd,
+                socket.as_raw_fd(),
                 0,
             )
         };
         if map == libc::MAP_FAILED {
             let err = io::Error::last_os_error();
-            unsafe { libc::close(fd) };
             return Err(io::Error::new(err.kind(), format!("mmap ring: {err}")));
         }
         let ring = Ring {
-            fd,
+            socket,
             map: map.cast(),
             current: 0,
             port,
         };
-        let mut addr: libc::sockaddr_ll = unsafe { zeroed() };
-        addr.sll_family = libc::AF_PACKET as u16;
-        addr.sll_protocol = proto;
-        addr.sll_ifindex = ifindex as i32;
-        check(
-            unsafe {
-                libc::bind(
-                    fd,
-                    ptr::from_ref(&addr).cast(),
-                    size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-                )
-            },
-            "bind",
-        )?;
+        ring.socket.bind()?;
         Ok(ring)
     }
 
@@ -183,22 +125,7 @@ impl Ring {
 
     /// Frames the kernel dropped because the ring was full, since the last call.
     fn drops(&self) -> u64 {
-        let mut stats: libc::tpacket_stats_v3 = unsafe { zeroed() };
-        let mut len = size_of::<libc::tpacket_stats_v3>() as libc::socklen_t;
-        let ret = unsafe {
-            libc::getsockopt(
-                self.fd,
-                libc::SOL_PACKET,
-                libc::PACKET_STATISTICS,
-                ptr::from_mut(&mut stats).cast(),
-                &mut len,
-            )
-        };
-        if ret < 0 {
-            0
-        } else {
-            u64::from(stats.tp_drops)
-        }
+        self.socket.take_kernel_drops()
     }
 }
 
@@ -239,7 +166,7 @@ impl LiveCapture {
             .rings
             .iter()
             .map(|r| libc::pollfd {
-                fd: r.fd,
+                fd: r.socket.as_raw_fd(),
                 events: libc::POLLIN | libc::POLLERR,
                 revents: 0,
             })
