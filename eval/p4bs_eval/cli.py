@@ -29,9 +29,12 @@ FULL_SET = (
 
 def cmd_run(args: argparse.Namespace) -> int:
     from p4bs_eval.report import write_report
-    from p4bs_eval.runner import run_eval
+    from p4bs_eval.runner import ResumeError, run_eval
     from p4bs_eval.scenario import ScenarioError, check_policies, load_scenario
 
+    if args.resume and args.out:
+        print("p4bs eval: --resume RUN_DIR is the folder; give no --out", file=sys.stderr)
+        return 2
     path = args.scenario
     if not path.exists() and (SCENARIOS / f"{path}.toml").exists():
         path = SCENARIOS / f"{path}.toml"
@@ -54,12 +57,19 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 2
         scenario = dataclasses.replace(scenario, repeat=args.repeat)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = args.out or paths.home() / ".run" / "eval" / f"{scenario.name}-{stamp}"
+    out = args.resume or args.out or paths.home() / ".run" / "eval" / f"{scenario.name}-{stamp}"
     _unwind_on_signals()
     try:
-        failed = run_eval(scenario, out, args.config)
+        failed = run_eval(scenario, out, args.config, resume=args.resume is not None)
+    except ResumeError as exc:
+        print(f"p4bs eval: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
-        print(f"p4bs eval: interrupted; the finished runs are in {out}", file=sys.stderr)
+        print(
+            f"p4bs eval: interrupted; the finished runs are in {out} "
+            f"(`p4bs eval run {args.scenario} --resume {out}` completes them)",
+            file=sys.stderr,
+        )
         return 130
     print(f"report: {write_report(out)}")
     return 1 if failed else 0
@@ -190,6 +200,13 @@ def add_parser(sub: Any, default_config: Path) -> None:
     run.add_argument("--policies", help="comma-separated, instead of the scenario's")
     run.add_argument("--repeat", type=int, help="runs per point and policy")
     run.add_argument("--out", type=Path, help="default: .run/eval/<scenario>-<time>")
+    run.add_argument(
+        "--resume",
+        type=Path,
+        metavar="RUN_DIR",
+        help="complete the runs this folder of the same scenario has not finished (missing, "
+        "or failed); --repeat may add repeats",
+    )
     run.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
     run.set_defaults(func=cmd_run)
     report = eval_sub.add_parser("report", help="report.md and plots from a run folder")

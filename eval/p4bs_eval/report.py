@@ -29,10 +29,21 @@ COLUMNS = (
 )
 
 
+def run_key(row: dict[str, Any]) -> tuple[str, str, int]:
+    """Which run a row of results.jsonl is: point, policy, repeat."""
+    return row["point"], row["policy"], row["repeat"]
+
+
 def load_results(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The scenario and one row per run, in the order the runs first ran: a run done again
+    (`p4bs eval run --resume` after it failed) is its latest row."""
     scenario = json.loads((run_dir / "scenario.json").read_text())
-    rows = [json.loads(line) for line in (run_dir / "results.jsonl").open() if line.strip()]
-    return scenario, rows
+    latest: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for line in (run_dir / "results.jsonl").open():
+        if line.strip():
+            row = json.loads(line)
+            latest[run_key(row)] = row
+    return scenario, list(latest.values())
 
 
 def averaged(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:

@@ -25,6 +25,7 @@ from typing import Any
 from p4bs.bus import read_stream
 from p4bs.config import load_config
 from p4bs_eval.figures import run_figures
+from p4bs_eval.report import load_results, run_key
 from p4bs_eval.scenario import NO_POLICY, EvalScenario, Point
 from p4bs_infra.stack import Stack
 from p4bs_infra.testbed import Testbed
@@ -162,32 +163,76 @@ def run_one(
     return figures | {"phases_s": phases.took}
 
 
+# What a run folder's scenario.json must still say for `--resume` to add runs to it; the
+# number of repeats may grow.
+RESUME_KEYS = ("name", "policies", "duration_s", "warmup_s", "buffer_ms", "points", "sweep_keys")
+
+
+class ResumeError(ValueError):
+    """A run folder `--resume` cannot complete; the message says why."""
+
+
+def describe(scenario: EvalScenario, policies: tuple[str, ...]) -> dict[str, Any]:
+    """What scenario.json records: enough for reports, and for a resume to check the folder."""
+    return {
+        "name": scenario.name,
+        "title": scenario.title,
+        "reports": list(scenario.reports),
+        "policies": list(policies),
+        "repeat": scenario.repeat,
+        "duration_s": scenario.duration_s,
+        "warmup_s": scenario.warmup_s,
+        "buffer_ms": scenario.buffer_ms,
+        "points": [p.label for p in scenario.points()],
+        "sweep_keys": [key for key, _ in scenario.sweep],
+    }
+
+
+def finished_runs(out: Path, described: dict[str, Any]) -> set[tuple[str, str, int]]:
+    """The runs of a folder that ran without an error, once its scenario.json is checked to
+    describe the same scenario."""
+    if not (out / "scenario.json").exists() or not (out / "results.jsonl").exists():
+        raise ResumeError(f"{out}: no scenario.json and results.jsonl to resume")
+    before, rows = load_results(out)
+    changed = [
+        f"{key}: {before.get(key)!r} there, {described[key]!r} now"
+        for key in RESUME_KEYS
+        if before.get(key) != described[key]
+    ]
+    if changed:
+        raise ResumeError(f"{out} holds another scenario: " + "; ".join(changed))
+    return {run_key(row) for row in rows if "error" not in row}
+
+
+def pending_runs(
+    scenario: EvalScenario, out: Path, policies: tuple[str, ...] | None, *, resume: bool
+) -> list[tuple[Point, str, int]]:
+    """The runs to make: all of them, or with `resume` those `out` has not finished."""
+    runs = list(scenario.runs(policies))
+    if not resume:
+        return runs
+    done = finished_runs(out, describe(scenario, policies or scenario.policies))
+    todo = [(point, policy, r) for point, policy, r in runs if (point.label, policy, r) not in done]
+    print(f"p4bs eval: resuming {out}: {len(runs) - len(todo)} runs finished, {len(todo)} to run")
+    return todo
+
+
 def run_eval(
     scenario: EvalScenario,
     out: Path,
     base_config: Path,
     policies: tuple[str, ...] | None = None,
+    *,
+    resume: bool = False,
 ) -> int:
-    """Runs every point x policy x repeat; returns the number of failed runs."""
-    runs = list(scenario.runs(policies))
+    """Runs every point x policy x repeat (with `resume`, those `out` has not finished
+    without an error); returns the number of failed runs."""
+    described = describe(scenario, policies or scenario.policies)
+    runs = pending_runs(scenario, out, policies, resume=resume)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "scenario.json").write_text(
-        json.dumps(
-            {
-                "name": scenario.name,
-                "title": scenario.title,
-                "reports": list(scenario.reports),
-                "policies": list(policies or scenario.policies),
-                "duration_s": scenario.duration_s,
-                "warmup_s": scenario.warmup_s,
-                "buffer_ms": scenario.buffer_ms,
-                "points": [p.label for p in scenario.points()],
-                "sweep_keys": [key for key, _ in scenario.sweep],
-            },
-            indent=2,
-        )
-        + "\n"
-    )
+    (out / "scenario.json").write_text(json.dumps(described, indent=2) + "\n")
+    if not runs:
+        return 0
     progress = Progress(len(runs))
     stack = own_stack(load_config(base_config), out / "stack")
     failed = 0

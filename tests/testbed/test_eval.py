@@ -47,20 +47,25 @@ rtt = "20ms"
 """
 
 
-def _eval_run(scenario_text: str, tmp_path: Path) -> Path:
-    scenario = tmp_path / "short.toml"
-    scenario.write_text(scenario_text)
-    out = tmp_path / "run"
+def _p4bs_eval(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """`p4bs eval ...` as an operator runs it, with the router credentials set."""
     env = {"P4BS_ROUTER_USER": ROUTER_USER, "P4BS_ROUTER_PASSWORD": ROUTER_PASSWORD}
     done = subprocess.run(
-        [sys.executable, "-m", "p4bs_cli", "eval", "run", str(scenario), "--out", str(out)],
+        [sys.executable, "-m", "p4bs_cli", "eval", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=1200,
         env={**os.environ, **env},
     )
     print(done.stdout[-4000:], done.stderr[-4000:])
-    assert done.returncode == 0
+    return done
+
+
+def _eval_run(scenario_text: str, tmp_path: Path) -> Path:
+    scenario = tmp_path / "short.toml"
+    scenario.write_text(scenario_text)
+    out = tmp_path / "run"
+    assert _p4bs_eval("run", scenario, "--out", out).returncode == 0
     return out
 
 
@@ -87,13 +92,13 @@ def test_resizing_cuts_the_rtt_at_full_utilisation_and_the_report_says_so(
     assert len(list(out.glob("timeseries-*.png"))) == 2
     # The report is regenerated from the folder alone.
     (out / "report.md").unlink()
-    again = subprocess.run(
-        [sys.executable, "-m", "p4bs_cli", "eval", "report", str(out)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert (out / "report.md").read_text() == report, again.stdout
+    assert _p4bs_eval("report", out).returncode == 0
+    assert (out / "report.md").read_text() == report
+    # Resuming a finished folder runs nothing (no testbed, no stack) and reports the same.
+    resumed = _p4bs_eval("run", tmp_path / "short.toml", "--resume", out)
+    assert resumed.returncode == 0
+    assert "2 runs finished, 0 to run" in resumed.stdout
+    assert (out / "report.md").read_text() == report
     assert _namespaces() == before
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -10,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from p4bs_eval.cli import SCENARIOS
-from p4bs_eval.scenario import ScenarioError, load_scenario, parse_scenario
+from p4bs_eval.report import load_results, write_report
+from p4bs_eval.runner import ResumeError, describe, pending_runs
+from p4bs_eval.scenario import EvalScenario, ScenarioError, load_scenario, parse_scenario
 
 BASE = {"groups": [{"flows": 10, "cca": "cubic", "rtt": "20ms"}], "policies": ["globecom"]}
 
@@ -109,3 +113,69 @@ def test_eval_run_refuses_before_any_run_when_the_scenarios_sla_is_invalid(
     assert done.returncode == 2
     assert "scenario's [link]" in done.stderr and "max_queue_delay" in done.stderr
     assert not (tmp_path / "run").exists()
+
+
+def _run_folder(out: Path, scenario: EvalScenario, rows: list[dict[str, object]]) -> None:
+    out.mkdir()
+    (out / "scenario.json").write_text(json.dumps(describe(scenario, scenario.policies)))
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _row(point: str, policy: str, repeat: int, **figures: object) -> dict[str, object]:
+    return {"point": point, "policy": policy, "repeat": repeat, **figures}
+
+
+def test_a_resume_runs_only_what_the_folder_has_not_finished(tmp_path: Path) -> None:
+    scenario = parse_scenario(
+        {**BASE, "policies": ["none", "globecom"], "sweep": {"flows": [10, 50]}}, "s", "s.toml"
+    )
+    out = tmp_path / "run"
+    rows = [
+        _row("flows=10", "none", 1, f_mean=-1.0),
+        _row("flows=10", "globecom", 1, error="TestbedError: boom"),
+        _row("flows=50", "none", 1, f_mean=-2.0),
+        _row("flows=10", "globecom", 1, error="TestbedError: again"),
+    ]
+    _run_folder(out, scenario, rows)
+    todo = pending_runs(scenario, out, None, resume=True)
+    assert [(p.label, policy, r) for p, policy, r in todo] == [
+        ("flows=10", "globecom", 1),
+        ("flows=50", "globecom", 1),
+    ]
+    # More repeats on resume: only the new ones and what had not finished.
+    more = dataclasses.replace(scenario, repeat=2)
+    assert len(pending_runs(more, out, None, resume=True)) == 2 + 4
+    assert len(pending_runs(scenario, out, None, resume=False)) == 4
+
+
+def test_a_resume_refuses_a_folder_of_another_scenario(tmp_path: Path) -> None:
+    scenario = parse_scenario({**BASE, "sweep": {"flows": [10, 50]}}, "s", "s.toml")
+    out = tmp_path / "run"
+    _run_folder(out, scenario, [])
+    longer = dataclasses.replace(scenario, duration_s=120.0)
+    with pytest.raises(ResumeError, match=r"duration_s: 60\.0 there, 120\.0 now"):
+        pending_runs(longer, out, None, resume=True)
+    with pytest.raises(ResumeError, match=r"no scenario\.json and results\.jsonl"):
+        pending_runs(scenario, tmp_path / "empty", None, resume=True)
+
+
+def test_a_run_done_again_replaces_its_earlier_row_in_the_report(tmp_path: Path) -> None:
+    scenario = parse_scenario({**BASE, "policies": ["none", "globecom"]}, "s", "s.toml")
+    out = tmp_path / "run"
+    rows = [
+        _row("base", "none", 1, f_mean=-1.0),
+        _row("base", "globecom", 1, error="TestbedError: boom"),
+        _row("base", "globecom", 1, f_mean=-0.5),
+    ]
+    _run_folder(out, scenario, rows)
+    _, loaded = load_results(out)
+    assert loaded == [rows[0], rows[2]]
+    report = write_report(out).read_text()
+    assert "failed" not in report and "| base | globecom | 1 |" in report
+
+
+def test_eval_run_refuses_resume_with_out(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "p4bs_cli", "eval", "run", "globecom-test1"]
+    argv += ["--resume", str(tmp_path), "--out", str(tmp_path / "x")]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    assert done.returncode == 2 and "give no --out" in done.stderr
