@@ -10,6 +10,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from p4bs_eval.stats import compare_in_cell, mean_ci
+
 # The table's columns: key in results.jsonl, heading, scale, format.
 COLUMNS = (
     ("utilisation", "util, %", 100, ".1f"),
@@ -108,6 +110,49 @@ def claims(scenario: dict[str, Any], means: dict[tuple[str, str], dict[str, Any]
     return lines
 
 
+# The figures compared between policies with repeats: key, heading, whether higher is better,
+# format.
+COMPARED = (
+    ("f_mean", "mean f (p4bs)", True, ".3f"),
+    ("rtt_mean_ms", "mean RTT, ms", False, ".1f"),
+    ("fct_p50_ms", "FCT p50, ms", False, ".0f"),
+)
+
+
+def paired_comparisons(scenario: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """Per point and compared figure, once a policy has two repeats: each policy's mean with
+    its 95% interval, and its paired difference to the best other policy (the same repeat
+    saw the same traffic) with the verdict (stats.py)."""
+    lines = []
+    for point in scenario["points"]:
+        for key, heading, higher, fmt in COMPARED:
+            by_policy: dict[str, dict[int, float]] = defaultdict(dict)
+            for row in rows:
+                value = row.get(key)
+                if row["point"] == point and "error" not in row and isinstance(value, int | float):
+                    by_policy[row["policy"]][row["repeat"]] = float(value)
+            if len(by_policy) < 2 or max(len(v) for v in by_policy.values()) < 2:
+                continue
+            lines += [
+                "",
+                f"{point}, {heading} ({'higher' if higher else 'lower'} is better):",
+                "",
+                "| policy | n | mean [95% CI] | against | paired difference [95% CI] | verdict |",
+                "|---|---|---|---|---|---|",
+            ]
+            compared = {c.policy: c for c in compare_in_cell(by_policy, higher)}
+            for policy, values in by_policy.items():
+                ci = mean_ci(list(values.values()))
+                c = compared[policy]
+                d = c.difference
+                lines.append(
+                    f"| {policy} | {ci.n} | {ci.mean:{fmt}} [{ci.low:{fmt}}, {ci.high:{fmt}}] | "
+                    f"{c.against} | {d.mean:+{fmt}} [{d.low:+{fmt}}, {d.high:+{fmt}}] "
+                    f"(n {d.n}) | {c.verdict} |"
+                )
+    return lines
+
+
 def write_report(run_dir: Path) -> Path:
     scenario, rows = load_results(run_dir)
     means = averaged(rows)
@@ -131,6 +176,9 @@ def write_report(run_dir: Path) -> Path:
     found = claims(scenario, means)
     if found:
         lines += ["", "Claims, per point:", "", *found]
+    paired = paired_comparisons(scenario, rows)
+    if paired:
+        lines += ["", "## Paired comparisons", *paired]
     errors = [r for r in rows if "error" in r]
     if errors:
         lines += ["", f"{len(errors)} run(s) failed:", ""]

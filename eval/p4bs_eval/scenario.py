@@ -93,9 +93,12 @@ class EvalScenario:
         return self.buffer_ms if buffer_ns is None else buffer_ns / 1e6
 
     def runs(self, policies: tuple[str, ...] | None = None) -> Iterator[tuple[Point, str, int]]:
+        """Point by point, repeat by repeat, every policy in turn: a repeat's policies run
+        back to back, so what drifts on the machine over hours weighs on all of them alike
+        (their paired difference is what the report compares)."""
         for point in self.points():
-            for policy in policies or self.policies:
-                for repeat in range(1, self.repeat + 1):
+            for repeat in range(1, self.repeat + 1):
+                for policy in policies or self.policies:
                     yield point, policy, repeat
 
 

@@ -179,3 +179,24 @@ def test_eval_run_refuses_resume_with_out(tmp_path: Path) -> None:
     argv += ["--resume", str(tmp_path), "--out", str(tmp_path / "x")]
     done = subprocess.run(argv, capture_output=True, text=True)
     assert done.returncode == 2 and "give no --out" in done.stderr
+
+
+def test_the_report_compares_policies_paired_once_there_are_repeats(tmp_path: Path) -> None:
+    scenario = parse_scenario({**BASE, "policies": ["bdp", "p4bs"], "repeat": 3}, "s", "s.toml")
+    f = {"bdp": (-1.5, -1.1, -1.8), "p4bs": (-1.2, -0.9, -1.5)}  # p4bs 0.3/0.2/0.3 higher
+    rows = [
+        _row("base", policy, r + 1, f_mean=values[r], rtt_mean_ms=50.0 + r)
+        for policy, values in f.items()
+        for r in range(3)
+    ]
+    _run_folder(tmp_path / "run", scenario, rows)
+    report = write_report(tmp_path / "run").read_text()
+    assert "## Paired comparisons" in report
+    assert "base, mean f (p4bs) (higher is better):" in report
+    assert "| p4bs | 3 | -1.200 [" in report and "| bdp | +0.267 [+0." in report
+    assert report.count("| best |") == 1 and report.count("| worse |") == 1
+    # Equal RTTs in every repeat: a zero difference, tied both ways.
+    assert "base, mean RTT, ms (lower is better):" in report and report.count("| tied |") == 2
+    one = tmp_path / "one"
+    _run_folder(one, scenario, [r for r in rows if r["repeat"] == 1])
+    assert "Paired" not in write_report(one).read_text()
