@@ -93,7 +93,12 @@ def run_one(
     """One run; returns its figures."""
     config = load_config(base_config)
     groups = scenario.groups_at(point)
-    plan = own_testbed_plan(config, run_dir / "testbed", "ev", groups, scenario.buffer_ms_at(point))
+    # Repeat r's traffic under every policy: the same short-flow arrivals and sizes and the
+    # same per-flow extra delays, so that the policies' difference in a repeat is paired.
+    seed = repeat
+    plan = own_testbed_plan(
+        config, run_dir / "testbed", "ev", groups, scenario.buffer_ms_at(point), delay_seed=seed
+    )
     testbed = Testbed(plan)
     loop: ClosedLoop | None = None
     label = f"[{progress.done + 1}/{progress.total}] {point.label} | {policy} | #{repeat}"
@@ -124,6 +129,7 @@ def run_one(
             warmup_s=scenario.warmup_s,
             short_flows=scenario.short_flows,
             voip=scenario.voip,
+            seed=seed,
         )
         result: dict[str, Any] = {}
         failure: list[BaseException] = []
@@ -160,7 +166,7 @@ def run_one(
     figures = run_figures(
         result, run_dir / "traffic", windows, decisions, groups_by_address, plan.rate_bps
     )
-    return figures | {"phases_s": phases.took}
+    return figures | {"seed": seed, "phases_s": phases.took}
 
 
 # What a run folder's scenario.json must still say for `--resume` to add runs to it; the

@@ -89,6 +89,10 @@ class TestbedPlan:
     gnmi_port: int
     username: SecretRef
     password: SecretRef
+    # With a seed, the delay wire gives the k-th flow to appear the seed's k-th extra delay,
+    # whatever its ports: runs of the same traffic under one seed give each flow the same RTT.
+    # None: the extra comes from the flow's 5-tuple (its ephemeral port), new every run.
+    delay_seed: int | None = None
 
     @property
     def namespaces(self) -> dict[str, str]:
@@ -435,6 +439,8 @@ class Testbed:
             "--stats-interval-ms",
             "500",
         ]
+        if p.delay_seed is not None:
+            argv += ["--seed", str(p.delay_seed)]
         for g in p.groups:
             if g.rtt_ns is not None:
                 argv += ["--group", f"{g.address}/32={g.rtt_ns}"]

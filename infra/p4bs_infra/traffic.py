@@ -69,6 +69,8 @@ class Scenario:
     # After the long flows end, the probe and the captures go on this long: closing
     # handshakes and the data plane's idle timeouts land in the captures too.
     tail_s: float = 0.0
+    # The short flows' arrivals and sizes: runs with one seed get the same ones.
+    seed: int = 1
 
 
 @dataclass
@@ -291,6 +293,8 @@ class TrafficRun:
                     str(s.short_flows.max_size_bytes),
                     "--duration",
                     str(s.duration_s),
+                    "--seed",
+                    str(s.seed),
                     "--out",
                     str(self.run_dir / "fct.jsonl"),
                 ),

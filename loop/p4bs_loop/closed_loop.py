@@ -85,9 +85,11 @@ def own_testbed_plan(
     prefix: str,
     groups: list[FlowGroup],
     buffer_ms: float,
+    delay_seed: int | None = None,
 ) -> TestbedPlan:
     """The config's testbed with these flow groups and an initial buffer of `buffer_ms` of
-    line rate, under a name and a management /30 of its own (beside any other testbed)."""
+    line rate, under a name and a management /30 of its own (beside any other testbed); with
+    `delay_seed`, its delay wire gives the flows their extra delays in a seeded order."""
     block = random.randrange(16_384)
     plan = TestbedPlan.from_config(config, state_dir)
     return dataclasses.replace(
@@ -96,6 +98,7 @@ def own_testbed_plan(
         router_address=f"10.205.{block // 64}.{block % 64 * 4 + 2}",
         groups=[sender_group(i, group) for i, group in enumerate(groups)],
         buffer_bytes=round(plan.rate_bps / 8 * buffer_ms / 1000),
+        delay_seed=delay_seed,
     )
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from p4bs import paths
-from p4bs.config import load_config
+from p4bs.config import FlowGroup, load_config
 from p4bs_infra import procs
-from p4bs_infra.testbed import Testbed, TestbedPlan, in_ns, run
+from p4bs_infra.testbed import Testbed, TestbedPlan, in_ns, run, sender_group
 from p4bs_infra.traffic import Scenario, ShortFlows, TrafficRun, Voip, jain_index
 from p4bs_infra.trafficgen import parse_ss
 
@@ -146,6 +146,33 @@ def test_taps_see_both_directions_before_and_after_the_router(make_testbed: Make
     assert all(line.split()[1] == router_out_mac for line in requests_after)
     requests_before = [line for line in seen_before.splitlines() if "echo request" in line]
     assert all(line.split()[1] != router_out_mac for line in requests_before)
+
+
+def test_a_delay_seed_gives_the_kth_flow_the_same_delay_in_every_testbed(
+    make_testbed: MakeTestbed,
+) -> None:
+    """Five flows (pings from five sender addresses, one after the other) through seeded
+    wires: the same seed gives the k-th flow the same extra delay in a new testbed, another
+    seed other delays. Extras are uniform over 0-15 ms: five within 1 ms by chance has a
+    probability of ~4e-5."""
+    groups = [
+        sender_group(i, FlowGroup(f"g{i}", 1, "cubic", 0, None)) for i in range(5)
+    ]  # addresses only: no traffic of their own
+
+    def delays_ms(seed: int) -> list[float]:
+        testbed = make_testbed(
+            groups=groups, base_rtt_ns=20_000_000, extra_delay_max_ns=15_000_000, delay_seed=seed
+        )
+        medians = [statistics.median(_ping_rtts_ms(testbed, 10, source=g.address)) for g in groups]
+        assert testbed.wire_report()["seed"] == seed
+        testbed.down()
+        return medians
+
+    first, again, other = delays_ms(11), delays_ms(11), delays_ms(12)
+    print(first, again, other)
+    assert all(20.0 <= d <= 36.0 for d in first + other), (first, other)
+    assert all(abs(a - b) <= 1.0 for a, b in zip(first, again, strict=True)), (first, again)
+    assert any(abs(a - b) > 1.0 for a, b in zip(first, other, strict=True)), (first, other)
 
 
 def _run(testbed: Testbed, run_dir: Path) -> dict:  # type: ignore[type-arg]

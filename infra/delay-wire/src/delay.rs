@@ -1,8 +1,18 @@
-//! Which delay each packet gets: a base plus a per-flow extra chosen by hashing the flow's
-//! 5-tuple, or a fixed delay for flows of an address group. Both directions of a flow hash
-//! alike, so a flow's whole round trip sees one delay, split over the two directions.
+//! Which delay each packet gets: a base plus a per-flow extra, or a fixed delay for flows of
+//! an address group. Both directions of a flow get the same extra, so a flow's whole round
+//! trip sees one delay, split over the two directions.
+//!
+//! The extra comes from hashing the flow's 5-tuple, or, with a seed, from a sequence the seed
+//! fixes, drawn in the order flows first appear on the wire: the k-th flow of a run gets the
+//! seed's k-th extra whatever its (ephemeral) ports, so runs of the same traffic schedule
+//! under the same seed give each flow the same RTT (paired repeats in the evaluation).
 
+use std::collections::HashMap;
 use std::net::Ipv4Addr;
+use std::sync::Mutex;
+
+/// Flows remembered for seeded extras; past this, a flow's extra comes from its hash.
+const MAX_SEEDED_FLOWS: usize = 1 << 16;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Group {
@@ -99,9 +109,22 @@ pub struct DelayPolicy {
     pub base_ns: u64,
     pub extra_max_ns: u64,
     pub groups: Vec<Group>,
+    pub seed: Option<u64>,
+    /// With a seed: each flow seen (both directions alike) -> its extra, by arrival order.
+    seeded: Mutex<HashMap<(u64, u64, u8), u64>>,
 }
 
 impl DelayPolicy {
+    pub fn new(base_ns: u64, extra_max_ns: u64, groups: Vec<Group>, seed: Option<u64>) -> Self {
+        DelayPolicy {
+            base_ns,
+            extra_max_ns,
+            groups,
+            seed,
+            seeded: Mutex::new(HashMap::new()),
+        }
+    }
+
     /// The round-trip delay this wire adds to a flow (None: a non-IPv4 frame, base only).
     pub fn round_trip_ns(&self, flow: Option<Flow>) -> u64 {
         let Some(f) = flow else { return self.base_ns };
@@ -115,17 +138,39 @@ impl DelayPolicy {
         if self.extra_max_ns == 0 {
             return self.base_ns;
         }
-        self.base_ns + symmetric_hash(f) % (self.extra_max_ns + 1)
+        self.base_ns + self.extra_draw(f) % (self.extra_max_ns + 1)
+    }
+
+    fn extra_draw(&self, f: Flow) -> u64 {
+        let key = symmetric_key(f);
+        let Some(seed) = self.seed else {
+            return mix(key.0 ^ key.1.rotate_left(29) ^ (u64::from(key.2) << 56));
+        };
+        let mut seen = self.seeded.lock().unwrap();
+        let index = seen.len() as u64;
+        if let Some(draw) = seen.get(&key) {
+            return *draw;
+        }
+        if seen.len() >= MAX_SEEDED_FLOWS {
+            return mix(key.0 ^ key.1.rotate_left(29) ^ seed);
+        }
+        // The seed's splitmix64 stream: its index-th value.
+        let draw = mix(mix(seed).wrapping_add(index.wrapping_mul(0x9e3779b97f4a7c15)));
+        seen.insert(key, draw);
+        draw
     }
 }
 
-/// Same value for both directions of a flow.
-fn symmetric_hash(f: Flow) -> u64 {
+/// A flow's addresses and ports in an order both directions share, and its protocol.
+fn symmetric_key(f: Flow) -> (u64, u64, u8) {
     let a = (u64::from(f.src) << 16) | u64::from(f.sport);
     let b = (u64::from(f.dst) << 16) | u64::from(f.dport);
     let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
-    let mut x = lo ^ hi.rotate_left(29) ^ (u64::from(f.proto) << 56);
-    // splitmix64 finaliser: spreads neighbouring ports over the whole range.
+    (lo, hi, f.proto)
+}
+
+/// splitmix64's finaliser: spreads neighbouring inputs over the whole range.
+fn mix(mut x: u64) -> u64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d049bb133111eb);
     x ^ (x >> 31)
@@ -149,11 +194,7 @@ mod tests {
 
     #[test]
     fn both_directions_of_a_flow_get_the_same_delay() {
-        let p = DelayPolicy {
-            base_ns: 20_000_000,
-            extra_max_ns: 15_000_000,
-            groups: vec![],
-        };
+        let p = DelayPolicy::new(20_000_000, 15_000_000, vec![], None);
         let fwd = flow_of(&tcp_frame([10, 0, 0, 1], [10, 0, 1, 1], 40000, 5201));
         let rev = flow_of(&tcp_frame([10, 0, 1, 1], [10, 0, 0, 1], 5201, 40000));
         assert_eq!(p.round_trip_ns(fwd), p.round_trip_ns(rev));
@@ -161,11 +202,7 @@ mod tests {
 
     #[test]
     fn extra_delay_spreads_over_the_range() {
-        let p = DelayPolicy {
-            base_ns: 20_000_000,
-            extra_max_ns: 15_000_000,
-            groups: vec![],
-        };
+        let p = DelayPolicy::new(20_000_000, 15_000_000, vec![], None);
         let delays: Vec<u64> = (0..1000)
             .map(|port| {
                 p.round_trip_ns(flow_of(&tcp_frame(
@@ -183,14 +220,56 @@ mod tests {
 
     #[test]
     fn groups_fix_the_delay_of_their_addresses() {
-        let p = DelayPolicy {
-            base_ns: 20_000_000,
-            extra_max_ns: 15_000_000,
-            groups: vec![Group::parse("10.0.3.0/24=70000000").unwrap()],
-        };
+        let p = DelayPolicy::new(
+            20_000_000,
+            15_000_000,
+            vec![Group::parse("10.0.3.0/24=70000000").unwrap()],
+            None,
+        );
         let f = flow_of(&tcp_frame([10, 0, 3, 7], [10, 0, 1, 1], 1, 2));
         assert_eq!(p.round_trip_ns(f), 70_000_000);
         assert_eq!(p.round_trip_ns(None), 20_000_000);
+    }
+
+    /// The delays a seeded wire gives flows arriving with the given source ports, in order.
+    fn seeded_delays(seed: u64, ports: &[u16]) -> Vec<u64> {
+        let p = DelayPolicy::new(20_000_000, 15_000_000, vec![], Some(seed));
+        ports
+            .iter()
+            .map(|port| {
+                p.round_trip_ns(flow_of(&tcp_frame(
+                    [10, 0, 0, 1],
+                    [10, 0, 1, 1],
+                    *port,
+                    5201,
+                )))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_seed_gives_the_kth_flow_the_same_delay_whatever_its_ports() {
+        let first = seeded_delays(7, &[40001, 40002, 40003, 40004]);
+        let again = seeded_delays(7, &[51234, 33333, 60000, 41000]);
+        assert_eq!(first, again);
+        assert_ne!(first, seeded_delays(8, &[40001, 40002, 40003, 40004]));
+        assert!(first.iter().all(|d| (20_000_000..=35_000_000).contains(d)));
+        // A flow keeps its delay, in both directions, whatever came in between.
+        let p = DelayPolicy::new(20_000_000, 15_000_000, vec![], Some(7));
+        let fwd = flow_of(&tcp_frame([10, 0, 0, 1], [10, 0, 1, 1], 40000, 5201));
+        let rev = flow_of(&tcp_frame([10, 0, 1, 1], [10, 0, 0, 1], 5201, 40000));
+        let other = flow_of(&tcp_frame([10, 0, 0, 2], [10, 0, 1, 1], 40000, 5201));
+        let d = p.round_trip_ns(fwd);
+        assert_eq!(p.round_trip_ns(other), seeded_delays(7, &[1, 2])[1]);
+        assert_eq!((p.round_trip_ns(rev), p.round_trip_ns(fwd)), (d, d));
+    }
+
+    #[test]
+    fn seeded_delays_spread_over_the_range() {
+        let ports: Vec<u16> = (0..1000).map(|i| 40000 + i).collect();
+        let delays = seeded_delays(3, &ports);
+        let low = delays.iter().filter(|d| **d < 27_500_000).count();
+        assert!((400..600).contains(&low), "{low} of 1000 below the middle");
     }
 
     #[test]

@@ -24,9 +24,11 @@ extern "C" fn on_signal(_: libc::c_int) {
 }
 
 const USAGE: &str = "usage: delay-wire --left IF --right IF [--delay-ns N] [--extra-max-ns N]
-                  [--group CIDR=NS ...] [--max-queued N] [--stats FILE] [--stats-interval-ms N]
-  Adds round-trip delay N (+ a per-flow extra in [0, extra-max] from the 5-tuple hash, or a
-  group's fixed delay) between two interfaces, half in each direction.";
+                  [--seed S] [--group CIDR=NS ...] [--max-queued N] [--stats FILE]
+                  [--stats-interval-ms N]
+  Adds round-trip delay N (+ a per-flow extra in [0, extra-max] from the 5-tuple hash, or with
+  --seed from S's sequence in the order flows appear, or a group's fixed delay) between two
+  interfaces, half in each direction.";
 
 struct Args {
     left: String,
@@ -40,11 +42,7 @@ struct Args {
 fn parse_args() -> Result<Args, String> {
     let mut argv = std::env::args().skip(1);
     let (mut left, mut right, mut stats) = (None, None, None);
-    let mut policy = DelayPolicy {
-        base_ns: 0,
-        extra_max_ns: 0,
-        groups: vec![],
-    };
+    let (mut base_ns, mut extra_max_ns, mut groups, mut seed) = (0, 0, vec![], None);
     let mut max_queued = 200_000;
     let mut interval_ms = 1000u64;
     while let Some(flag) = argv.next() {
@@ -56,9 +54,10 @@ fn parse_args() -> Result<Args, String> {
         match flag.as_str() {
             "--left" => left = Some(value()?),
             "--right" => right = Some(value()?),
-            "--delay-ns" => policy.base_ns = number(value()?)?,
-            "--extra-max-ns" => policy.extra_max_ns = number(value()?)?,
-            "--group" => policy.groups.push(Group::parse(&value()?)?),
+            "--delay-ns" => base_ns = number(value()?)?,
+            "--extra-max-ns" => extra_max_ns = number(value()?)?,
+            "--seed" => seed = Some(number(value()?)?),
+            "--group" => groups.push(Group::parse(&value()?)?),
             "--max-queued" => max_queued = number(value()?)? as usize,
             "--stats" => stats = Some(value()?),
             "--stats-interval-ms" => interval_ms = number(value()?)?.max(10),
@@ -69,7 +68,7 @@ fn parse_args() -> Result<Args, String> {
     Ok(Args {
         left: left.ok_or("--left is required")?,
         right: right.ok_or("--right is required")?,
-        policy: Arc::new(policy),
+        policy: Arc::new(DelayPolicy::new(base_ns, extra_max_ns, groups, seed)),
         max_queued,
         stats,
         stats_interval: Duration::from_millis(interval_ms),
@@ -188,8 +187,12 @@ impl Direction {
 }
 
 fn write_stats(path: &str, args: &Args, sides: &[(&str, Arc<Mutex<Summary>>)]) {
+    let seed = args
+        .policy
+        .seed
+        .map_or("null".to_string(), |s| s.to_string());
     let mut json = format!(
-        "{{\"left\":\"{}\",\"right\":\"{}\",\"delay_ns\":{},\"extra_max_ns\":{},\"ts_ns\":{},\"directions\":{{",
+        "{{\"left\":\"{}\",\"right\":\"{}\",\"delay_ns\":{},\"extra_max_ns\":{},\"seed\":{seed},\"ts_ns\":{},\"directions\":{{",
         args.left, args.right, args.policy.base_ns, args.policy.extra_max_ns, realtime_ns()
     );
     for (i, (name, shared)) in sides.iter().enumerate() {
