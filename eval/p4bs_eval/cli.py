@@ -7,7 +7,6 @@ import dataclasses
 import signal
 import sys
 import time
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,8 @@ from typing import Any
 from p4bs import paths
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+# `p4bs eval offline`'s default policies: P4BS and the static rules of P4BS Fig. 11.
+OFFLINE_POLICIES = ("p4bs", "bdp", "stanford", "tiny", "bloated", "bscl", "adt")
 # `p4bs eval all`, in order (p4bs-fig17's run gives Fig. 10 its measured curve).
 FULL_SET = (
     "globecom-test1",
@@ -141,23 +142,83 @@ def _config_problem(config_path: Path, link_settings: Mapping[str, Any]) -> str 
     """Why the runs could not start, before any run tries (every run would fail alike): the
     config with the scenario's link settings in place does not parse, or the testbeds' router
     agents would have no credentials."""
-    from p4bs.config import ConfigError, load_config, parse_config
+    from p4bs.config import ConfigError
+    from p4bs_eval.scenario import config_with_link_settings
     from p4bs_infra.testbed import TestbedError, TestbedPlan
 
     try:
-        config = load_config(config_path)
-        if link_settings:
-            data = tomllib.loads(config_path.read_text())
-            for link in data.get("links", []):
-                link.update(link_settings)
-            config = parse_config(data, f"{config_path} with the scenario's [link]")
-        plan = TestbedPlan.from_config(config)
+        plan = TestbedPlan.from_config(config_with_link_settings(config_path, link_settings))
         for secret in (plan.username, plan.password):
             if not secret.resolve():
                 return f"the router credential {secret.env or secret.file} is empty"
     except (ConfigError, TestbedError, LookupError) as exc:
         return str(exc)
     return None
+
+
+def cmd_offline(args: argparse.Namespace) -> int:
+    """The policies on the buffer sweep's measured surfaces, cell by cell (offline.py)."""
+    from p4bs.config import ConfigError
+    from p4bs_eval.offline import (
+        LoopTiming,
+        SurfaceError,
+        cell_report,
+        evaluate,
+        surfaces,
+    )
+    from p4bs_eval.report import load_results
+    from p4bs_eval.scenario import ScenarioError, check_policies, config_with_link_settings
+    from p4bs_optimizer.policies.base import PolicyOptionError
+
+    if args.seeds < 1 or args.warmup >= args.duration:
+        print("p4bs eval offline: --seeds >= 1 and --warmup < --duration", file=sys.stderr)
+        return 2
+    try:
+        policies = tuple(args.policies.split(","))
+        check_policies(policies, "--policies")
+        found = surfaces(args.run_dir)
+        scenario, _ = load_results(args.run_dir)
+        config = config_with_link_settings(args.config, scenario.get("link_settings", {}))
+        timing = LoopTiming(
+            metrics_lag_ns=round(args.lag * 1e9),
+            duration_ns=round(args.duration * 1e9),
+            warmup_ns=round(args.warmup * 1e9),
+        )
+    except (ScenarioError, SurfaceError, ConfigError) as exc:
+        print(f"p4bs eval offline: {exc}", file=sys.stderr)
+        return 2
+    link = config.links[0]
+    initial = round(link.capacity_bps / 8 * args.initial_buffer_ms / 1000)
+    seeds = range(1, args.seeds + 1)
+    lines = [
+        f"# Offline evaluation on the surfaces of {args.run_dir}",
+        "",
+        f"{args.seeds} seeds per policy and cell (seed s draws the same measured runs for every "
+        f"policy: paired); {args.duration:g} s runs, the first {args.warmup:g} s left out of "
+        f"f; windows of {timing.window_ns / 1e6:g} ms reach the optimizer {args.lag:g} s late; "
+        f"initial buffer {args.initial_buffer_ms:g} ms; link {link.id} "
+        f"({link.capacity_bps / 1e6:g} Mbit/s, d-hat {link.max_queue_delay_ns / 1e6:g} ms, "
+        f"p-hat {link.max_loss:g}).",
+    ]
+    began = time.monotonic()
+    try:
+        for cell, surface in found.items():
+            summaries = []
+            for policy in policies:
+                started = time.monotonic()
+                summaries.append(
+                    evaluate(policy, {}, surface, link, config.metrics, initial, timing, seeds)
+                )
+                print(f"{cell} | {policy}: {time.monotonic() - started:.1f} s", flush=True)
+            lines += ["", *cell_report(cell, surface, summaries, link.capacity_bps)]
+    except PolicyOptionError as exc:
+        print(f"p4bs eval offline: {exc}", file=sys.stderr)
+        return 2
+    lines += ["", f"Simulated in {time.monotonic() - began:.0f} s."]
+    out = args.out or args.run_dir / "offline.md"
+    out.write_text("\n".join(lines) + "\n")
+    print(f"report: {out}")
+    return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -212,6 +273,26 @@ def add_parser(sub: Any, default_config: Path) -> None:
     report = eval_sub.add_parser("report", help="report.md and plots from a run folder")
     report.add_argument("run_dir", type=Path)
     report.set_defaults(func=cmd_report)
+    offline = eval_sub.add_parser(
+        "offline",
+        help="policies on a buffer sweep's measured surfaces, simulated with the loop's timing",
+    )
+    offline.add_argument("run_dir", type=Path, help="a buffer sweep's run folder (policy none)")
+    offline.add_argument(
+        "--policies", default=",".join(OFFLINE_POLICIES), help="default: %(default)s"
+    )
+    offline.add_argument("--seeds", type=int, default=20, help="runs per policy and cell (20)")
+    offline.add_argument("--duration", type=float, default=60.0, help="s per run (60)")
+    offline.add_argument("--warmup", type=float, default=10.0, help="s left out of f (10)")
+    offline.add_argument(
+        "--lag", type=float, default=3.0, help="s a window reaches the optimizer (3)"
+    )
+    offline.add_argument(
+        "--initial-buffer-ms", type=float, default=200.0, help="the router's buffer at start (200)"
+    )
+    offline.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
+    offline.add_argument("--out", type=Path, help="default: RUN_DIR/offline.md")
+    offline.set_defaults(func=cmd_offline)
     acquisition = eval_sub.add_parser(
         "acquisition", help="P4BS Fig. 10: BO convergence with EI, UCB and PI"
     )

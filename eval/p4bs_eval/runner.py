@@ -191,6 +191,7 @@ def describe(scenario: EvalScenario, policies: tuple[str, ...]) -> dict[str, Any
         "buffer_ms": scenario.buffer_ms,
         "points": [p.label for p in scenario.points()],
         "sweep_keys": [key for key, _ in scenario.sweep],
+        "link_settings": dict(scenario.link_settings),
     }
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from p4bs.config import FlowGroup
+from p4bs.config import Config, FlowGroup, load_config, parse_config
 from p4bs.units import UnitError, parse_duration_ns
 from p4bs_infra.traffic import ShortFlows, Voip
 from p4bs_optimizer.policies import POLICIES
@@ -100,6 +100,17 @@ class EvalScenario:
             for repeat in range(1, self.repeat + 1):
                 for policy in policies or self.policies:
                     yield point, policy, repeat
+
+
+def config_with_link_settings(config_path: Path, link_settings: Mapping[str, Any]) -> Config:
+    """The config with a scenario's [link] settings (SLA, weights) in every link's entry
+    (ConfigError names a problem)."""
+    if not link_settings:
+        return load_config(config_path)
+    data = tomllib.loads(config_path.read_text())
+    for link in data.get("links", []):
+        link.update(link_settings)
+    return parse_config(data, f"{config_path} with the scenario's [link]")
 
 
 def check_policies(policies: tuple[str, ...], where: str) -> None:

@@ -1,0 +1,332 @@
+"""Offline policy evaluation: a policy (the optimizer's own code) against a link simulated
+from a measured response surface, with the closed loop's timing, in seconds per run.
+
+A surface is one cell's (CCA, N, RTT) LinkMetrics windows measured at fixed buffers: runs of
+a buffer sweep (policy `none`), each the sequence of its windows after the warm-up. A
+simulated run steps through windows of the loop's length. Each window's metrics come from
+the runs measured at the two buffers around the one in force (log-interpolated, field by
+field, at the same position in time, so the measured noise and its autocorrelation come
+along), from one measured run per buffer drawn by the run's seed; the change detector is run
+again on the simulated f, as the metrics job would. The policy sees a window `metrics_lag`
+after it ended; what it decides is in force from the first window that starts at least
+`apply` after the decision, no sooner than `min_change_interval` after the previous change
+(the service's guard).
+
+What it reports per run: the whole-run mean f (after the warm-up, as the live evaluation
+does), the mean f after the policy settled and when, and the regret to the oracle, the best
+fixed buffer measured in hindsight.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import random
+import statistics
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from p4bs.config import LinkConfig, MetricsConfig
+from p4bs_eval.report import load_results
+from p4bs_eval.stats import compare_in_cell, mean_ci
+from p4bs_optimizer.policies import POLICIES
+from p4bs_optimizer.policies.base import Decision, Policy, Window
+
+WindowRecord = Mapping[str, Any]
+# Fields a simulated window takes from the measured ones, blended between two buffers.
+BLENDED = (
+    "rtt_samples", "rtt_flows", "rtt_hmean_ns", "srtt_ns", "rtt_min_ns", "long_flows",
+    "data_packets", "retransmissions", "loss_rate", "loss_rate_ewma", "queue_delay_samples",
+    "queue_delay_ns", "queue_delay_ewma_ns", "throughput_bps", "utilisation", "f",
+)  # fmt: skip
+SETTLED = "settled"
+
+
+class SurfaceError(ValueError):
+    """A run folder that gives no surface; the message says why."""
+
+
+@dataclass(frozen=True)
+class Surface:
+    """A cell's measured response: buffer (bytes) -> runs -> windows, in time order."""
+
+    runs: Mapping[int, Sequence[Sequence[WindowRecord]]]
+
+    def __post_init__(self) -> None:
+        if not self.runs or any(not runs or not all(runs) for runs in self.runs.values()):
+            raise SurfaceError("a surface needs at least one run with windows at each buffer")
+
+    @property
+    def buffers(self) -> list[int]:
+        return sorted(self.runs)
+
+    def mean_f(self, buffer: int) -> float:
+        """Mean f over every window measured at a measured buffer."""
+        return statistics.fmean(w["f"] for run in self.runs[buffer] for w in run)
+
+    def oracle(self) -> tuple[int, float]:
+        """The measured buffer with the highest mean f, and that mean."""
+        best = max(self.buffers, key=self.mean_f)
+        return best, self.mean_f(best)
+
+    def neighbours(self, buffer: int) -> tuple[int, int, float]:
+        """The measured buffers around `buffer` and the weight of the upper one (log scale);
+        outside the measured range, the nearest end alone."""
+        b = self.buffers
+        if buffer <= b[0]:
+            return b[0], b[0], 0.0
+        if buffer >= b[-1]:
+            return b[-1], b[-1], 0.0
+        i = bisect.bisect_right(b, buffer)
+        low, high = b[i - 1], b[i]
+        return low, high, math.log(buffer / low) / math.log(high / low)
+
+
+def surfaces(run_dir: Path) -> dict[str, Surface]:
+    """The surfaces of a buffer sweep's run folder (policy `none`, `buffer` swept), one per
+    cell (the point's other values), from each run's link_metrics.jsonl after the warm-up."""
+    try:
+        scenario, rows = load_results(run_dir)
+    except OSError as exc:
+        raise SurfaceError(
+            f"{run_dir}: not a run folder ({exc.strerror}: {exc.filename})"
+        ) from None
+    if "buffer" not in scenario["sweep_keys"]:
+        raise SurfaceError(f"{run_dir}: not a buffer sweep (sweep keys {scenario['sweep_keys']})")
+    warmup_ns = round(scenario["warmup_s"] * 1e9)
+    cells: dict[str, dict[int, list[list[WindowRecord]]]] = {}
+    for row in rows:
+        if row["policy"] != "none" or "error" in row:
+            continue
+        values = dict(row["values"])
+        buffer_ns = values.pop("buffer")
+        cell = ",".join(f"{k}={v}" for k, v in values.items()) or "base"
+        buffer = round(row.get("rate_bps", 100_000_000) / 8 * buffer_ns / 1e9)
+        windows = [
+            json.loads(line) for line in (run_dir / row["run_dir"] / "link_metrics.jsonl").open()
+        ]
+        if not windows:
+            continue
+        start = windows[0]["window_start_ns"] + warmup_ns
+        kept = [w for w in windows if w["window_start_ns"] >= start and w["f"] is not None]
+        if kept:
+            cells.setdefault(cell, {}).setdefault(buffer, []).append(kept)
+    if not cells:
+        raise SurfaceError(f"{run_dir}: no run of policy none with windows")
+    return {cell: Surface(runs) for cell, runs in cells.items()}
+
+
+@dataclass(frozen=True)
+class LoopTiming:
+    """The closed loop's timing, ns (defaults: the testbed loop's, loop/p4bs_loop)."""
+
+    window_ns: int = 500_000_000
+    metrics_lag_ns: int = 3_000_000_000  # a window reaches the optimizer this long after it ends
+    apply_ns: int = 50_000_000  # a decision is in force this long after it was made
+    min_change_interval_ns: int = 1_000_000_000
+    duration_ns: int = 60_000_000_000
+    warmup_ns: int = 10_000_000_000
+
+
+class ChangeDetector:
+    """The metrics job's smoothed z-score of f (LinkMetrics.java, detectChange)."""
+
+    DEVIATION_FLOOR = 1e-9
+
+    def __init__(self, m: MetricsConfig) -> None:
+        self.m = m
+        self.filtered: deque[float] = deque()
+
+    def __call__(self, f: float) -> tuple[float, bool]:
+        if len(self.filtered) < self.m.zscore_lag:
+            self.filtered.append(f)
+            return 0.0, False
+        mean = statistics.fmean(self.filtered)
+        deviation = statistics.pstdev(self.filtered, mean)
+        z = (f - mean) / max(deviation, self.DEVIATION_FLOOR)
+        change = abs(z) > self.m.zscore_threshold
+        previous = self.filtered[-1]
+        self.filtered.popleft()
+        influence = self.m.zscore_influence
+        self.filtered.append(influence * f + (1 - influence) * previous if change else f)
+        return z, change
+
+
+@dataclass
+class SimRun:
+    """One simulated run: per window the buffer in force and f; the decisions with the time
+    (since the traffic started) each was made."""
+
+    seed: int
+    buffers: list[int] = field(default_factory=list)
+    f: list[float] = field(default_factory=list)
+    decisions: list[tuple[int, Decision]] = field(default_factory=list)
+    window_ns: int = 0
+    warmup_windows: int = 0
+
+    @property
+    def f_mean(self) -> float:
+        """Mean f over the windows after the warm-up: the live evaluation's f_mean."""
+        return statistics.fmean(self.f[self.warmup_windows :])
+
+    @property
+    def settled_ns(self) -> int | None:
+        """When the policy first settled (P4BS), since the traffic started."""
+        return next((t for t, d in self.decisions if d.phase == SETTLED), None)
+
+    @property
+    def f_after_settling(self) -> float | None:
+        """Mean f over the windows after the settled buffer came into force."""
+        if self.settled_ns is None:
+            return None
+        first = self.settled_ns // self.window_ns + 1
+        after = self.f[max(first, self.warmup_windows) :]
+        return statistics.fmean(after) if after else None
+
+
+def _blend(low: WindowRecord, high: WindowRecord, weight: float) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in BLENDED:
+        a, b = low[name], high[name]
+        if a is None or b is None:
+            out[name] = a if b is None else b
+            continue
+        value = (1 - weight) * a + weight * b
+        out[name] = round(value) if isinstance(a, int) and isinstance(b, int) else value
+    return out
+
+
+def simulate(
+    policy: Policy,
+    surface: Surface,
+    link: LinkConfig,
+    metrics: MetricsConfig,
+    initial_buffer: int,
+    timing: LoopTiming,
+    seed: int,
+) -> SimRun:
+    """One run of `policy` on the link `surface` describes, from `initial_buffer`."""
+    rng = random.Random(seed)
+    chosen = {b: rng.randrange(len(runs)) for b, runs in surface.runs.items()}
+    detect = ChangeDetector(metrics)
+    w = timing.window_ns
+    result = SimRun(seed, window_ns=w, warmup_windows=timing.warmup_ns // w)
+    in_flight: deque[tuple[int, Window]] = deque()  # (delivered at, window)
+    pending: tuple[int, int] | None = None  # (in force from, buffer)
+    buffer, last_change = initial_buffer, -timing.min_change_interval_ns
+    for k in range(timing.duration_ns // w):
+        start, end = k * w, (k + 1) * w
+        if pending is not None and pending[0] <= start:
+            buffer, pending = pending[1], None
+        low, high, weight = surface.neighbours(buffer)
+        run_low = surface.runs[low][chosen[low]]
+        run_high = surface.runs[high][chosen[high]]
+        metrics_now = _blend(run_low[k % len(run_low)], run_high[k % len(run_high)], weight)
+        zscore, change = detect(metrics_now["f"])
+        window = Window(
+            link_id=link.id,
+            window_start_ns=start,
+            window_end_ns=end,
+            zscore=zscore,
+            change=change,
+            buffer_bytes=buffer,
+            **metrics_now,
+        )
+        result.buffers.append(buffer)
+        result.f.append(metrics_now["f"])
+        in_flight.append((end + timing.metrics_lag_ns, window))
+        while in_flight and in_flight[0][0] <= end:
+            _, seen = in_flight.popleft()
+            for decision in policy.decide(seen):
+                if decision.queue != 0:
+                    continue
+                result.decisions.append((end, decision))
+                applied = max(end + timing.apply_ns, last_change + timing.min_change_interval_ns)
+                # The service applies the newest decision: one made sooner but not yet in
+                # force is replaced.
+                pending = (-(-applied // w) * w, policy.clamp(decision.buffer_bytes))
+                last_change = applied
+    return result
+
+
+@dataclass(frozen=True)
+class PolicySummary:
+    """A policy's simulated runs on one surface."""
+
+    policy: str
+    runs: tuple[SimRun, ...]
+    oracle_f: float
+
+    @property
+    def f_means(self) -> list[float]:
+        return [r.f_mean for r in self.runs]
+
+    @property
+    def regrets(self) -> list[float]:
+        return [self.oracle_f - r.f_mean for r in self.runs]
+
+
+def evaluate(
+    policy: str,
+    options: Mapping[str, Any],
+    surface: Surface,
+    link: LinkConfig,
+    metrics: MetricsConfig,
+    initial_buffer: int,
+    timing: LoopTiming,
+    seeds: Sequence[int],
+) -> PolicySummary:
+    """A fresh `policy` with `options` per seed; the same seeds give every policy the same
+    measured runs (the offline counterpart of paired repeats)."""
+    runs = tuple(
+        simulate(POLICIES[policy](link, options), surface, link, metrics, initial_buffer, timing, s)
+        for s in seeds
+    )
+    return PolicySummary(policy, runs, surface.oracle()[1])
+
+
+def _ci(values: Sequence[float], fmt: str) -> str:
+    ci = mean_ci(values)
+    return f"{ci.mean:{fmt}} [{ci.low:{fmt}}, {ci.high:{fmt}}]"
+
+
+def cell_report(
+    cell: str, surface: Surface, summaries: Sequence[PolicySummary], rate_bps: int
+) -> list[str]:
+    """A cell's table: per policy the whole-run f and the regret with their intervals, when
+    it settled, f after settling, and its paired difference to the best other policy."""
+    best, best_f = surface.oracle()
+    lines = [
+        f"### {cell}",
+        "",
+        f"Measured buffers: {', '.join(f'{b / 1000:g}' for b in surface.buffers)} kB. Oracle "
+        f"(best fixed buffer in hindsight): {best / 1000:g} kB ({best * 8e3 / rate_bps:.1f} ms)"
+        f", mean f {best_f:.3f}.",
+        "",
+        "| policy | runs | whole-run f [95% CI] | regret [95% CI] | settled after, s (median, "
+        "runs) | f after settling | against the best other: difference [95% CI] | verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    by_policy = {s.policy: {r.seed: r.f_mean for r in s.runs} for s in summaries}
+    compared = {c.policy: c for c in compare_in_cell(by_policy)}
+    for s in summaries:
+        settled = [r.settled_ns / 1e9 for r in s.runs if r.settled_ns is not None]
+        after = [f for r in s.runs if (f := r.f_after_settling) is not None]
+        c = compared.get(s.policy)
+        versus = (
+            f"{c.against}: {c.difference.mean:+.3f} [{c.difference.low:+.3f}, "
+            f"{c.difference.high:+.3f}] | {c.verdict}"
+            if c
+            else "- | -"
+        )
+        settled_s = f"{statistics.median(settled):.1f} ({len(settled)})" if settled else "-"
+        after_f = f"{statistics.fmean(after):.3f}" if after else "-"
+        lines.append(
+            f"| {s.policy} | {len(s.runs)} | {_ci(s.f_means, '.3f')} | {_ci(s.regrets, '.3f')} "
+            f"| {settled_s} | {after_f} | {versus} |"
+        )
+    return lines

@@ -1,0 +1,174 @@
+"""The offline simulator on a surface with a known optimum: windows whose loss falls and
+whose queueing delay grows with the buffer, f computed from them as the metrics job does, so
+the best fixed buffer is known; the loop's timing (lag, apply, guard) applied exactly; the
+same seeds giving the same runs; a surface read from a buffer sweep's run folder."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from p4bs import paths
+from p4bs.config import LinkConfig, load_config
+from p4bs_cli.main import main
+from p4bs_eval.offline import (
+    LoopTiming,
+    Surface,
+    SurfaceError,
+    evaluate,
+    simulate,
+    surfaces,
+)
+from p4bs_optimizer.policies import POLICIES
+
+RATE_BPS = 100_000_000
+WINDOW_NS = 500_000_000
+BUFFERS = (25_000, 50_000, 100_000, 200_000, 400_000, 800_000)
+CONFIG = load_config(paths.default_config())
+LINK = dataclasses.replace(CONFIG.links[0], max_queue_delay_ns=50_000_000, max_loss=0.01)
+TIMING = LoopTiming(duration_ns=40_000_000_000, warmup_ns=5_000_000_000)
+
+
+def windows(link: LinkConfig, buffer: int, n: int, rng: random.Random) -> list[dict[str, Any]]:
+    """n windows at `buffer`: loss 10% * exp(-buffer / 40 kB), a full queue, noisy f."""
+    delay_ns = round(buffer * 8e9 / RATE_BPS)
+    loss = 0.1 * math.exp(-buffer / 40_000)
+    packets = RATE_BPS // 8 // 1500 // 2
+    f = -(
+        link.weight_loss * loss / link.max_loss
+        + link.weight_delay * delay_ns / link.max_queue_delay_ns
+    )
+    window = {
+        "rtt_samples": 2000, "rtt_flows": 50, "rtt_hmean_ns": 20_000_000 + delay_ns,
+        "srtt_ns": 20_000_000 + delay_ns, "rtt_min_ns": 20_000_000, "long_flows": 50,
+        "data_packets": packets, "retransmissions": round(loss * packets),
+        "loss_rate": loss, "loss_rate_ewma": loss, "queue_delay_samples": 2000,
+        "queue_delay_ns": delay_ns, "queue_delay_ewma_ns": delay_ns,
+        "throughput_bps": RATE_BPS, "utilisation": 0.99,
+    }  # fmt: skip
+    return [{**window, "f": f + rng.gauss(0, 0.03)} for _ in range(n)]
+
+
+def known_surface(runs: int = 2, n: int = 100) -> Surface:
+    rng = random.Random(5)
+    return Surface({b: [windows(LINK, b, n, rng) for _ in range(runs)] for b in BUFFERS})
+
+
+def test_the_oracle_is_the_best_measured_buffer_and_between_them_is_interpolated() -> None:
+    surface = known_surface()
+    best, f = surface.oracle()
+    assert best == 200_000 and f == pytest.approx(-0.194, abs=0.01)  # 0.5*0.067 + 0.5*0.32
+    low, high, weight = surface.neighbours(round(100_000 * math.sqrt(2)))
+    assert (low, high) == (100_000, 200_000) and weight == pytest.approx(0.5, abs=1e-5)
+    assert surface.neighbours(10_000) == (25_000, 25_000, 0.0)
+    assert surface.neighbours(2_000_000) == (800_000, 800_000, 0.0)
+    with pytest.raises(SurfaceError):
+        Surface({25_000: []})
+
+
+def test_a_decision_is_in_force_after_the_lag_the_apply_time_and_a_whole_window() -> None:
+    """Window 0 ends at 0.5 s and reaches the policy at 3.5 s (lag 3 s); the static buffer
+    it decides is applied at 3.55 s, so windows from the one starting at 4.0 s (k = 8) have
+    it: the first eight had the initial buffer."""
+    policy = POLICIES["static"](LINK, {"buffer": 200_000})
+    run = simulate(policy, known_surface(), LINK, CONFIG.metrics, 800_000, TIMING, seed=1)
+    assert run.buffers[:8] == [800_000] * 8 and set(run.buffers[8:]) == {200_000}
+    assert [(t, d.buffer_bytes) for t, d in run.decisions] == [(3_500_000_000, 200_000)]
+    assert len(run.f) == 80 and run.warmup_windows == 10
+
+
+def test_regret_is_zero_at_the_oracle_and_what_a_worse_buffer_costs() -> None:
+    surface = known_surface()
+    seeds = range(4)
+
+    def static(buffer: int) -> list[float]:
+        s = evaluate(
+            "static", {"buffer": buffer}, surface, LINK, CONFIG.metrics, buffer, TIMING, seeds
+        )
+        return s.regrets
+
+    assert all(abs(r) < 0.02 for r in static(200_000))
+    big = static(800_000)
+    assert all(r == pytest.approx(0.64 - 0.194, abs=0.02) for r in big)  # 0.5 * 64 / 50
+    # The same seeds, the same runs.
+    assert static(800_000) == big
+
+
+def test_p4bs_searches_the_surface_and_settles_near_its_optimum() -> None:
+    surface = known_surface(n=160)
+    timing = dataclasses.replace(TIMING, duration_ns=80_000_000_000)
+    runs = [
+        simulate(POLICIES["p4bs"](LINK, {}), surface, LINK, CONFIG.metrics, 2_500_000, timing, s)
+        for s in (1, 1)
+    ]
+    assert [r.decisions for r in runs[:1]] == [r.decisions for r in runs[1:]]  # deterministic
+    run = runs[0]
+    phases = [d.phase for _, d in run.decisions]
+    assert phases[0] == "bound_search" and "settled" in phases, phases
+    assert run.settled_ns is not None and run.f_after_settling is not None
+    settled = next(d for _, d in run.decisions if d.phase == "settled").buffer_bytes
+    assert 100_000 <= settled <= 400_000, run.decisions
+    assert run.f_after_settling >= surface.oracle()[1] - 0.1
+
+
+def sweep_folder(run_dir: Path, buffers_ms: tuple[int, ...], windows_per_run: int) -> Path:
+    """A run folder as `p4bs eval run` writes it for a buffer sweep at 50 flows."""
+    rng = random.Random(1)
+    scenario = {
+        "name": "s", "title": "s", "reports": [], "policies": ["none"], "repeat": 1,
+        "duration_s": 10, "warmup_s": 1, "buffer_ms": 200,
+        "points": [f"flows=50,buffer={ms}ms" for ms in buffers_ms],
+        "sweep_keys": ["flows", "buffer"],
+        "link_settings": {"sla": {"max_queue_delay": "50ms", "max_loss": 0.01}},
+    }  # fmt: skip
+    rows = []
+    for ms in buffers_ms:
+        run = run_dir / "runs" / f"b{ms}"
+        run.mkdir(parents=True)
+        buffer = RATE_BPS // 8 * ms // 1000
+        with (run / "link_metrics.jsonl").open("w") as out:
+            for k, w in enumerate(windows(LINK, buffer, windows_per_run, rng)):
+                start = 1_700_000_000_000_000_000 + k * WINDOW_NS
+                out.write(json.dumps({**w, "window_start_ns": start}) + "\n")
+        rows.append(
+            {"point": f"flows=50,buffer={ms}ms", "values": {"flows": 50, "buffer": ms * 10**6},
+             "policy": "none", "repeat": 1, "run_dir": f"runs/b{ms}", "rate_bps": RATE_BPS}
+        )  # fmt: skip
+    (run_dir / "scenario.json").write_text(json.dumps(scenario))
+    (run_dir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return run_dir
+
+
+def test_surfaces_are_read_from_a_buffer_sweeps_run_folder(tmp_path: Path) -> None:
+    (cell, surface), *_ = surfaces(sweep_folder(tmp_path / "s", (2, 16), 20)).items()
+    assert cell == "flows=50" and surface.buffers == [25_000, 200_000]
+    assert [len(r) for r in surface.runs[25_000]] == [18]  # the first second left out
+    with pytest.raises(SurfaceError, match="not a run folder"):
+        surfaces(tmp_path / "nothing")
+
+
+def test_eval_offline_reports_each_policy_against_the_oracle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("P4BS_ROUTER_USER", "u")
+    monkeypatch.setenv("P4BS_ROUTER_PASSWORD", "p")
+    run_dir = sweep_folder(tmp_path / "s", (2, 4, 8, 16, 32, 64), 60)
+    argv = ["eval", "offline", str(run_dir), "--policies", "stanford,bloated", "--seeds", "3"]
+    assert main([*argv, "--duration", "20", "--warmup", "5"]) == 0
+    report = (run_dir / "offline.md").read_text()
+    assert "d-hat 50 ms" in report  # the sweep's own SLA, not the config's
+    assert "Oracle (best fixed buffer in hindsight): 200 kB (16.0 ms)" in report
+    # Stanford's C RTT / sqrt(N) moves to a small buffer where this surface loses much (whole-
+    # run f -1.31 here); 800 kB, the largest buffer measured, stands for the 200 ms one (f
+    # -0.64): bloated is best of the two.
+    assert "| stanford | 3 |" in report and "| bloated | 3 | -0.640" in report
+    assert "| bloated | 3 | -0.640 [-0.640, -0.640] | 0.450 " in report
+    assert report.count("| best |") == 1 and report.count("| worse |") == 1
+    assert main([*argv, "--policies", "nope"]) == 2
+    assert "policy 'nope' unknown" in capsys.readouterr().err
