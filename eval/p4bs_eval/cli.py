@@ -159,14 +159,7 @@ def _config_problem(config_path: Path, link_settings: Mapping[str, Any]) -> str 
 def cmd_offline(args: argparse.Namespace) -> int:
     """The policies on the buffer sweep's measured surfaces, cell by cell (offline.py)."""
     from p4bs.config import ConfigError
-    from p4bs_eval.offline import (
-        LoopTiming,
-        SurfaceError,
-        cell_report,
-        evaluate,
-        surfaces,
-    )
-    from p4bs_eval.report import load_results
+    from p4bs_eval.offline import LoopTiming, SurfaceError, cell_report, evaluate, load_surfaces
     from p4bs_eval.scenario import ScenarioError, check_policies, config_with_link_settings
     from p4bs_optimizer.policies.base import PolicyOptionError
 
@@ -176,9 +169,8 @@ def cmd_offline(args: argparse.Namespace) -> int:
     try:
         policies = tuple(args.policies.split(","))
         check_policies(policies, "--policies")
-        found = surfaces(args.run_dir)
-        scenario, _ = load_results(args.run_dir)
-        config = config_with_link_settings(args.config, scenario.get("link_settings", {}))
+        found, link_settings = load_surfaces(args.source)
+        config = config_with_link_settings(args.config, link_settings)
         timing = LoopTiming(
             metrics_lag_ns=round(args.lag * 1e9),
             duration_ns=round(args.duration * 1e9),
@@ -191,7 +183,7 @@ def cmd_offline(args: argparse.Namespace) -> int:
     initial = round(link.capacity_bps / 8 * args.initial_buffer_ms / 1000)
     seeds = range(1, args.seeds + 1)
     lines = [
-        f"# Offline evaluation on the surfaces of {args.run_dir}",
+        f"# Offline evaluation on the surfaces of {args.source}",
         "",
         f"{args.seeds} seeds per policy and cell (seed s draws the same measured runs for every "
         f"policy: paired); {args.duration:g} s runs, the first {args.warmup:g} s left out of "
@@ -215,9 +207,28 @@ def cmd_offline(args: argparse.Namespace) -> int:
         print(f"p4bs eval offline: {exc}", file=sys.stderr)
         return 2
     lines += ["", f"Simulated in {time.monotonic() - began:.0f} s."]
-    out = args.out or args.run_dir / "offline.md"
+    if args.out:
+        out = args.out
+    elif args.source.is_dir():
+        out = args.source / "offline.md"
+    else:
+        out = args.source.parent / f"{args.source.name.split('.')[0]}-offline.md"
     out.write_text("\n".join(lines) + "\n")
     print(f"report: {out}")
+    return 0
+
+
+def cmd_surfaces(args: argparse.Namespace) -> int:
+    from p4bs_eval.offline import SurfaceError, load_surfaces, save_surfaces
+
+    try:
+        found, link_settings = load_surfaces(args.run_dir)
+    except SurfaceError as exc:
+        print(f"p4bs eval surfaces: {exc}", file=sys.stderr)
+        return 2
+    save_surfaces(args.out, found, link_settings)
+    runs = sum(len(r) for s in found.values() for r in s.runs.values())
+    print(f"{args.out}: {len(found)} cells, {runs} runs, {args.out.stat().st_size:,} bytes")
     return 0
 
 
@@ -277,7 +288,12 @@ def add_parser(sub: Any, default_config: Path) -> None:
         "offline",
         help="policies on a buffer sweep's measured surfaces, simulated with the loop's timing",
     )
-    offline.add_argument("run_dir", type=Path, help="a buffer sweep's run folder (policy none)")
+    offline.add_argument(
+        "source",
+        type=Path,
+        help="a buffer sweep's run folder (policy none), or the surfaces file `eval surfaces` "
+        "wrote of one",
+    )
     offline.add_argument(
         "--policies", default=",".join(OFFLINE_POLICIES), help="default: %(default)s"
     )
@@ -291,8 +307,16 @@ def add_parser(sub: Any, default_config: Path) -> None:
         "--initial-buffer-ms", type=float, default=200.0, help="the router's buffer at start (200)"
     )
     offline.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
-    offline.add_argument("--out", type=Path, help="default: RUN_DIR/offline.md")
+    offline.add_argument(
+        "--out", type=Path, help="default: RUN_DIR/offline.md, or NAME-offline.md beside FILE"
+    )
     offline.set_defaults(func=cmd_offline)
+    export = eval_sub.add_parser(
+        "surfaces", help="a buffer sweep's measured surfaces as one compact file (to commit)"
+    )
+    export.add_argument("run_dir", type=Path)
+    export.add_argument("--out", type=Path, required=True, help="FILE.json.gz")
+    export.set_defaults(func=cmd_surfaces)
     acquisition = eval_sub.add_parser(
         "acquisition", help="P4BS Fig. 10: BO convergence with EI, UCB and PI"
     )

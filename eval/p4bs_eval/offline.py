@@ -20,6 +20,7 @@ fixed buffer measured in hindsight.
 from __future__ import annotations
 
 import bisect
+import gzip
 import json
 import math
 import random
@@ -118,6 +119,46 @@ def surfaces(run_dir: Path) -> dict[str, Surface]:
     if not cells:
         raise SurfaceError(f"{run_dir}: no run of policy none with windows")
     return {cell: Surface(runs) for cell, runs in cells.items()}
+
+
+def load_surfaces(source: Path) -> tuple[dict[str, Surface], dict[str, Any]]:
+    """A buffer sweep's surfaces and its scenario's link settings (SLA, weights), from its
+    run folder or from the file `save_surfaces` wrote."""
+    if source.is_dir():
+        found = surfaces(source)
+        scenario, _ = load_results(source)
+        return found, scenario.get("link_settings", {})
+    try:
+        with gzip.open(source, "rt") as file:
+            data = json.load(file)
+        cells = {
+            cell: Surface({int(b): runs for b, runs in by_buffer.items()})
+            for cell, by_buffer in data["cells"].items()
+        }
+    except (OSError, ValueError, KeyError) as exc:
+        raise SurfaceError(f"{source}: not a run folder or a surfaces file ({exc})") from None
+    return cells, data["link_settings"]
+
+
+def save_surfaces(
+    path: Path, found: Mapping[str, Surface], link_settings: Mapping[str, Any]
+) -> None:
+    """The surfaces as a compact file: per cell, buffer and run, the windows' measured fields
+    the simulator reads (six significant digits), gzipped JSON."""
+
+    def compact(value: Any) -> Any:
+        return float(f"{value:.6g}") if isinstance(value, float) else value
+
+    cells = {
+        cell: {
+            str(buffer): [[{k: compact(w[k]) for k in BLENDED} for w in run] for run in runs]
+            for buffer, runs in sorted(surface.runs.items())
+        }
+        for cell, surface in found.items()
+    }
+    data = {"link_settings": dict(link_settings), "cells": cells}
+    with gzip.open(path, "wt") as file:
+        json.dump(data, file, separators=(",", ":"))
 
 
 @dataclass(frozen=True)

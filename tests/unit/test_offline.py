@@ -172,3 +172,13 @@ def test_eval_offline_reports_each_policy_against_the_oracle(
     assert report.count("| best |") == 1 and report.count("| worse |") == 1
     assert main([*argv, "--policies", "nope"]) == 2
     assert "policy 'nope' unknown" in capsys.readouterr().err
+    # The surfaces as one file to commit: the same report from it.
+    packed = tmp_path / "sweep.json.gz"
+    assert main(["eval", "surfaces", str(run_dir), "--out", str(packed)]) == 0
+    argv[2] = str(packed)
+    assert main([*argv, "--duration", "20", "--warmup", "5"]) == 0
+    again = (tmp_path / "sweep-offline.md").read_text()
+    # All but the heading (the source's name) and the last line (the time it took).
+    assert again.splitlines()[1:-1] == report.splitlines()[1:-1]
+    packed.write_bytes(b"not gzip")
+    assert main(argv) == 2 and "not a run folder or a surfaces file" in capsys.readouterr().err
