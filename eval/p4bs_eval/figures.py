@@ -42,6 +42,23 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def settling(
+    decisions: list[dict[str, Any]], windows: list[dict[str, Any]], start_ns: int
+) -> dict[str, float | None]:
+    """When a searching policy (P4BS) first settled, counted from the traffic's start and
+    from its first applied decision (the search time), and the mean f of the measured
+    windows that began after it settled. All None when it never settled."""
+    applied = [d for d in decisions if d["outcome"] == "applied"]
+    settled = next((d["ts_ns"] for d in applied if d["phase"] == "settled"), None)
+    if settled is None:
+        return {"settled_after_s": None, "search_s": None, "f_after_settling": None}
+    return {
+        "settled_after_s": (settled - start_ns) / 1e9,
+        "search_s": (settled - applied[0]["ts_ns"]) / 1e9,
+        "f_after_settling": _mean([w["f"] for w in windows if w["window_start_ns"] >= settled]),
+    }
+
+
 def run_figures(
     summary: dict[str, Any],
     traffic_dir: Path,
@@ -86,6 +103,7 @@ def run_figures(
         "decisions_applied": len(applied),
         "buffer_final_bytes": applied[-1]["buffer_bytes"] if applied else None,
         "buffer_limits_bytes": router.get("limit_bytes"),
+        **settling(decisions, measured, summary["timeline"]["traffic_start_ns"]),
     }
     short = summary.get("short_flows")
     if short:

@@ -21,6 +21,8 @@ COLUMNS = (
     ("probe_rtt_ms", "probe RTT, ms", 1, ".1f"),
     ("loss_mean", "loss (p4bs), %", 100, ".2f"),
     ("f_mean", "f (p4bs)", 1, ".3f"),
+    ("settled_after_s", "settled after, s", 1, ".0f"),
+    ("f_after_settling", "f after settling", 1, ".3f"),
     ("decisions_applied", "changes", 1, "d"),
     ("buffer_final_bytes", "last buffer, kB", 1e-3, ".1f"),
     ("fct_p50_ms", "FCT p50, ms", 1, ".0f"),

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from p4bs_eval.acquisition import CurveError, measured_curve, run_acquisitions
+from p4bs_eval.figures import settling
 from p4bs_eval.report import write_report
 
 RATE_BPS = 100_000_000
@@ -88,3 +89,19 @@ def test_the_buffer_report_plots_loss_rtt_and_f_against_the_buffer(tmp_path: Pat
     assert "| buffer=8ms | none | 1 |" in report
     assert (run / "buffer.png").stat().st_size > 10_000
     assert (run / "heatmap.png").stat().st_size > 5_000
+
+
+def test_the_search_time_and_f_after_settling_come_from_the_applied_decisions() -> None:
+    s = 10**9
+    decisions = [
+        {"ts_ns": 3 * s, "phase": "bound_search", "outcome": "applied"},
+        {"ts_ns": 9 * s, "phase": "settled", "outcome": "skipped"},  # not in force
+        {"ts_ns": 21 * s, "phase": "settled", "outcome": "applied"},
+    ]
+    windows = [{"window_start_ns": t * s, "f": -2.0 if t < 21 else -0.5} for t in range(30)]
+    assert settling(decisions, windows, start_ns=1 * s) == {
+        "settled_after_s": 20.0,
+        "search_s": 18.0,
+        "f_after_settling": -0.5,
+    }
+    assert set(settling(decisions[:1], windows, start_ns=0).values()) == {None}
