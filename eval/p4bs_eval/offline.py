@@ -330,11 +330,6 @@ def evaluate(
     return PolicySummary(policy, runs, surface.oracle()[1])
 
 
-def _ci(values: Sequence[float], fmt: str) -> str:
-    ci = mean_ci(values)
-    return f"{ci.mean:{fmt}} [{ci.low:{fmt}}, {ci.high:{fmt}}]"
-
-
 def cell_report(
     cell: str, surface: Surface, summaries: Sequence[PolicySummary], rate_bps: int
 ) -> list[str]:
@@ -358,16 +353,11 @@ def cell_report(
         settled = [r.settled_ns / 1e9 for r in s.runs if r.settled_ns is not None]
         after = [f for r in s.runs if (f := r.f_after_settling) is not None]
         c = compared.get(s.policy)
-        versus = (
-            f"{c.against}: {c.difference.mean:+.3f} [{c.difference.low:+.3f}, "
-            f"{c.difference.high:+.3f}] | {c.verdict}"
-            if c
-            else "- | -"
-        )
+        versus = f"{c.against}: {c.difference.shown('+.3f')} | {c.verdict}" if c else "- | -"
         settled_s = f"{statistics.median(settled):.1f} ({len(settled)})" if settled else "-"
         after_f = f"{statistics.fmean(after):.3f}" if after else "-"
         lines.append(
-            f"| {s.policy} | {len(s.runs)} | {_ci(s.f_means, '.3f')} | {_ci(s.regrets, '.3f')} "
-            f"| {settled_s} | {after_f} | {versus} |"
+            f"| {s.policy} | {len(s.runs)} | {mean_ci(s.f_means).shown('.3f')} | "
+            f"{mean_ci(s.regrets).shown('.3f')} | {settled_s} | {after_f} | {versus} |"
         )
     return lines

@@ -148,9 +148,8 @@ def paired_comparisons(scenario: dict[str, Any], rows: list[dict[str, Any]]) -> 
                 c = compared[policy]
                 d = c.difference
                 lines.append(
-                    f"| {policy} | {ci.n} | {ci.mean:{fmt}} [{ci.low:{fmt}}, {ci.high:{fmt}}] | "
-                    f"{c.against} | {d.mean:+{fmt}} [{d.low:+{fmt}}, {d.high:+{fmt}}] "
-                    f"(n {d.n}) | {c.verdict} |"
+                    f"| {policy} | {ci.n} | {ci.shown(fmt)} | {c.against} | "
+                    f"{d.shown('+' + fmt)} (n {d.n}) | {c.verdict} |"
                 )
     return lines
 

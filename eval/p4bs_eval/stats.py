@@ -33,6 +33,10 @@ class Interval:
     def half_width(self) -> float:
         return (self.high - self.low) / 2
 
+    def shown(self, fmt: str) -> str:
+        """`mean [low, high]`, each in `fmt` (e.g. ".3f", "+.1f")."""
+        return f"{self.mean:{fmt}} [{self.low:{fmt}}, {self.high:{fmt}}]"
+
 
 def mean_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
     """The mean of `values` with the Student-t interval (n - 1 degrees of freedom)."""
