@@ -3,8 +3,8 @@ acquisition`). Each acquisition function searches the same f(buffer) curves for 
 number of iterations, without a stopping rule; reported per iteration, averaged over the
 seeds: the cumulative regret R_T = sum over t of f(x*) - f(x_t) (true, noise-free f) and
 the best f attained (true f at the best observed buffer). EI's stopping rule (max EI <=
-the policy's `ei_epsilon` x the SEM, once it has had `min_trials` trials, defaults) is
-noted where it would have stopped.
+the policy's `ei_stop`, once it has had `min_trials` trials, defaults) is noted where it
+would have stopped.
 
 The curves, one per seed, are shaped like P4BS Fig. 18 (a broad optimum, a narrower local
 one, a tilt for the delay of large buffers), over [BDP/4, 4 BDP]; each observation is f plus
@@ -35,7 +35,7 @@ from p4bs_optimizer.policies.p4bs import P4bsOptions
 BDP_BYTES = 250_000  # 100 Mbit/s x 20 ms
 WINDOW_NOISE = 0.05  # standard deviation of one window's f
 TRIAL_WINDOWS = 30
-RULE = P4bsOptions()  # the policy's stopping rule: ei_epsilon, min_trials
+RULE = P4bsOptions()  # the policy's stopping rule: ei_stop, min_trials
 
 
 def two_optima(
@@ -147,7 +147,7 @@ def search_trace(curve: Curve, acquisition: str, seed: int, iterations: int) -> 
             acquisition == "ei"
             and stopped_at is None
             and t > RULE.min_trials
-            and search.max_expected_improvement() <= RULE.ei_epsilon * sem
+            and search.max_expected_improvement() <= RULE.ei_stop
         ):
             stopped_at = t - 1
         buffer = search.suggest()

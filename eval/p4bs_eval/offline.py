@@ -274,7 +274,8 @@ def simulate(
             window_end_ns=end,
             zscore=zscore,
             change=change,
-            buffer_bytes=buffer,
+            # The metrics job knows a buffer from the applied decisions only.
+            buffer_bytes=buffer if result.decisions else None,
             **metrics_now,
         )
         result.buffers.append(buffer)

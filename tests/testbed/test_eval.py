@@ -1,8 +1,8 @@
 """`p4bs eval`, shortened scenarios through the whole pipeline, asserting only what one run
 shows with a wide margin (claims that need repeats live in the evaluation, eval/README.md):
 GLOBECOM's resizing against the fixed 200 ms buffer (mean RTT at least 3x lower, utilisation
-at least 90%), then the report and plots; P4BS's search, bounded by C * d-hat, against the
-vendors' 200 ms buffer."""
+at least 90%), then the report and plots; P4BS's search on the authors' grid within the
+link's buffer limits, beside the vendors' 200 ms buffer."""
 
 from __future__ import annotations
 
@@ -102,25 +102,23 @@ def test_resizing_cuts_the_rtt_at_full_utilisation_and_the_report_says_so(
     assert _namespaces() == before
 
 
-def test_p4bs_searches_within_its_bounds_and_keeps_the_rtt_far_below_200ms_buffers(
-    tmp_path: Path,
-) -> None:
-    """50 Cubic flows, 20 ms, d-hat 50 ms: P4BS bound-searches from C RTT_min / sqrt(N), then
-    tries buffers up to C d-hat (625 kB, 50 ms), so its flows' RTT stays far below what the
-    vendors' 200 ms buffer gives them (measured 2026-11-26: 64.8 ms against 206.7 ms). Whether
-    its search settles within 80 s, and whether its mean f beats a rule's, takes repeats to
-    say (issue 17's protocol); one run asserts neither."""
+def test_p4bs_searches_the_authors_grid_within_the_link_buffer_limits(tmp_path: Path) -> None:
+    """50 Cubic flows, 20 ms: P4BS bound-searches from the BDP, then makes its trials from
+    the lower bound on the authors' grid (1.5 ms of line rate: 18,750 B at 100 Mbit/s),
+    never past the link's buffer.max (200 ms: 2.5 MB). Whether its search settles within
+    80 s, and whether its mean f beats a rule's, takes repeats to say (issue 17's
+    protocol); one run asserts neither."""
     before = _namespaces()
     out = _eval_run(P4BS_SCENARIO, tmp_path)
     rows = {r["policy"]: r for r in map(json.loads, (out / "results.jsonl").open())}
-    p4bs, bloated = rows["p4bs"], rows["bloated"]
-    assert p4bs["rtt_mean_ms"] <= 0.6 * bloated["rtt_mean_ms"], (p4bs, bloated)
+    p4bs = rows["p4bs"]
     assert p4bs["utilisation"] >= 0.9
     decisions = [json.loads(line) for line in (out / p4bs["run_dir"] / "decisions.jsonl").open()]
     phases = [d["phase"] for d in decisions]
     assert phases[:1] == ["bound_search"] and "optimise" in phases, phases
-    high = 625_000  # C * d-hat: 100 Mbit/s for 50 ms
-    assert all(0 < d["buffer_bytes"] <= high for d in decisions), decisions
+    assert all(32 * 1024 <= d["buffer_bytes"] <= 2_500_000 for d in decisions), decisions
+    trials = [d["buffer_bytes"] for d in decisions if d["phase"] == "optimise"]
+    assert all((b - trials[0]) % 18_750 == 0 for b in trials), trials
     report = (out / "report.md").read_text()
     assert "p4bs's mean f" in report
     assert (out / "heatmap.png").stat().st_size > 10_000

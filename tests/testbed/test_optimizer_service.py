@@ -254,13 +254,19 @@ def test_a_killed_optimizer_resumes_its_p4bs_search_from_saved_state(
     at ~69 kB, inside its bounds [C·RTT_min/√N, C·d_hat] = [35 kB, 125 kB]. Killed (SIGKILL)
     during its second trial and started again with the same config, it goes on from its
     saved state: no new bound search, the trials numbered on from where they were, settled
-    on a buffer better than either bound, in force on the router. ei_epsilon 0 makes the
-    search take all 5 trials, however the noise falls. (The restarted process gets the
+    on a buffer better than either bound, in force on the router. The search is the
+    continuous one, capped at C·d_hat as the options say; ei_stop 0 makes it take all 5
+    trials, however the noise falls. (The restarted process gets the
     link's partition once Kafka drops the killed member of the group: its session timeout,
     45 s, most of this test's time.)"""
     model = LinkModel(loss_scale_bytes=20_000, f_noise=0.01)
-    options = '{ settle_ns = "500ms", measure_ns = "1s", max_trials = 5, ei_epsilon = 0.0 }'
+    options = (
+        '{ settle_ns = "500ms", settle_per_buffer = 0, measure_ns = "1s", max_trials = 5, '
+        'ei_stop = 0.0, search_max_ns = "10ms", high_loss = 1, grid_step_ns = 0, '
+        "warm_start = true }"
+    )
     config, path, link, decisions = setup("p4bs", options, model=model)
+    assert config.links[0].max_queue_delay_ns == 10_000_000  # search_max = C·d_hat
     spec = config.links[0]
     bounds = (
         round(C_BYTES_PER_S * model.base_rtt_ns / 1e9 / math.sqrt(model.long_flows)),

@@ -1,6 +1,6 @@
 """The P4BS policy (optimizer/p4bs_optimizer/policies/p4bs.py) and its Ax search (bayes.py),
-driven by synthetic LinkMetrics windows: no Kafka, no router. An Ax fit takes ~0.3 s; the
-file makes about 90 of them, 65 in the Fig. 18 test."""
+driven by synthetic LinkMetrics windows (tests/policylink.py): no Kafka, no router. An Ax
+fit takes ~0.3 s; the file makes about 90 of them, 65 in the Fig. 18 test."""
 
 from __future__ import annotations
 
@@ -10,128 +10,14 @@ import random
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import pytest
+from policylink import BDP_BYTES, CAPACITY_BPS, FakeLink, make_link, run, settled
 
-from p4bs.config import LinkConfig
 from p4bs_eval.acquisition import fig18_curve
-from p4bs_optimizer.policies.base import Decision, PolicyOptionError, Window
+from p4bs_optimizer.policies.base import Decision, PolicyOptionError
 from p4bs_optimizer.policies.bayes import BufferSearch
 from p4bs_optimizer.policies.p4bs import P4bsPolicy
-
-WINDOW_NS = 100_000_000
-T0_NS = 1_700_000_000 * 10**9
-CAPACITY_BPS = 100_000_000
-RTT_NS = 20_000_000
-BDP_BYTES = CAPACITY_BPS * RTT_NS // 8_000_000_000  # 250 kB
-PACKETS_PER_WINDOW = 1000
-
-
-def make_link(**overrides: object) -> LinkConfig:
-    """A 100 Mbit/s link with d_hat = 200 ms (C * d_hat = 2.5 MB)."""
-    fields: dict[str, object] = {
-        "router": "r1",
-        "interface": "eth1",
-        "switch": "s1",
-        "capacity_bps": CAPACITY_BPS,
-        "tap_before": "tap0",
-        "tap_after": "tap1",
-        "max_queue_delay_ns": 200_000_000,
-        "max_loss": 0.01,
-        "weight_loss": 0.5,
-        "weight_delay": 0.5,
-        "min_buffer_bytes": 10_000,
-        "max_buffer_bytes": 5_000_000,
-        "safe_buffer_bytes": 2_500_000,
-        "policy": "p4bs",
-        "policy_options": {},
-    }
-    fields.update(overrides)
-    return LinkConfig(**fields)  # type: ignore[arg-type]
-
-
-@dataclass
-class FakeLink:
-    """Plays the metrics job for one link: a 100 ms window at a time, whose f and loss depend
-    on the buffer in force. A decided buffer comes into force `lag` windows after the
-    decision (the windows in between still say the old buffer); for the first `transient_ns`
-    after that, f is off by `transient_f`, as while the queue adapts."""
-
-    f_of: Callable[[int], float]
-    loss_of: Callable[[int], float]
-    buffer: int = 5_000_000
-    noise: float = 0.0  # standard deviation of a window's f around f_of
-    seed: int = 0
-    lag: int = 3
-    transient_ns: int = 0
-    transient_f: float = 0.0
-    srtt_ns: int = RTT_NS
-    rtt_min_ns: int = RTT_NS
-    flows: int = 16
-    index: int = 0
-    since_ns: int = T0_NS
-    pending: list[tuple[int, int]] = field(default_factory=list)  # (due window, buffer)
-
-    def __post_init__(self) -> None:
-        self.rng = random.Random(self.seed)
-
-    def window(self, change: bool = False) -> Window:
-        start = T0_NS + self.index * WINDOW_NS
-        for due, buffer in [p for p in self.pending if p[0] <= self.index]:
-            self.pending.remove((due, buffer))
-            self.buffer, self.since_ns = buffer, start
-        f = self.f_of(self.buffer) + self.rng.gauss(0.0, self.noise)
-        if start < self.since_ns + self.transient_ns:
-            f += self.transient_f
-        retransmissions = round(self.loss_of(self.buffer) * PACKETS_PER_WINDOW)
-        self.index += 1
-        return Window(
-            link_id="r1:eth1",
-            window_start_ns=start,
-            window_end_ns=start + WINDOW_NS,
-            rtt_samples=100,
-            rtt_flows=self.flows,
-            rtt_hmean_ns=self.srtt_ns,
-            srtt_ns=self.srtt_ns,
-            rtt_min_ns=self.rtt_min_ns,
-            long_flows=self.flows,
-            data_packets=PACKETS_PER_WINDOW,
-            retransmissions=retransmissions,
-            loss_rate=retransmissions / PACKETS_PER_WINDOW,
-            loss_rate_ewma=retransmissions / PACKETS_PER_WINDOW,
-            queue_delay_samples=100,
-            queue_delay_ns=1_000_000,
-            queue_delay_ewma_ns=1_000_000,
-            throughput_bps=CAPACITY_BPS,
-            utilisation=1.0,
-            f=f,
-            zscore=20.0 if change else 0.0,
-            change=change,
-            buffer_bytes=self.buffer,
-        )
-
-    def apply(self, decisions: list[Decision]) -> None:
-        for decision in decisions:
-            self.pending.append((self.index + self.lag, decision.buffer_bytes))
-
-
-def run(
-    policy: P4bsPolicy, link: FakeLink, until: Callable[[list[Decision]], bool], limit: int
-) -> list[Decision]:
-    """Feeds windows to the policy and applies its decisions until `until(decisions)`."""
-    decisions: list[Decision] = []
-    for _ in range(limit):
-        new = policy.decide(link.window())
-        link.apply(new)
-        decisions += new
-        if new and until(decisions):
-            return decisions
-    raise AssertionError(f"not done after {limit} windows: {[d.phase for d in decisions]}")
-
-
-def settled(decisions: list[Decision]) -> bool:
-    return decisions[-1].phase == "settled"
 
 
 def loss_halving_per_doubling(at_bdp: float) -> Callable[[int], float]:
@@ -139,11 +25,25 @@ def loss_halving_per_doubling(at_bdp: float) -> Callable[[int], float]:
     return lambda buffer: at_bdp * (BDP_BYTES / buffer) ** 2
 
 
+# The search as this project first built it (continuous on log(buffer), each trial's SEM as
+# the GP's noise, warm-started with the bound search, up to 8 trials of 3 s after 2 s), for
+# the tests of the BO machinery itself; the defaults are the authors' controller's.
+CONTINUOUS_SEARCH = {
+    "grid_step_ns": 0,
+    "warm_start": True,
+    "max_trials": 8,
+    "settle_ns": "2s",
+    "settle_per_buffer": 0,
+    "measure_ns": "3s",
+    "ei_stop": 0.001,
+}
+
+
 # -- (1) BO on P4BS Fig. 18-like performance functions ------------------------------------
 
 
 def test_bo_finds_the_optimum_of_multimodal_f_within_5_percent_in_8_trials() -> None:
-    """Ten seeded noisy curves, each through the whole policy with its default options
+    """Ten seeded noisy curves, each through the whole policy with the continuous search
     (bound search, then at most max_trials = 8 BO trials, stopping on small EI).
 
     Algorithm 1 gives [BDP / 4, 4 BDP] here: loss 2% at the BDP falls 4x per doubling, so
@@ -156,7 +56,7 @@ def test_bo_finds_the_optimum_of_multimodal_f_within_5_percent_in_8_trials() -> 
     within, report = 0, []
     for seed in range(10):
         curve = fig18_curve(random.Random(seed))
-        policy = P4bsPolicy(make_link(), {"seed": seed})
+        policy = P4bsPolicy(make_link(), {**CONTINUOUS_SEARCH, "seed": seed})
         link = FakeLink(curve, loss_halving_per_doubling(0.02), noise=0.05, seed=seed)
         decisions = run(policy, link, settled, limit=2000)
 
@@ -200,26 +100,44 @@ def test_bound_search_doubles_from_the_bdp_while_the_loss_is_above_epsilon() -> 
     assert 83_333 <= decisions[3].buffer_bytes <= 4 * bdp
 
 
-def test_bound_search_stops_at_c_times_d_hat() -> None:
-    """Loss 5% whatever the buffer: 250 k, 500 k, 1 M, 2 M; 4 MB would pass C * d_hat =
-    2.5 MB, which becomes the upper bound without being tried."""
+def test_high_loss_at_the_bdp_makes_the_bounds_bdp_and_half_the_search_max() -> None:
+    """Loss 5% at the BDP, at least high_loss (3%): no doubling, the bounds are [BDP,
+    buffer.max / 2] at once (the authors' controller), and the first trial is the lower
+    bound, measured again: the bound search's points are not the GP's."""
     policy = P4bsPolicy(make_link(), {})
+    link = FakeLink(lambda b: -abs(math.log2(b / 600_000)), lambda b: 0.05, noise=0.01)
+    decisions = run(policy, link, lambda d: d[-1].phase != "bound_search", limit=1000)
+
+    assert [(d.phase, d.buffer_bytes, d.trial) for d in decisions] == [
+        ("bound_search", BDP_BYTES, None),
+        ("optimise", BDP_BYTES, 1),
+    ]
+    assert "5.000% at 250000 B" in decisions[1].reason
+    assert "bounds [BDP, the link's buffer.max / 2] = [250000, 2500000] B" in decisions[1].reason
+    state = policy.snapshot()
+    assert (state["low_bytes"], state["high_bytes"]) == (BDP_BYTES, 2_500_000)
+
+
+def test_bound_search_stops_at_search_max() -> None:
+    """Loss 5% whatever the buffer, the high-loss rule off: 250 k, 500 k, 1 M, 2 M; 4 MB
+    would pass search_max (200 ms: 2.5 MB), which becomes the upper bound untried."""
+    policy = P4bsPolicy(make_link(), {"high_loss": 1, "search_max_ns": "200ms"})
     link = FakeLink(lambda b: -abs(math.log2(b / 600_000)), lambda b: 0.05, noise=0.01)
     decisions = run(policy, link, lambda d: d[-1].phase != "bound_search", limit=1000)
 
     bdp = BDP_BYTES
     assert [d.buffer_bytes for d in decisions[:4]] == [bdp, 2 * bdp, 4 * bdp, 8 * bdp]
     assert decisions[4].phase == "optimise"
-    assert "would pass the cap C * d_hat = 2500000 B" in decisions[4].reason
+    assert "would pass the cap search_max = 2500000 B" in decisions[4].reason
     state = policy.snapshot()
     assert (state["low_bytes"], state["high_bytes"]) == (bdp // 4, 2_500_000)
-    assert decisions[4].buffer_bytes <= 2_500_000
+    assert decisions[4].buffer_bytes == bdp // 4  # the grid's first point
 
 
-def test_bound_search_starts_at_c_times_d_hat_below_the_bdp() -> None:
-    """d_hat = 2 ms: C * d_hat = 25 kB is below the BDP and the Stanford bound (62.5 kB),
-    so the search starts there and, with nothing between the bounds, settles there."""
-    policy = P4bsPolicy(make_link(max_queue_delay_ns=2_000_000), {})
+def test_bound_search_starts_at_search_max_below_the_bdp() -> None:
+    """search_max 2 ms: 25 kB is below the BDP and the Stanford bound (62.5 kB), so the
+    search starts there and, with nothing between the bounds, settles there."""
+    policy = P4bsPolicy(make_link(), {"search_max_ns": "2ms"})
     link = FakeLink(lambda b: -0.5, lambda b: 0.05, noise=0.01)
     decisions = run(policy, link, settled, limit=1000)
 
@@ -241,7 +159,7 @@ def test_state_machine_measures_only_the_settled_buffer_then_restarts_on_change(
     def curve(buffer: int) -> float:
         return -0.2 - 0.3 * math.log2(buffer / 300_000) ** 2
 
-    policy = P4bsPolicy(make_link(), {"max_trials": 4})
+    policy = P4bsPolicy(make_link(), {})
     link = FakeLink(
         curve,
         loss_halving_per_doubling(0.01),  # 1% at the BDP, 0.25% at 2 BDP: bounds [BDP/4, 2 BDP]
@@ -262,7 +180,7 @@ def test_state_machine_measures_only_the_settled_buffer_then_restarts_on_change(
         assert sem < 0.001
     # Each decision's f is the mean f of the step before it.
     assert [d.f for d in decisions[1:]] == [mean for _, mean, _ in observations]
-    best = max(observations, key=lambda o: o[1])
+    best = max(state["trials"], key=lambda o: o[1])  # x*: the best BO trial
     assert decisions[-1].buffer_bytes == best[0] and state["incumbent"] == best
 
     # A change flag within change_holdoff_ns (5 s) of the settled buffer being in force is
@@ -310,7 +228,7 @@ def test_restored_policy_decides_what_the_uninterrupted_one_does() -> None:
         u = math.log2(buffer / BDP_BYTES)
         return -0.5 + 0.3 * math.exp(-((u - 0.7) ** 2)) + 0.2 * math.exp(-((u + 1.3) ** 2) / 0.1)
 
-    options = {"seed": 7, "ei_epsilon": 0.0, "max_trials": 4}
+    options = {**CONTINUOUS_SEARCH, "seed": 7, "ei_stop": 0.0, "max_trials": 4}
     original = P4bsPolicy(make_link(), options)
     link = FakeLink(curve, loss_halving_per_doubling(0.02), noise=0.05, seed=3)
     run(original, link, lambda d: d[-1].trial == 2, limit=2000)
@@ -385,7 +303,11 @@ def test_search_is_a_gp_with_rbf_kernel_and_expected_improvement() -> None:
         ({"loss_epsilon": 1.5}, "loss_epsilon"),
         ({"settle_ns": "soon"}, "settle_ns"),
         ({"measure_ns": 0}, "measure_ns"),
-        ({"ei_epsilon": -1}, "ei_epsilon"),
+        ({"ei_stop": -1}, "ei_stop"),
+        ({"high_loss": 0}, "high_loss"),
+        ({"warm_start": "yes"}, "warm_start"),
+        ({"grid_step_ns": -1}, "grid_step_ns"),
+        ({"search_max_ns": "big"}, "search_max_ns"),
         ({"max_trials": 0}, "max_trials"),
         ({"max_trials": 2.5}, "max_trials"),
         ({"seed": True}, "seed"),
@@ -415,8 +337,72 @@ def test_importing_the_policies_does_not_import_ax() -> None:
 def test_the_ei_rule_waits_for_min_trials_trials() -> None:
     """A flat f (no improvement anywhere, EI 0) still gets `min_trials` trials before the
     search settles: a GP on the bound search's points alone cannot rule the range out."""
-    policy = P4bsPolicy(make_link(), {"min_trials": 3})
+    policy = P4bsPolicy(make_link(), {**CONTINUOUS_SEARCH, "min_trials": 3})
     link = FakeLink(lambda b: -0.5, lambda b: 0.0, noise=0.01)
     decisions = run(policy, link, lambda d: d[-1].phase == "settled", limit=3000)
     trials = [d.trial for d in decisions if d.phase == "optimise"]
     assert trials == [1, 2, 3]
+
+
+def test_default_search_is_the_authors_grid_with_a_unit_rbf_and_fitted_noise() -> None:
+    """The default search (`grid_step_ns` 1.5 ms: 18,750 B at 100 Mbit/s): the lower bound
+    first, then the EI's argmax among lower + k * step below the upper bound; the model a
+    plain RBF (amplitude 1) on f as measured, its noise fitted rather than the SEMs told
+    (0.5 here, which as fixed noise would flatten the posterior far from the points)."""
+    from gpytorch.kernels import RBFKernel, ScaleKernel
+    from gpytorch.likelihoods import FixedNoiseGaussianLikelihood
+
+    def f(buffer: float) -> float:
+        return -abs(math.log2(buffer / 300_000))
+
+    step = 18_750
+    search = BufferSearch(62_500, 500_000, seed=1, grid_step_bytes=step)
+    assert search.grid()[:2] == [62_500.0, 81_250.0] and search.grid()[-1] < 500_000
+    assert search.suggest() == 62_500
+    for buffer in (62_500, 287_500, 493_750):
+        search.tell(buffer, f(buffer), 0.5)
+        suggestion = search.suggest()
+        assert (suggestion - 62_500) % step == 0 and 62_500 <= suggestion < 500_000
+    model = search._client._generation_strategy.adapter.generator.surrogate.model  # type: ignore[union-attr]
+    assert isinstance(model.covar_module, RBFKernel)
+    assert not isinstance(model.covar_module, ScaleKernel)
+    assert not isinstance(model.likelihood, FixedNoiseGaussianLikelihood)
+    means, _ = search.posterior([62_500, 287_500, 493_750])
+    assert all(abs(m - f(b)) < 0.1 for m, b in zip(means, (62_500, 287_500, 493_750), strict=True))
+
+
+def test_default_policy_makes_four_grid_trials_from_the_lower_bound() -> None:
+    """With the defaults, Algorithm 2 tells the GP only its own trials (the first at the
+    lower bound), makes at most 4, all on the grid, and keeps the best of them."""
+
+    def curve(buffer: int) -> float:
+        return -0.2 - 0.3 * math.log2(buffer / 300_000) ** 2
+
+    policy = P4bsPolicy(make_link(), {})
+    link = FakeLink(curve, loss_halving_per_doubling(0.01), noise=0.001)
+    decisions = run(policy, link, settled, limit=2000)
+    trials = [d for d in decisions if d.phase == "optimise"]
+    state = policy.snapshot()
+    assert 3 <= len(trials) <= 4 and trials[0].buffer_bytes == state["low_bytes"] == 62_500
+    assert all((d.buffer_bytes - 62_500) % 18_750 == 0 for d in trials)
+    assert decisions[-1].buffer_bytes == max(state["trials"], key=lambda o: o[1])[0]
+
+
+def test_trials_wait_longer_for_deeper_buffers() -> None:
+    """The authors' wait: 1 s for a buffer of 10 ms of line rate or less, 3.5 s at 200 ms;
+    a bound-search step always waits 1 s."""
+    config = P4bsPolicy(make_link(), {}).config
+    assert config.settle_for(5_000_000, trial=True) == 1_000_000_000
+    assert config.settle_for(200_000_000, trial=True) == 3_500_000_000
+    assert config.settle_for(105_000_000, trial=True) == 2_250_000_000
+    assert config.settle_for(200_000_000, trial=False) == 1_000_000_000
+
+
+def test_no_search_starts_before_the_link_is_busy() -> None:
+    """Utilisation under min_utilisation (98%): nothing decided; the first busy window
+    starts the bound search."""
+    policy = P4bsPolicy(make_link(), {})
+    link = FakeLink(lambda b: -0.5, lambda b: 0.0, utilisation=0.5)
+    assert all(policy.decide(link.window()) == [] for _ in range(100))
+    link.utilisation = 0.99
+    assert [d.phase for d in policy.decide(link.window())] == ["bound_search"]

@@ -16,6 +16,7 @@ from p4bs_optimizer.policies.baselines import (
 )
 from p4bs_optimizer.policies.globecom import GlobecomPolicy
 from p4bs_optimizer.policies.jenks import JenksPolicy
+from p4bs_optimizer.policies.loss_delay_fit import LossDelayFitPolicy
 from p4bs_optimizer.policies.p4bs import P4bsPolicy
 
 POLICIES: dict[str, type[Policy]] = {
@@ -30,6 +31,7 @@ POLICIES: dict[str, type[Policy]] = {
         AdtPolicy,
         GlobecomPolicy,
         P4bsPolicy,
+        LossDelayFitPolicy,
         JenksPolicy,
     )
 }

@@ -71,6 +71,15 @@ class OptionReader:
             raise self._error(key, f"must be a whole number in [{low}, {high}], got {value!r}")
         return value
 
+    def flag(self, key: str, default: bool) -> bool:
+        """true or false."""
+        value = self._take(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self._error(key, f"must be true or false, got {value!r}")
+        return value
+
     def size_bytes(self, key: str, default: int) -> int:
         """A positive size: bytes, or a string with a unit such as '64KiB'."""
         value = self._take(key)

@@ -1,11 +1,21 @@
 """Bayesian optimisation of one buffer size with Ax: a Gaussian process with an RBF kernel
 and Expected Improvement, as in P4BS (TNSM 2023, §V-B, Algorithm 2).
 
-`BufferSearch` searches one float parameter, the buffer in bytes, on a log scale within
-[low, high]; it maximises the performance function f (unitless, <= 0, higher is better).
-It is told observations as (buffer bytes, mean f, standard error of that mean), suggests the
-next buffer in whole bytes, and exposes the GP posterior and the EI over a grid so that both
-can be plotted (P4BS Fig. 7) and the search stopped when the EI is small (Algorithm 2).
+`BufferSearch` searches one float parameter, the buffer in bytes, within [low, high]; it
+maximises the performance function f (unitless, <= 0, higher is better). It is told
+observations as (buffer bytes, mean f, standard error of that mean), suggests the next buffer
+in whole bytes, and exposes the GP posterior and the EI over a grid so that both can be
+plotted (P4BS Fig. 7) and the search stopped when the EI is small (Algorithm 2).
+
+Two ways to search, as the policy asks:
+- continuous (the default): x = log(buffer), the EI maximised by BoTorch's optimiser, the
+  told SEM as each observation's fixed noise, the first suggestion the geometric middle;
+- on a grid (`grid_step_bytes`), as the authors' controller (github.com/ekfoury/p4bs-bo):
+  x = buffer, linear; the EI's argmax among low, low + step, ... below high; the first
+  suggestion the grid's first point (with no data the EI is infinite everywhere). The GP
+  is theirs: an RBF kernel of amplitude 1 on f as measured (not standardised), its length
+  scale fitted; its noise is fitted too, by maximum likelihood as the paper's Eq. 11 says
+  (the controller fixes it), so the SEMs are kept for the record only.
 
 The observations live in one Ax `Client` (one completed single-arm trial each). Every fit
 starts from a new generation strategy, so from freshly initialised GP hyperparameters, and
@@ -71,7 +81,7 @@ def load_ax() -> None:
         logging.getLogger(module.__name__).setLevel(logging.ERROR)
 
 
-def _generation_strategy(acquisition: str = "ei") -> GenerationStrategy:
+def _generation_strategy(acquisition: str = "ei", authors_gp: bool = False) -> GenerationStrategy:
     """One node, GP + EI from the first trial on (no quasi-random initialisation: the bound
     search's measurements warm-start the GP, and `BufferSearch` picks the first point itself
     when there is none).
@@ -82,7 +92,13 @@ def _generation_strategy(acquisition: str = "ei") -> GenerationStrategy:
       b = the RBF lengthscale, both fitted by maximum likelihood (Eq. 11). Ax's default
       would pick its own kernel and priors.
     - Observation noise: the SEM told with each observation is the GP's fixed noise (the
-      sigma^2 the paper adds on the diagonal), not inferred.
+      sigma^2 the paper adds on the diagonal).
+    - With `authors_gp`, the GP of the authors' controller instead: a plain RBFKernel (a
+      fixed at 1) on f as measured (no StandardizeY), with no SEM told so that the noise
+      is fitted with b. A fitted amplitude on standardised f collapses with one or two
+      observations (the EI is then ~0 everywhere and the search stops where it started);
+      an amplitude of 1, large against f's variation, keeps the EI open until the grid is
+      covered, which is how the authors' search behaves.
     - `botorch_acqf_class=ExpectedImprovement`, BoTorch's analytic EI (Eq. 13) with the best
       observed mean as the incumbent. Ax's default would be qLogNoisyExpectedImprovement
       (Monte-Carlo, log scale); we want EI itself, for the stopping rule and Fig. 7.
@@ -108,13 +124,16 @@ def _generation_strategy(acquisition: str = "ei") -> GenerationStrategy:
     from botorch.models import SingleTaskGP
     from gpytorch.kernels import RBFKernel, ScaleKernel  # type: ignore[import-untyped]
 
-    model = ModelConfig(
-        botorch_model_class=SingleTaskGP,
-        covar_module_class=ScaleKernel,
-        # A new RBFKernel per strategy: the fitted hyperparameters live in the module, and a
-        # shared one would carry them into the next fit and break determinism.
-        covar_module_options={"base_kernel": RBFKernel()},
-    )
+    if authors_gp:
+        model = ModelConfig(botorch_model_class=SingleTaskGP, covar_module_class=RBFKernel)
+    else:
+        model = ModelConfig(
+            botorch_model_class=SingleTaskGP,
+            covar_module_class=ScaleKernel,
+            # A new RBFKernel per strategy: the fitted hyperparameters live in the module,
+            # and a shared one would carry them into the next fit and break determinism.
+            covar_module_options={"base_kernel": RBFKernel()},
+        )
     spec = GeneratorSpec(
         generator_enum=Generators.BOTORCH_MODULAR,
         generator_kwargs={
@@ -124,7 +143,7 @@ def _generation_strategy(acquisition: str = "ei") -> GenerationStrategy:
                 "ucb": UpperConfidenceBound,
                 "pi": ProbabilityOfImprovement,
             }[acquisition],
-            "transforms": [*MBM_X_trans, StandardizeY],
+            "transforms": [*MBM_X_trans] if authors_gp else [*MBM_X_trans, StandardizeY],
         },
         generator_gen_kwargs={
             "model_gen_options": {
@@ -149,15 +168,19 @@ class BufferSearch:
         seed: int = 0,
         observations: Iterable[Observation] = (),
         acquisition: str = "ei",
+        grid_step_bytes: int | None = None,
     ) -> None:
         if not 0 < low_bytes < high_bytes:
             raise ValueError(f"bounds must satisfy 0 < low < high, got [{low_bytes}, {high_bytes}]")
         if acquisition not in ACQUISITIONS:
             raise ValueError(f"acquisition {acquisition!r}: one of {', '.join(ACQUISITIONS)}")
+        if grid_step_bytes is not None and grid_step_bytes <= 0:
+            raise ValueError(f"grid step must be positive, got {grid_step_bytes}")
         self.acquisition = acquisition
         self.low_bytes = low_bytes
         self.high_bytes = high_bytes
         self.seed = seed
+        self.grid_step_bytes = grid_step_bytes
         self._observations: list[Observation] = []
         self._suggestion: int | None = None  # the EI maximiser for the current observations
         load_ax()
@@ -171,7 +194,7 @@ class BufferSearch:
                     name=PARAMETER,
                     bounds=(float(low_bytes), float(high_bytes)),
                     parameter_type="float",
-                    scaling="log",
+                    scaling="log" if grid_step_bytes is None else "linear",
                 )
             ]
         )
@@ -193,7 +216,9 @@ class BufferSearch:
             raise ValueError(f"need a finite mean and a finite SEM >= 0, got {mean}, {sem}")
         obs = Observation(int(buffer_bytes), float(mean), float(sem))
         index = self._client.attach_trial({PARAMETER: float(obs.buffer_bytes)})
-        self._client.complete_trial(index, {OBJECTIVE: (obs.mean, obs.sem)})
+        # A bare mean leaves the noise unknown, and the GP infers it.
+        value = obs.mean if self.grid_step_bytes is not None else (obs.mean, obs.sem)
+        self._client.complete_trial(index, {OBJECTIVE: value})
         self._observations.append(obs)
         self._suggestion = None
 
@@ -204,14 +229,27 @@ class BufferSearch:
         return max(self._observations, key=lambda o: o.mean)
 
     def suggest(self) -> int:
-        """The next buffer to try, bytes: the maximiser of EI, or with no observation yet
-        the geometric middle of the bounds."""
+        """The next buffer to try, bytes: the maximiser of EI (on the grid when searching
+        one), or with no observation yet the geometric middle of the bounds (the grid's
+        first point)."""
+        if self.grid_step_bytes is not None:
+            if not self._observations:
+                return self.low_bytes
+            grid = self.grid()
+            ei = self.expected_improvement(grid)
+            return round(grid[max(range(len(grid)), key=ei.__getitem__)])
         if not self._observations:
             return round(math.sqrt(self.low_bytes * self.high_bytes))
         return self._fit()
 
     def grid(self, points: int = GRID_POINTS) -> list[float]:
-        """`points` buffers, bytes, evenly spaced in log(buffer) from low to high."""
+        """The candidates, bytes: with a grid step, low, low + step, ... below high (the
+        authors' grid, high excluded); otherwise `points` buffers evenly spaced in
+        log(buffer) from low to high, both included."""
+        if self.grid_step_bytes is not None:
+            step = self.grid_step_bytes
+            count = max(1, math.ceil((self.high_bytes - self.low_bytes) / step))
+            return [float(self.low_bytes + i * step) for i in range(count)]
         ratio = self.high_bytes / self.low_bytes
         inner = [self.low_bytes * ratio ** (i / (points - 1)) for i in range(1, points - 1)]
         return [float(self.low_bytes), *inner, float(self.high_bytes)]  # ends exact: Ax checks
@@ -233,7 +271,8 @@ class BufferSearch:
         return [_expected_improvement(m - best, s) for m, s in zip(means, stds, strict=True)]
 
     def max_expected_improvement(self, points: int = GRID_POINTS) -> float:
-        """The largest EI on `grid(points)`, units of f; infinite with no observation."""
+        """The largest EI on `grid(points)` (the grid, when searching one), units of f;
+        infinite with no observation."""
         if not self._observations:
             return math.inf
         return max(self.expected_improvement(self.grid(points)))
@@ -246,7 +285,7 @@ class BufferSearch:
         if self._suggestion is None:
             from ax.utils.common.random import with_rng_seed
 
-            strategy = _generation_strategy(self.acquisition)
+            strategy = _generation_strategy(self.acquisition, self.grid_step_bytes is not None)
             self._client.set_generation_strategy(strategy)
             with warnings.catch_warnings(), with_rng_seed(self.seed):
                 # BoTorch recommends log-EI for its numerics in high dimensions; in one

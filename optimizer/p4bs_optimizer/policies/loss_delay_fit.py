@@ -1,0 +1,271 @@
+"""loss-delay-fit: measure the loss and the queueing delay at a few buffers, fit how each
+varies with the buffer, and go to the buffer where the fitted f is highest.
+
+f = -(w1 * p / p_hat + w2 * d / d_hat) is the sum of a term that falls with the buffer (loss)
+and one that rises with it (delay). P4BS's GP sees only their sum, and needs trials spread
+over the range to learn its shape; here each step measures both terms, and each is close to
+a power of the buffer over a factor of a few (loss falls with the flows' window, about
+B^-1 to B^-2 for loss-based congestion control; delay grows with how full the queue stays,
+about B^1). Two measured buffers already place the optimum of the fitted sum.
+
+- "search": the first step is where a model of a full queue of N loss-based flows puts the
+  optimum: each flow's window is (C * RTT_min + B) / N, loss follows Mathis et al.'s
+  p = 1.5 / window^2 (in packets), delay is B / C (`first_guess_bytes`). From one point,
+  the next goes where f would peak if loss fell as 1/B and delay rose as B from what was
+  measured there. N is the larger of the window's long flows and its flows with RTT samples.
+  From two or more, loss and delay
+  are each fitted as a power of the buffer (least squares in log-log, exponents clamped to
+  [-4, 0] and [0, 2]), and the fitted f is maximised within `max_stride` of the measured
+  range; a maximiser within `close_enough` of a measured buffer is where the search
+  settles, else it is the next step. After `max_steps` steps it settles on the best
+  measured buffer.
+- "settled": the buffer stays until the change detector flags f; the search then starts
+  again from the settled buffer, measured afresh.
+
+Steps are measured as `stepped.SteppedPolicy` says. `snapshot` holds the phase, the step and
+the measured points as JSON data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
+
+from p4bs.config import LinkConfig
+from p4bs.units import bytes_for_duration
+from p4bs_optimizer.policies.base import Decision, Window
+from p4bs_optimizer.policies.baselines import OptionReader
+from p4bs_optimizer.policies.stepped import SETTLED, Step, SteppedPolicy
+
+SEARCH = "search"
+MSS_BYTES = 1448  # a TCP segment's payload on a 1500-byte MTU with timestamps
+MATHIS_CONSTANT = 1.5  # p = 1.5 / W^2: Mathis et al.'s 1.22 / sqrt(p) throughput, squared
+CANDIDATES = 256  # log-spaced buffers on which the fitted f is maximised
+LOSS_EXPONENTS = (-4.0, 0.0)
+DELAY_EXPONENTS = (0.0, 2.0)
+# A window with no retransmission (no queueing-delay sample) still has some loss (delay):
+# half a retransmission in the step's packets, 1 us. Logs need a floor.
+DELAY_FLOOR_NS = 1_000.0
+
+
+class Point(NamedTuple):
+    """One measured step: mean loss rate, mean queueing delay (ns) and mean f."""
+
+    buffer_bytes: int
+    loss: float
+    delay_ns: float
+    f: float
+
+
+@dataclass(frozen=True)
+class LossDelayFitOptions:
+    """The policy's options (the link's `policy_options`), in the system's units."""
+
+    settle_ns: int = 1_000_000_000  # wait after a buffer is in force before measuring
+    measure_ns: int = 1_000_000_000  # windows measured per step
+    max_steps: int = 6
+    # Settle when the fitted optimum is this near a measured buffer; how far past the
+    # measured range a step may go. Tuned offline on the measured Fig. 11 surfaces
+    # (eval/results/surface-fig11/offline.md): wider strides overshoot on a noisy fit of
+    # two close points.
+    close_enough: float = 1.15
+    max_stride: float = 1.5
+    search_max_ns: int | None = None  # ns of line rate; None: the link's buffer.max
+    min_utilisation: float = 0.98  # no search before a window shows the link this busy
+    reissue_after_ns: int = 30_000_000_000  # as P4BS's
+    change_holdoff_ns: int = 5_000_000_000  # as P4BS's
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> LossDelayFitOptions:
+        """The options of a `policy_options` table; raises PolicyOptionError naming the first
+        unknown option or bad value."""
+        r, d = OptionReader(LossDelayFitPolicy.name, options), cls()
+        parsed = cls(
+            settle_ns=r.duration_ns("settle_ns", d.settle_ns, allow_zero=True),
+            measure_ns=r.duration_ns("measure_ns", d.measure_ns),
+            max_steps=r.integer("max_steps", d.max_steps, low=1, high=100),
+            close_enough=r.number("close_enough", d.close_enough, low=1, low_open=True),
+            max_stride=r.number("max_stride", d.max_stride, low=1, low_open=True),
+            search_max_ns=r.duration_ns("search_max_ns", 0) or None,
+            min_utilisation=r.number("min_utilisation", d.min_utilisation, low=0),
+            reissue_after_ns=r.duration_ns("reissue_after_ns", d.reissue_after_ns, allow_zero=True),
+            change_holdoff_ns=r.duration_ns(
+                "change_holdoff_ns", d.change_holdoff_ns, allow_zero=True
+            ),
+        )
+        r.finish()
+        return parsed
+
+
+@dataclass(frozen=True)
+class PowerLaw:
+    """y = scale * buffer ** exponent."""
+
+    scale: float
+    exponent: float
+
+    def __call__(self, buffer: float) -> float:
+        return self.scale * math.pow(buffer, self.exponent)
+
+    @classmethod
+    def fit(
+        cls, xs: Sequence[float], ys: Sequence[float], exponents: tuple[float, float]
+    ) -> PowerLaw:
+        """Least squares in log-log, the exponent clamped to `exponents` (and the scale
+        refitted for it)."""
+        us, vs = [math.log(x) for x in xs], [math.log(y) for y in ys]
+        u_mean, v_mean = sum(us) / len(us), sum(vs) / len(vs)
+        spread = sum((u - u_mean) ** 2 for u in us)
+        slope = sum((u - u_mean) * (v - v_mean) for u, v in zip(us, vs, strict=True)) / spread
+        slope = min(max(slope, exponents[0]), exponents[1])
+        return cls(math.exp(v_mean - slope * u_mean), slope)
+
+
+def first_guess_bytes(link: LinkConfig, rtt_ns: int, flows: int) -> float:
+    """The buffer maximising f when N flows share the link with windows of
+    (C * RTT + B) / N, lose p = 1.5 / window^2 and keep the queue full (delay B / C).
+
+    With tau = B / C (s), f = -(a / (RTT + tau)^2 + b * tau), where
+    a = (w1 / p_hat) * 1.5 * (N * MSS / C)^2 and b = w2 / d_hat, which peaks at
+    RTT + tau = (2 a / b)^(1/3)."""
+    capacity = link.capacity_bps / 8  # bytes/s
+    a = link.weight_loss / link.max_loss * MATHIS_CONSTANT * (flows * MSS_BYTES / capacity) ** 2
+    b = link.weight_delay / (link.max_queue_delay_ns / 1e9)
+    tau = math.cbrt(2 * a / b) - rtt_ns / 1e9
+    return max(tau, 0.0) * capacity
+
+
+class LossDelayFitPolicy(SteppedPolicy):
+    """Fits loss and delay against the buffer from a few measured steps; settles where the
+    fitted f is highest."""
+
+    name: ClassVar[str] = "loss-delay-fit"
+    config: LossDelayFitOptions
+
+    def __init__(self, link: LinkConfig, options: Mapping[str, Any]) -> None:
+        super().__init__(link, options)
+        self.config = LossDelayFitOptions.parse(options)
+        self.phase = SEARCH
+        self.step = None
+        self.points: list[Point] = []
+
+    def _search_max(self) -> int:
+        if self.config.search_max_ns is None:
+            return self.link.max_buffer_bytes
+        return self.clamp(bytes_for_duration(self.config.search_max_ns, self.link.capacity_bps))
+
+    def _bounded(self, buffer: float) -> int:
+        return min(self.clamp(buffer), self._search_max())
+
+    # -- the search -----------------------------------------------------------------------
+
+    def _begin(self, window: Window, prefix: str) -> list[Decision]:
+        rtt_ns = window.rtt_min_ns if window.rtt_min_ns is not None else window.srtt_ns
+        if rtt_ns is None:
+            return []  # no RTT yet: nothing to size a window from
+        # The long-flow detector needs seconds to count flows that just started (6 s at
+        # N = 100 on the testbed), while every flow sends an RTT sample in a window.
+        flows = max(window.long_flows, window.rtt_flows, 1)
+        buffer = self._bounded(first_guess_bytes(self.link, rtt_ns, flows))
+        reason = (
+            f"{prefix}first step at the optimum of f for {flows} loss-based flows filling the "
+            f"queue (RTT_min {rtt_ns / 1e6:.1f} ms): {buffer} B"
+        )
+        return [self._new_step(window, buffer, SEARCH, 1, reason)]
+
+    def _restart(self, window: Window, prefix: str) -> list[Decision]:
+        assert self.step is not None
+        buffer = self.step.buffer_bytes
+        self.phase, self.points = SEARCH, []
+        reason = f"{prefix}new search from the settled buffer, measured afresh"
+        return [self._new_step(window, buffer, SEARCH, 1, reason)]
+
+    def _step_done(self, step: Step, window: Window) -> list[Decision]:
+        floor = 0.5 / step.data_packets if step.data_packets else 1e-6
+        point = Point(
+            step.buffer_bytes,
+            max(step.mean_loss(), floor),
+            max(step.mean_delay_ns(), DELAY_FLOOR_NS),
+            step.observation().mean,
+        )
+        self.points.append(point)
+        seen = (
+            f"step {step.trial}: at {point.buffer_bytes} B loss {step.mean_loss():.3%}, "
+            f"delay {step.mean_delay_ns() / 1e6:.2f} ms, f {point.f:.4f}"
+        )
+        if len(self.points) == 1:
+            return self._second_step(window, point, seen)
+        best, predicted, note = self._fitted_optimum()
+        nearest = min(self.points, key=lambda p: abs(math.log(p.buffer_bytes / best)))
+        if abs(math.log(nearest.buffer_bytes / best)) <= math.log(self.config.close_enough):
+            reason = f"{seen}; {note}: fitted optimum {best} B (f {predicted:.4f}), measured"
+            return self._settle(window, best, f"{reason} nearby", point.f)
+        if len(self.points) >= self.config.max_steps:
+            top = max(self.points, key=lambda p: p.f)
+            reason = f"{seen}; {len(self.points)} steps made (max_steps): best measured"
+            return self._settle(window, top.buffer_bytes, reason, point.f)
+        reason = f"{seen}; {note}: next step at the fitted optimum {best} B (f {predicted:.4f})"
+        return [self._new_step(window, best, SEARCH, len(self.points) + 1, reason, f=point.f)]
+
+    def _second_step(self, window: Window, point: Point, seen: str) -> list[Decision]:
+        """With loss ~ 1/B and delay ~ B, f = -(L B1 / B + D B / B1) from the terms L and
+        D measured at B1 peaks at B1 sqrt(L / D): the second step goes there, at least
+        `close_enough` and at most `max_stride` away."""
+        loss_term, delay_term = self._terms(point.loss, point.delay_ns)
+        stride = min(
+            max(math.sqrt(loss_term / delay_term), 1 / self.config.max_stride),
+            self.config.max_stride,
+        )
+        if abs(math.log(stride)) < math.log(self.config.close_enough):
+            stride = self.config.close_enough if stride >= 1 else 1 / self.config.close_enough
+        buffer = self._bounded(point.buffer_bytes * stride)
+        if buffer == point.buffer_bytes:
+            buffer = self._bounded(point.buffer_bytes / stride)
+        if buffer == point.buffer_bytes:
+            return self._settle(window, buffer, f"{seen}; no other buffer to try", point.f)
+        reason = (
+            f"{seen}; loss term {loss_term:.3f}, delay term {delay_term:.3f}: step 2 at "
+            f"{buffer} B, where f would peak with loss ~ 1/B and delay ~ B"
+        )
+        return [self._new_step(window, buffer, SEARCH, 2, reason, f=point.f)]
+
+    def _terms(self, loss: float, delay_ns: float) -> tuple[float, float]:
+        """f's loss and delay terms, positive."""
+        link = self.link
+        return (
+            link.weight_loss * loss / link.max_loss,
+            link.weight_delay * delay_ns / link.max_queue_delay_ns,
+        )
+
+    def _fitted_optimum(self) -> tuple[int, float, str]:
+        """The buffer with the highest fitted f within `max_stride` of the measured range
+        (and the link's bounds), that f, and what the fit found."""
+        xs = [float(p.buffer_bytes) for p in self.points]
+        loss = PowerLaw.fit(xs, [p.loss for p in self.points], LOSS_EXPONENTS)
+        delay = PowerLaw.fit(xs, [p.delay_ns for p in self.points], DELAY_EXPONENTS)
+        low = self._bounded(min(xs) / self.config.max_stride)
+        high = self._bounded(max(xs) * self.config.max_stride)
+        candidates = [low * (high / low) ** (i / (CANDIDATES - 1)) for i in range(CANDIDATES)]
+
+        def fitted_f(buffer: float) -> float:
+            return -sum(self._terms(loss(buffer), delay(buffer)))
+
+        best = max(candidates, key=fitted_f)
+        note = f"loss ~ B^{loss.exponent:.2f}, delay ~ B^{delay.exponent:.2f}"
+        return round(best), fitted_f(best), note
+
+    def _settle(self, window: Window, buffer: int, reason: str, last_f: float) -> list[Decision]:
+        self.phase = SETTLED
+        reason += f": settling on {buffer} B"
+        return [self._new_step(window, buffer, SETTLED, None, reason, f=last_f)]
+
+    # -- persistence ----------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        return {**self._step_state(), "points": [list(p) for p in self.points]}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        self._restore_step(state)
+        self.points = [Point(*p) for p in state["points"]]
