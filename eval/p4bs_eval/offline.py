@@ -220,6 +220,13 @@ class SimRun:
         return next((t for t, d in self.decisions if d.phase == SETTLED), None)
 
     @property
+    def search_ns(self) -> int | None:
+        """From the policy's first decision to when it settled."""
+        if self.settled_ns is None:
+            return None
+        return self.settled_ns - self.decisions[0][0]
+
+    @property
     def f_after_settling(self) -> float | None:
         """Mean f over the windows after the settled buffer came into force."""
         if self.settled_ns is None:
@@ -362,3 +369,30 @@ def cell_report(
             f"{mean_ci(s.regrets).shown('.3f')} | {settled_s} | {after_f} | {versus} |"
         )
     return lines
+
+
+def summary_data(cells: Mapping[str, tuple[Surface, Sequence[PolicySummary]]]) -> dict[str, Any]:
+    """Per cell the oracle and per policy each seed's whole-run mean f, search time (s) and f
+    after settling: what `p4bs eval claims` reads (`offline.json`)."""
+
+    def seconds(ns: int | None) -> float | None:
+        return None if ns is None else ns / 1e9
+
+    out: dict[str, Any] = {}
+    for cell, (surface, summaries) in cells.items():
+        best, best_f = surface.oracle()
+        out[cell] = {
+            "oracle": {"buffer_bytes": best, "f": round(best_f, 6)},
+            "policies": {
+                s.policy: {
+                    "f_mean": {r.seed: round(r.f_mean, 6) for r in s.runs},
+                    "search_s": {r.seed: seconds(r.search_ns) for r in s.runs},
+                    "f_after_settling": {
+                        r.seed: None if r.f_after_settling is None else round(r.f_after_settling, 6)
+                        for r in s.runs
+                    },
+                }
+                for s in summaries
+            },
+        }
+    return out
