@@ -16,6 +16,9 @@ The claims, per cell (a point of a CCA x N sweep):
 - offline only: `ours-near-oracle`, its mean f after settling within 5% of the oracle's
   (the best measured fixed buffer), and `ours-search-time`, its median search time (first
   decision to settled) at most 20 s.
+- `offline-matches-live`, per cell and policy measured both ways: whether the offline
+  simulator's mean whole-run f lies inside the live runs' 95% interval (how far the
+  simulator can be trusted, cell by cell).
 - live, where the runs had short flows: `p4bs-lowest-fct` (P4BS Fig. 14), P4BS's median
   short-flow FCT against the static rules' (lower is better), and `ours-fct` the same for
   loss-delay-fit, which optimises f, not FCT (`not measured` until a summary has them).
@@ -30,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from p4bs_eval.report import load_results
-from p4bs_eval.stats import BEST, TIED, WORSE, paired_difference, verdict
+from p4bs_eval.stats import BEST, TIED, WORSE, mean_ci, paired_difference, verdict
 
 STATIC_RULES = ("bdp", "stanford", "tiny", "bloated", "bscl", "adt")
 P4BS = "p4bs"
@@ -196,17 +199,60 @@ def _shown(path: Path, root: Path) -> Path:
     return path.relative_to(root) if path.is_relative_to(root) else path
 
 
+def simulator_checks(
+    offline: Mapping[str, Mapping[str, Mapping[int, float]]],
+    live: Mapping[str, Mapping[str, Mapping[int, float]]],
+    sources: tuple[str, str],
+) -> list[dict[str, Any]]:
+    """Per cell and policy in both: the offline mean f against the live 95% interval."""
+    found = []
+    for cell in sorted(offline.keys() & live.keys()):
+        for policy in sorted(offline[cell].keys() & live[cell].keys()):
+            simulated = statistics.fmean(offline[cell][policy].values())
+            measured = mean_ci(list(live[cell][policy].values()))
+            inside = measured.low <= simulated <= measured.high
+            found.append(
+                {
+                    "claim": "offline-matches-live",
+                    "source": f"{sources[0]} against {sources[1]}",
+                    "cell": cell,
+                    "policy": policy,
+                    "n": measured.n,
+                    "offline_f": round(simulated, 6),
+                    "live_f": _interval(measured.mean, measured.low, measured.high),
+                    "verdict": "inside" if inside else "outside",
+                }
+            )
+    return found
+
+
 def build(results_dir: Path, root: Path) -> dict[str, Any]:
     """Every claim from the summaries under `results_dir` (paths shown relative to `root`)."""
     claims: list[dict[str, Any]] = []
+    # By source: cell -> policy -> seed -> whole-run mean f.
+    offline: dict[str, dict[str, dict[str, dict[int, float]]]] = {}
+    live: dict[str, dict[str, dict[str, dict[int, float]]]] = {}
     for folder in sorted(p for p in results_dir.iterdir() if p.is_dir()):
         for path in sorted(folder.glob("*offline.json")):
             summary = json.loads(path.read_text())
             claims += offline_claims(_shown(path, root), summary)
+            cells = {
+                cell: {
+                    p: {int(seed): f for seed, f in v["f_mean"].items()}
+                    for p, v in data["policies"].items()
+                }
+                for cell, data in summary["cells"].items()
+            }
+            offline[str(_shown(path, root))] = cells
         if (folder / "results.jsonl").exists() and (folder / "scenario.json").exists():
             for claim in live_claims(folder):
                 claim["source"] = str(_shown(Path(claim["source"]), root))
                 claims.append(claim)
+            source = str(_shown(folder / "results.jsonl", root))
+            live[source] = _per_cell(load_results(folder)[1], "f_mean")
+    for off_source, off_cells in offline.items():
+        for live_source, live_cells in live.items():
+            claims += simulator_checks(off_cells, live_cells, (off_source, live_source))
     for name in ("p4bs-lowest-fct", "ours-fct"):
         if not any(c["claim"] == name for c in claims):
             claims.append(

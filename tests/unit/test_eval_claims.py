@@ -84,6 +84,10 @@ def test_claims_from_offline_and_live_summaries(tmp_path: Path) -> None:
     (results / "live").mkdir()
     _offline(results / "surface")
     _live(results / "live")
+    summary = json.loads((results / "surface" / "offline.json").read_text())
+    bdp = summary["cells"]["cca=cubic,flows=25"]["policies"]["bdp"]["f_mean"]
+    bdp.update({seed: f - 1.0 for seed, f in bdp.items()})  # the simulator 1.0 too low
+    (results / "surface" / "offline.json").write_text(json.dumps(summary))
     data = build(results, tmp_path)
     by = {(c["claim"], c["source"]): c for c in data["claims"]}
     offline, live = "eval/results/surface/offline.json", "eval/results/live/results.jsonl"
@@ -102,6 +106,10 @@ def test_claims_from_offline_and_live_summaries(tmp_path: Path) -> None:
     ours_fct = by[("ours-fct", live)]
     assert (ours_fct["against"], ours_fct["verdict"]) == ("p4bs", "not met")
     assert data["summary"]["p4bs-highest-f"] == {"tied": 2}
+    checks = {c["policy"]: c for c in data["claims"] if c["claim"] == "offline-matches-live"}
+    assert set(checks) == set(F) and checks["bdp"]["verdict"] == "outside"
+    assert {checks[p]["verdict"] for p in F if p != "bdp"} == {"inside"}
+    assert checks["p4bs"]["offline_f"] == pytest.approx(checks["p4bs"]["live_f"]["mean"])
 
 
 def test_the_command_writes_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
