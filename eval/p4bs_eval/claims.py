@@ -76,33 +76,40 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
 
 
-def cell_claims(
-    source: str, cell: str, by_policy: Mapping[str, Mapping[int, float]]
+# Paired claims: name, policy, its rivals, what its verdict means.
+F_CLAIMS = (
+    ("p4bs-highest-f", P4BS, STATIC_RULES, PAPER_VERDICT),
+    ("ours-best-or-tied", OURS, (*STATIC_RULES, P4BS), TARGET_VERDICT),
+)
+FCT_CLAIMS = (
+    ("p4bs-lowest-fct", P4BS, STATIC_RULES, PAPER_VERDICT),
+    ("ours-fct", OURS, (*STATIC_RULES, P4BS), TARGET_VERDICT),
+)
+
+
+def paired_claims(
+    source: str,
+    cell: str,
+    by_policy: Mapping[str, Mapping[int, float]],
+    claims: Sequence[tuple[str, str, Sequence[str], Mapping[str, str]]],
+    metric: str,
+    higher_is_better: bool = True,
 ) -> list[dict[str, Any]]:
-    """The f claims of one cell: P4BS against the static rules, ours against them and P4BS."""
+    """Each claim's policy against the best of its rivals on `metric` in one cell."""
     found = []
-    paper = versus(by_policy, P4BS, STATIC_RULES)
-    if paper is not None:
-        found.append(
-            {
-                "claim": "p4bs-highest-f",
-                "source": source,
-                "cell": cell,
-                **paper,
-                "verdict": PAPER_VERDICT[paper["verdict"]],
-            }
-        )
-    target = versus(by_policy, OURS, (*STATIC_RULES, P4BS))
-    if target is not None:
-        found.append(
-            {
-                "claim": "ours-best-or-tied",
-                "source": source,
-                "cell": cell,
-                **target,
-                "verdict": TARGET_VERDICT[target["verdict"]],
-            }
-        )
+    for name, policy, rivals, verdicts in claims:
+        compared = versus(by_policy, policy, rivals, higher_is_better)
+        if compared is not None:
+            found.append(
+                {
+                    "claim": name,
+                    "source": source,
+                    "cell": cell,
+                    "metric": metric,
+                    **compared,
+                    "verdict": verdicts[compared["verdict"]],
+                }
+            )
     return found
 
 
@@ -115,7 +122,7 @@ def offline_claims(path: Path, summary: Mapping[str, Any]) -> list[dict[str, Any
         by_policy = {
             p: {int(seed): f for seed, f in v["f_mean"].items()} for p, v in policies.items()
         }
-        found += cell_claims(source, cell, by_policy)
+        found += paired_claims(source, cell, by_policy, F_CLAIMS, "f_mean")
         ours = policies.get(OURS)
         if ours is None:
             continue
@@ -173,24 +180,9 @@ def live_claims(run_dir: Path) -> list[dict[str, Any]]:
     source = str(run_dir / "results.jsonl")
     found = []
     for cell, by_policy in _per_cell(rows, "f_mean").items():
-        found += cell_claims(source, cell, by_policy)
+        found += paired_claims(source, cell, by_policy, F_CLAIMS, "f_mean")
     for cell, by_policy in _per_cell(rows, "fct_p50_ms").items():
-        for name, policy, rivals, verdicts in (
-            ("p4bs-lowest-fct", P4BS, STATIC_RULES, PAPER_VERDICT),
-            ("ours-fct", OURS, (*STATIC_RULES, P4BS), TARGET_VERDICT),
-        ):
-            compared = versus(by_policy, policy, rivals, higher_is_better=False)
-            if compared is not None:
-                found.append(
-                    {
-                        "claim": name,
-                        "source": source,
-                        "cell": cell,
-                        "metric": "fct_p50_ms",
-                        **compared,
-                        "verdict": verdicts[compared["verdict"]],
-                    }
-                )
+        found += paired_claims(source, cell, by_policy, FCT_CLAIMS, "fct_p50_ms", False)
     return found
 
 
