@@ -214,7 +214,7 @@ def cmd_offline(args: argparse.Namespace) -> int:
                 )
                 print(f"{cell} | {policy}: {time.monotonic() - started:.1f} s", flush=True)
             lines += ["", *cell_report(cell, surface, summaries, link.capacity_bps)]
-            cells[cell] = (surface, summaries)
+            cells[cell] = summaries
     except PolicyOptionError as exc:
         print(f"p4bs eval offline: {exc}", file=sys.stderr)
         return 2
