@@ -132,7 +132,10 @@ def expected(
                 if change
                 else f_value
             )
-        nbytes = sum(x["bytes"] for x in c)
+        # Utilisation is what the link carried (after tap); the offered load is the before
+        # tap's, which exceeds it while the queue grows or the router drops.
+        carried = sum(x["after_bytes"] for x in c) * 8 / (window / 1e9)
+        offered = sum(x["bytes"] for x in c) * 8 / (window / 1e9)
         buffers = [b for t, b in applied if t < end]
         out.append(
             {
@@ -151,8 +154,10 @@ def expected(
                 "queue_delay_samples": qd_n,
                 "queue_delay_ns": None if delay is None else round(delay),
                 "queue_delay_ewma_ns": None if delay_ewma is None else round(delay_ewma),
-                "throughput_bps": round(nbytes * 8 / (window / 1e9)),
-                "utilisation": nbytes * 8 / (window / 1e9) / link.capacity_bps,
+                "throughput_bps": round(carried),
+                "utilisation": carried / link.capacity_bps,
+                "offered_bps": round(offered),
+                "offered_utilisation": offered / link.capacity_bps,
                 "f": f_value,
                 "zscore": zscore,
                 "change": change,
