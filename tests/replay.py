@@ -25,7 +25,15 @@ LINK = "r1:eth1"
 
 def replay() -> list[dict[str, Any]]:
     with gzip.open(FIXTURE, "rt") as lines:
-        return [json.loads(line) for line in lines]
+        records = [json.loads(line) for line in lines]
+    # Utilisation is computed from the after tap's bytes (LinkCounters v2): a recording of
+    # an older model has none, and must be made again.
+    old = [r for r in records if r["kind"] == "link_counters" and "after_bytes" not in r]
+    assert not old, (
+        f"{FIXTURE.name}: {len(old)} link_counters records without after_bytes (recorded "
+        "before LinkCounters v2); record it again: tests/fixtures/record_metrics_replay.py"
+    )
+    return records
 
 
 def config_for(repo: Path, bootstrap: str) -> Config:
