@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import signal
 import sys
 import time
@@ -14,8 +15,10 @@ from typing import Any
 from p4bs import paths
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
-# `p4bs eval offline`'s default policies: P4BS and the static rules of P4BS Fig. 11.
-OFFLINE_POLICIES = ("p4bs", "bdp", "stanford", "tiny", "bloated", "bscl", "adt")
+RESULTS = SCENARIOS.parent / "results"  # the committed summaries
+# `p4bs eval offline`'s default policies: this project's, P4BS and the static rules of P4BS
+# Fig. 11.
+OFFLINE_POLICIES = ("loss-delay-fit", "p4bs", "bdp", "stanford", "tiny", "bloated", "bscl", "adt")
 # `p4bs eval all`, in order (p4bs-fig17's run gives Fig. 10 its measured curve).
 FULL_SET = (
     "globecom-test1",
@@ -159,7 +162,14 @@ def _config_problem(config_path: Path, link_settings: Mapping[str, Any]) -> str 
 def cmd_offline(args: argparse.Namespace) -> int:
     """The policies on the buffer sweep's measured surfaces, cell by cell (offline.py)."""
     from p4bs.config import ConfigError
-    from p4bs_eval.offline import LoopTiming, SurfaceError, cell_report, evaluate, load_surfaces
+    from p4bs_eval.offline import (
+        LoopTiming,
+        SurfaceError,
+        cell_report,
+        evaluate,
+        load_surfaces,
+        summary_data,
+    )
     from p4bs_eval.scenario import ScenarioError, check_policies, config_with_link_settings
     from p4bs_optimizer.policies.base import PolicyOptionError
 
@@ -193,6 +203,7 @@ def cmd_offline(args: argparse.Namespace) -> int:
         f"p-hat {link.max_loss:g}).",
     ]
     began = time.monotonic()
+    cells = {}
     try:
         for cell, surface in found.items():
             summaries = []
@@ -203,6 +214,7 @@ def cmd_offline(args: argparse.Namespace) -> int:
                 )
                 print(f"{cell} | {policy}: {time.monotonic() - started:.1f} s", flush=True)
             lines += ["", *cell_report(cell, surface, summaries, link.capacity_bps)]
+            cells[cell] = summaries
     except PolicyOptionError as exc:
         print(f"p4bs eval offline: {exc}", file=sys.stderr)
         return 2
@@ -214,7 +226,25 @@ def cmd_offline(args: argparse.Namespace) -> int:
     else:
         out = args.source.parent / f"{args.source.name.split('.')[0]}-offline.md"
     out.write_text("\n".join(lines) + "\n")
-    print(f"report: {out}")
+    data = {"source": str(args.source), "seeds": args.seeds, "cells": summary_data(cells)}
+    out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+    print(f"report: {out} (and {out.with_suffix('.json').name} for `p4bs eval claims`)")
+    return 0
+
+
+def cmd_claims(args: argparse.Namespace) -> int:
+    """eval/claims.json from the committed summaries (claims.py)."""
+    from p4bs_eval.claims import build
+
+    if not args.results.is_dir():
+        print(f"p4bs eval claims: no folder {args.results}", file=sys.stderr)
+        return 2
+    data = build(args.results, paths.home())
+    args.out.write_text(json.dumps(data, indent=1) + "\n")
+    for claim, verdicts in data["summary"].items():
+        shown = ", ".join(f"{v} {n}" for v, n in sorted(verdicts.items()))
+        print(f"{claim}: {shown}")
+    print(f"claims: {args.out}")
     return 0
 
 
@@ -311,6 +341,16 @@ def add_parser(sub: Any, default_config: Path) -> None:
         "--out", type=Path, help="default: RUN_DIR/offline.md, or NAME-offline.md beside FILE"
     )
     offline.set_defaults(func=cmd_offline)
+    claims = eval_sub.add_parser(
+        "claims", help="eval/claims.json: every claim's verdict from the committed summaries"
+    )
+    claims.add_argument(
+        "--results", type=Path, default=RESULTS, help="the summaries (default: %(default)s)"
+    )
+    claims.add_argument(
+        "--out", type=Path, default=RESULTS.parent / "claims.json", help="default: %(default)s"
+    )
+    claims.set_defaults(func=cmd_claims)
     export = eval_sub.add_parser(
         "surfaces", help="a buffer sweep's measured surfaces as one compact file (to commit)"
     )

@@ -108,6 +108,7 @@ def run_figures(
     short = summary.get("short_flows")
     if short:
         row["fct_p50_ms"] = (short["fct_p50_ns"] or 0) / 1e6
+        row["fct_p90_ms"] = (short.get("fct_p90_ns") or 0) / 1e6
         row["fct_p99_ms"] = (short["fct_p99_ns"] or 0) / 1e6
         row["short_flows_completed"] = short["completed"]
     voip = summary.get("voip")

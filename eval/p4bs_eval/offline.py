@@ -65,14 +65,16 @@ class Surface:
     def buffers(self) -> list[int]:
         return sorted(self.runs)
 
-    def mean_f(self, buffer: int) -> float:
-        """Mean f over every window measured at a measured buffer."""
-        return statistics.fmean(w["f"] for run in self.runs[buffer] for w in run)
+    def mean_f(self, buffer: int, skip: int = 0) -> float:
+        """Mean f over the windows measured at a measured buffer, each run's first `skip`
+        left out."""
+        return statistics.fmean(w["f"] for run in self.runs[buffer] for w in run[skip:])
 
-    def oracle(self) -> tuple[int, float]:
-        """The measured buffer with the highest mean f, and that mean."""
-        best = max(self.buffers, key=self.mean_f)
-        return best, self.mean_f(best)
+    def oracle(self, skip: int = 0) -> tuple[int, float]:
+        """The measured buffer with the highest mean f (each run's first `skip` windows left
+        out, as a simulated run leaves out its warm-up), and that mean."""
+        best = max(self.buffers, key=lambda b: self.mean_f(b, skip))
+        return best, self.mean_f(best, skip)
 
     def neighbours(self, buffer: int) -> tuple[int, int, float]:
         """The measured buffers around `buffer` and the weight of the upper one (log scale);
@@ -220,6 +222,13 @@ class SimRun:
         return next((t for t, d in self.decisions if d.phase == SETTLED), None)
 
     @property
+    def search_ns(self) -> int | None:
+        """From the policy's first decision to when it settled."""
+        if self.settled_ns is None:
+            return None
+        return self.settled_ns - self.decisions[0][0]
+
+    @property
     def f_after_settling(self) -> float | None:
         """Mean f over the windows after the settled buffer came into force."""
         if self.settled_ns is None:
@@ -301,7 +310,11 @@ class PolicySummary:
 
     policy: str
     runs: tuple[SimRun, ...]
-    oracle_f: float
+    oracle: tuple[int, float]  # the best fixed buffer over the same windows, and its f
+
+    @property
+    def oracle_f(self) -> float:
+        return self.oracle[1]
 
     @property
     def f_means(self) -> list[float]:
@@ -328,7 +341,7 @@ def evaluate(
         simulate(POLICIES[policy](link, options), surface, link, metrics, initial_buffer, timing, s)
         for s in seeds
     )
-    return PolicySummary(policy, runs, surface.oracle()[1])
+    return PolicySummary(policy, runs, surface.oracle(timing.warmup_ns // timing.window_ns))
 
 
 def cell_report(
@@ -336,7 +349,7 @@ def cell_report(
 ) -> list[str]:
     """A cell's table: per policy the whole-run f and the regret with their intervals, when
     it settled, f after settling, and its paired difference to the best other policy."""
-    best, best_f = surface.oracle()
+    best, best_f = summaries[0].oracle
     lines = [
         f"### {cell}",
         "",
@@ -362,3 +375,30 @@ def cell_report(
             f"{mean_ci(s.regrets).shown('.3f')} | {settled_s} | {after_f} | {versus} |"
         )
     return lines
+
+
+def summary_data(cells: Mapping[str, Sequence[PolicySummary]]) -> dict[str, Any]:
+    """Per cell the oracle and per policy each seed's whole-run mean f, search time (s) and f
+    after settling: what `p4bs eval claims` reads (`offline.json`)."""
+
+    def seconds(ns: int | None) -> float | None:
+        return None if ns is None else ns / 1e9
+
+    out: dict[str, Any] = {}
+    for cell, summaries in cells.items():
+        best, best_f = summaries[0].oracle
+        out[cell] = {
+            "oracle": {"buffer_bytes": best, "f": round(best_f, 6)},
+            "policies": {
+                s.policy: {
+                    "f_mean": {r.seed: round(r.f_mean, 6) for r in s.runs},
+                    "search_s": {r.seed: seconds(r.search_ns) for r in s.runs},
+                    "f_after_settling": {
+                        r.seed: None if r.f_after_settling is None else round(r.f_after_settling, 6)
+                        for r in s.runs
+                    },
+                }
+                for s in summaries
+            },
+        }
+    return out

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from p4bs_eval.stats import compare_in_cell, mean_ci
+from p4bs_infra.traffic import percentile
 
 # The table's columns: key in results.jsonl, heading, scale, format.
 COLUMNS = (
@@ -26,6 +27,7 @@ COLUMNS = (
     ("decisions_applied", "changes", 1, "d"),
     ("buffer_final_bytes", "last buffer, kB", 1e-3, ".1f"),
     ("fct_p50_ms", "FCT p50, ms", 1, ".0f"),
+    ("fct_p90_ms", "FCT p90, ms", 1, ".0f"),
     ("fct_p99_ms", "FCT p99, ms", 1, ".0f"),
     ("voip_delay_p50_ms", "VoIP delay p50, ms", 1, ".1f"),
     ("voip_jitter_ms", "VoIP jitter, ms", 1, ".2f"),
@@ -180,6 +182,9 @@ def write_report(run_dir: Path) -> Path:
     paired = paired_comparisons(scenario, rows)
     if paired:
         lines += ["", "## Paired comparisons", *paired]
+    pooled = pooled_fcts(run_dir, scenario, rows)
+    if pooled:
+        lines += ["", "## Short-flow FCT, pooled over the repeats", *pooled]
     errors = [r for r in rows if "error" in r]
     if errors:
         lines += ["", f"{len(errors)} run(s) failed:", ""]
@@ -427,6 +432,39 @@ def _short_fcts_ms(traffic: Path) -> list[float]:
     return sorted(f["fct_ns"] / 1e6 for f in flows if f.get("ok") and f["start_ns"] >= steady)
 
 
+def _pooled_short_fcts_ms(
+    run_dir: Path, rows: list[dict[str, Any]]
+) -> dict[tuple[str, str], list[float]]:
+    """(point, policy) -> every repeat's completed short flows' FCTs (measured part), sorted."""
+    pooled: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for row in rows:
+        if "error" not in row and row.get("short_flows_completed") is not None:
+            fcts = _short_fcts_ms(run_dir / row["run_dir"] / "traffic")
+            pooled[row["point"], row["policy"]] += fcts
+    return {key: sorted(values) for key, values in pooled.items()}
+
+
+def pooled_fcts(run_dir: Path, scenario: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """P4BS Fig. 14's figures over every repeat's short flows: per point and policy the flows
+    and the FCT's p50, p90 and p99 (nearest rank), ms."""
+    pooled = _pooled_short_fcts_ms(run_dir, rows)
+    if not pooled:
+        return []
+    lines = [
+        "",
+        "| point | policy | repeats | short flows | FCT p50, ms | FCT p90, ms | FCT p99, ms |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for point in scenario["points"]:
+        for (at, policy), fcts in pooled.items():
+            if at != point or not fcts:
+                continue
+            repeats = len({r["repeat"] for r in rows if (r["point"], r["policy"]) == (at, policy)})
+            quantiles = " | ".join(f"{percentile(fcts, q):.0f}" for q in (0.5, 0.9, 0.99))
+            lines.append(f"| {point} | {policy} | {repeats} | {len(fcts)} | {quantiles} |")
+    return lines
+
+
 def _plot_cdf_line(ax: Any, values: list[float], label: str) -> None:
     if values:
         ax.plot(values, [(i + 1) / len(values) for i in range(len(values))], label=label)
@@ -465,17 +503,16 @@ def plot_cdf(run_dir: Path, scenario: dict[str, Any], rows: Any, means: Any) -> 
 
 
 def plot_fct(run_dir: Path, scenario: dict[str, Any], rows: Any, means: Any) -> list[Path]:
-    """P4BS Fig. 14: the short flows' FCT CDF per policy, a panel per point (the long flows'
-    load); with a VoIP stream, its one-way delay, jitter and loss per policy and point."""
+    """P4BS Fig. 14: the short flows' FCT CDF per policy over every repeat, a panel per point
+    (the long flows' load); with a VoIP stream, its one-way delay, jitter and loss per policy
+    and point."""
     plt = _pyplot()
     points = scenario["points"]
     fig, axes = plt.subplots(
         1, len(points), figsize=(4 * len(points), 3.5), squeeze=False, sharey=True
     )
-    for row in rows:
-        if "error" not in row and row["repeat"] == 1:
-            ax = axes[0][points.index(row["point"])]
-            _plot_cdf_line(ax, _short_fcts_ms(run_dir / row["run_dir"] / "traffic"), row["policy"])
+    for (point, policy), fcts in _pooled_short_fcts_ms(run_dir, rows).items():
+        _plot_cdf_line(axes[0][points.index(point)], fcts, f"{policy} ({len(fcts)})")
     for ax, point in zip(axes[0], points, strict=True):
         ax.set_title(point, fontsize=9)
         ax.set_xscale("log")

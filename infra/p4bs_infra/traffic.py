@@ -350,7 +350,8 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _percentile(values: list[float], q: float) -> float | None:
+def percentile(values: list[float], q: float) -> float | None:
+    """The q-quantile of `values` by nearest rank (None for none)."""
     if not values:
         return None
     ordered = sorted(values)
@@ -433,7 +434,7 @@ def summarise(run_dir: Path, rate_bps: int) -> dict[str, Any]:
         out["long_flows"] = {
             "flows_seen": len(per_flow),
             "rtt_mean_ns": statistics.fmean(per_flow),
-            "rtt_p50_ns": _percentile([x for v in long_flows.values() for x in v], 0.5),
+            "rtt_p50_ns": percentile([x for v in long_flows.values() for x in v], 0.5),
             # The lowest RTT each flow ever saw: its propagation delay, the "base RTT".
             "min_rtt_mean_ns": statistics.fmean(min_rtt.values()) if min_rtt else None,
             "retransmissions": sum(v[-1] - v[0] for v in retrans.values()),
@@ -466,8 +467,9 @@ def summarise(run_dir: Path, rate_bps: int) -> dict[str, Any]:
         out["short_flows"] = {
             "flows": len(fct),
             "completed": len(ok),
-            "fct_p50_ns": _percentile(ok, 0.5),
-            "fct_p99_ns": _percentile(ok, 0.99),
+            "fct_p50_ns": percentile(ok, 0.5),
+            "fct_p90_ns": percentile(ok, 0.9),
+            "fct_p99_ns": percentile(ok, 0.99),
         }
     sent = _jsonl(run_dir / "voip-send.jsonl")
     if sent:
@@ -484,8 +486,8 @@ def summarise(run_dir: Path, rate_bps: int) -> dict[str, Any]:
             "sent": total,
             "received": len(received),
             "loss": 1 - len(received) / total if total else None,
-            "delay_p50_ns": _percentile(delays, 0.5),
-            "delay_p99_ns": _percentile(delays, 0.99),
+            "delay_p50_ns": percentile(delays, 0.5),
+            "delay_p99_ns": percentile(delays, 0.99),
             "jitter_ns": jitter,
         }
     wire = run_dir / "delay-wire.json"

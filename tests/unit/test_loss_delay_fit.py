@@ -88,19 +88,23 @@ def test_it_settles_within_close_enough_of_the_optimum_in_few_steps() -> None:
 
 
 def test_a_change_restarts_the_search_from_the_settled_buffer() -> None:
+    """After change_holdoff_ns, a change flag makes the settled buffer step 1 of a new
+    search, measured where it is: no decision until step 2, whose reason says why."""
     policy = LossDelayFitPolicy(LINK, {})
     link = power_law_link()
     decisions = run(policy, link, settled, limit=2000)
-    while link.buffer != decisions[-1].buffer_bytes:
+    settled_on = decisions[-1].buffer_bytes
+    while link.buffer != settled_on:
         assert policy.decide(link.window(change=True)) == []
     for _ in range(50):  # change_holdoff_ns: 5 s
         assert policy.decide(link.window(change=True)) == []
-    restart = policy.decide(link.window(change=True))
-    assert [(d.phase, d.trial, d.buffer_bytes) for d in restart] == [
-        ("search", 1, decisions[-1].buffer_bytes)
-    ]
-    assert restart[0].reason.startswith("change detected")
-    assert policy.snapshot()["points"] == []
+    assert policy.decide(link.window(change=True)) == []
+    state = policy.snapshot()
+    assert (state["phase"], state["points"]) == ("search", [])
+    assert (state["step"]["buffer_bytes"], state["step"]["trial"]) == (settled_on, 1)
+    step2 = run(policy, link, lambda d: True, limit=100)
+    assert step2[0].trial == 2 and step2[0].reason.startswith("change detected")
+    assert f"step 1: at {settled_on} B" in step2[0].reason
 
 
 def test_restored_policy_decides_what_the_uninterrupted_one_does() -> None:

@@ -172,8 +172,11 @@ def test_eval_offline_reports_each_policy_against_the_oracle(
     # run f -1.31 here); 800 kB, the largest buffer measured, stands for the 200 ms one (f
     # -0.64): bloated is best of the two.
     assert "| stanford | 3 |" in report and "| bloated | 3 | -0.640" in report
-    assert "| bloated | 3 | -0.640 [-0.640, -0.640] | 0.450 " in report
+    assert "| bloated | 3 | -0.640 [-0.640, -0.640] | 0.453 " in report
     assert report.count("| best |") == 1 and report.count("| worse |") == 1
+    cell = json.loads((run_dir / "offline.json").read_text())["cells"]["flows=50"]
+    assert cell["oracle"]["buffer_bytes"] == 200_000
+    assert set(cell["policies"]["bloated"]["f_mean"]) == {"1", "2", "3"}
     assert main([*argv, "--policies", "nope"]) == 2
     assert "policy 'nope' unknown" in capsys.readouterr().err
     # The surfaces as one file to commit: the same report from it.

@@ -308,6 +308,7 @@ def test_search_is_a_gp_with_rbf_kernel_and_expected_improvement() -> None:
         ({"warm_start": "yes"}, "warm_start"),
         ({"grid_step_ns": -1}, "grid_step_ns"),
         ({"search_max_ns": "big"}, "search_max_ns"),
+        ({"noise_variance": -1}, "noise_variance"),
         ({"max_trials": 0}, "max_trials"),
         ({"max_trials": 2.5}, "max_trials"),
         ({"seed": True}, "seed"),
@@ -347,10 +348,12 @@ def test_the_ei_rule_waits_for_min_trials_trials() -> None:
 def test_default_search_is_the_authors_grid_with_a_unit_rbf_and_fitted_noise() -> None:
     """The default search (`grid_step_ns` 1.5 ms: 18,750 B at 100 Mbit/s): the lower bound
     first, then the EI's argmax among lower + k * step below the upper bound; the model a
-    plain RBF (amplitude 1) on f as measured, its noise fitted rather than the SEMs told
-    (0.5 here, which as fixed noise would flatten the posterior far from the points)."""
+    plain RBF (amplitude 1) with a zero prior mean on f as measured, its noise fitted rather
+    than the SEMs told (0.5 here, which as fixed noise would flatten the posterior far from
+    the points), or fixed at `noise_variance`."""
     from gpytorch.kernels import RBFKernel, ScaleKernel
     from gpytorch.likelihoods import FixedNoiseGaussianLikelihood
+    from gpytorch.means import ZeroMean
 
     def f(buffer: float) -> float:
         return -abs(math.log2(buffer / 300_000))
@@ -367,8 +370,16 @@ def test_default_search_is_the_authors_grid_with_a_unit_rbf_and_fitted_noise() -
     assert isinstance(model.covar_module, RBFKernel)
     assert not isinstance(model.covar_module, ScaleKernel)
     assert not isinstance(model.likelihood, FixedNoiseGaussianLikelihood)
+    assert isinstance(model.mean_module, ZeroMean)
     means, _ = search.posterior([62_500, 287_500, 493_750])
     assert all(abs(m - f(b)) < 0.1 for m, b in zip(means, (62_500, 287_500, 493_750), strict=True))
+    fixed = BufferSearch(62_500, 500_000, grid_step_bytes=step, noise_variance=0.002)
+    fixed.tell(62_500, -1.0, 0.5)
+    fixed.suggest()
+    model = fixed._client._generation_strategy.adapter.generator.surrogate.model  # type: ignore[union-attr]
+    noise = model.likelihood.noise
+    assert isinstance(model.likelihood, FixedNoiseGaussianLikelihood)
+    assert float(noise.max()) == pytest.approx(0.002)
 
 
 def test_default_policy_makes_four_grid_trials_from_the_lower_bound() -> None:

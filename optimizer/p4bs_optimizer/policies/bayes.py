@@ -14,8 +14,8 @@ Two ways to search, as the policy asks:
   x = buffer, linear; the EI's argmax among low, low + step, ... below high; the first
   suggestion the grid's first point (with no data the EI is infinite everywhere). The GP
   is theirs: an RBF kernel of amplitude 1 on f as measured (not standardised), its length
-  scale fitted; its noise is fitted too, by maximum likelihood as the paper's Eq. 11 says
-  (the controller fixes it), so the SEMs are kept for the record only.
+  scale fitted; its noise is fitted too, by maximum likelihood as the paper's Eq. 11 says,
+  or fixed (`noise_variance`) as the controller does; the SEMs are kept for the record.
 
 The observations live in one Ax `Client` (one completed single-arm trial each). Every fit
 starts from a new generation strategy, so from freshly initialised GP hyperparameters, and
@@ -35,7 +35,7 @@ import math
 import time
 import warnings
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from ax.api.client import Client
@@ -94,11 +94,13 @@ def _generation_strategy(acquisition: str = "ei", authors_gp: bool = False) -> G
     - Observation noise: the SEM told with each observation is the GP's fixed noise (the
       sigma^2 the paper adds on the diagonal).
     - With `authors_gp`, the GP of the authors' controller instead: a plain RBFKernel (a
-      fixed at 1) on f as measured (no StandardizeY), with no SEM told so that the noise
-      is fitted with b. A fitted amplitude on standardised f collapses with one or two
-      observations (the EI is then ~0 everywhere and the search stops where it started);
-      an amplitude of 1, large against f's variation, keeps the EI open until the grid is
-      covered, which is how the authors' search behaves.
+      fixed at 1) on f as measured (no StandardizeY) with a zero prior mean (sklearn's,
+      which makes every unexplored buffer look better than f <= 0 measured anywhere, so
+      the search explores), the noise fitted with b unless `noise_variance` fixes it. A
+      fitted amplitude on standardised f collapses with one or two observations (the EI is
+      then ~0 everywhere and the search stops where it started); an amplitude of 1, large
+      against f's variation, keeps the EI open until the grid is covered, which is how
+      the authors' search behaves.
     - `botorch_acqf_class=ExpectedImprovement`, BoTorch's analytic EI (Eq. 13) with the best
       observed mean as the incumbent. Ax's default would be qLogNoisyExpectedImprovement
       (Monte-Carlo, log scale); we want EI itself, for the stopping rule and Fig. 7.
@@ -123,9 +125,36 @@ def _generation_strategy(acquisition: str = "ei", authors_gp: bool = False) -> G
     )
     from botorch.models import SingleTaskGP
     from gpytorch.kernels import RBFKernel, ScaleKernel  # type: ignore[import-untyped]
+    from gpytorch.means import ZeroMean  # type: ignore[import-untyped]
 
     if authors_gp:
-        model = ModelConfig(botorch_model_class=SingleTaskGP, covar_module_class=RBFKernel)
+
+        class ZeroMeanGP(SingleTaskGP):
+            """sklearn's GP regressor's prior: mean 0 (Ax reads the arguments it may pass
+            from this signature)."""
+
+            def __init__(
+                self,
+                train_X: Any,
+                train_Y: Any,
+                train_Yvar: Any = None,
+                likelihood: Any = None,
+                covar_module: Any = None,
+                outcome_transform: Any = None,
+                input_transform: Any = None,
+            ) -> None:
+                super().__init__(
+                    train_X,
+                    train_Y,
+                    train_Yvar=train_Yvar,
+                    likelihood=likelihood,
+                    covar_module=covar_module,
+                    mean_module=ZeroMean(),
+                    outcome_transform=outcome_transform,
+                    input_transform=input_transform,
+                )
+
+        model = ModelConfig(botorch_model_class=ZeroMeanGP, covar_module_class=RBFKernel)
     else:
         model = ModelConfig(
             botorch_model_class=SingleTaskGP,
@@ -169,6 +198,7 @@ class BufferSearch:
         observations: Iterable[Observation] = (),
         acquisition: str = "ei",
         grid_step_bytes: int | None = None,
+        noise_variance: float | None = None,
     ) -> None:
         if not 0 < low_bytes < high_bytes:
             raise ValueError(f"bounds must satisfy 0 < low < high, got [{low_bytes}, {high_bytes}]")
@@ -181,6 +211,7 @@ class BufferSearch:
         self.high_bytes = high_bytes
         self.seed = seed
         self.grid_step_bytes = grid_step_bytes
+        self.noise_variance = noise_variance
         self._observations: list[Observation] = []
         self._suggestion: int | None = None  # the EI maximiser for the current observations
         load_ax()
@@ -217,7 +248,10 @@ class BufferSearch:
         obs = Observation(int(buffer_bytes), float(mean), float(sem))
         index = self._client.attach_trial({PARAMETER: float(obs.buffer_bytes)})
         # A bare mean leaves the noise unknown, and the GP infers it.
-        value = obs.mean if self.grid_step_bytes is not None else (obs.mean, obs.sem)
+        value: float | tuple[float, float] = (obs.mean, obs.sem)
+        if self.grid_step_bytes is not None:
+            fixed = self.noise_variance
+            value = obs.mean if fixed is None else (obs.mean, math.sqrt(fixed))
         self._client.complete_trial(index, {OBJECTIVE: value})
         self._observations.append(obs)
         self._suggestion = None

@@ -10,17 +10,17 @@ about B^1). Two measured buffers already place the optimum of the fitted sum.
 
 - "search": the first step is where a model of a full queue of N loss-based flows puts the
   optimum: each flow's window is (C * RTT_min + B) / N, loss follows Mathis et al.'s
-  p = 1.5 / window^2 (in packets), delay is B / C (`first_guess_bytes`). From one point,
-  the next goes where f would peak if loss fell as 1/B and delay rose as B from what was
-  measured there. N is the larger of the window's long flows and its flows with RTT samples.
-  From two or more, loss and delay
-  are each fitted as a power of the buffer (least squares in log-log, exponents clamped to
-  [-4, 0] and [0, 2]), and the fitted f is maximised within `max_stride` of the measured
-  range; a maximiser within `close_enough` of a measured buffer is where the search
-  settles, else it is the next step. After `max_steps` steps it settles on the best
-  measured buffer.
+  p = 1.5 / window^2 (in packets), delay is B / C (`first_guess_bytes`); N is the larger of
+  the window's long flows and its flows with RTT samples. From one point, the next goes
+  where f would peak if loss fell as 1/B and delay rose as B from what was measured there
+  (at most `first_stride` away). From two or more, loss and delay are each fitted as a
+  power of the buffer (least squares in log-log, exponents clamped to [-4, 0] and [0, 2]),
+  and the fitted f is maximised within reach of the measured range: `max_stride`, widened
+  by that factor for each step in a row that went to the edge of its reach. A maximiser
+  within `close_enough` of a measured buffer is where the search settles, else it is the
+  next step. After `max_steps` steps it settles on the best measured buffer.
 - "settled": the buffer stays until the change detector flags f; the search then starts
-  again from the settled buffer, measured afresh.
+  again with the settled buffer, in force, as its first step (measured without a change).
 
 Steps are measured as `stepped.SteppedPolicy` says. `snapshot` holds the phase, the step and
 the measured points as JSON data.
@@ -72,6 +72,9 @@ class LossDelayFitOptions:
     # two close points.
     close_enough: float = 1.15
     max_stride: float = 1.5
+    # The second step's reach: the 1/B-and-B prior from one point may be far off (BBR keeps
+    # a standing queue, and loses heavily below it, whatever the first guess says).
+    first_stride: float = 4.0
     search_max_ns: int | None = None  # ns of line rate; None: the link's buffer.max
     min_utilisation: float = 0.98  # no search before a window shows the link this busy
     reissue_after_ns: int = 30_000_000_000  # as P4BS's
@@ -88,6 +91,7 @@ class LossDelayFitOptions:
             max_steps=r.integer("max_steps", d.max_steps, low=1, high=100),
             close_enough=r.number("close_enough", d.close_enough, low=1, low_open=True),
             max_stride=r.number("max_stride", d.max_stride, low=1, low_open=True),
+            first_stride=r.number("first_stride", d.first_stride, low=1, low_open=True),
             search_max_ns=r.duration_ns("search_max_ns", 0) or None,
             min_utilisation=r.number("min_utilisation", d.min_utilisation, low=0),
             reissue_after_ns=r.duration_ns("reissue_after_ns", d.reissue_after_ns, allow_zero=True),
@@ -150,6 +154,8 @@ class LossDelayFitPolicy(SteppedPolicy):
         self.phase = SEARCH
         self.step = None
         self.points: list[Point] = []
+        self.edge_steps = 0  # consecutive fitted steps that went to the edge of their reach
+        self.note = ""  # why the search began, for the next decision's reason
 
     def _search_max(self) -> int:
         if self.config.search_max_ns is None:
@@ -176,11 +182,23 @@ class LossDelayFitPolicy(SteppedPolicy):
         return [self._new_step(window, buffer, SEARCH, 1, reason)]
 
     def _restart(self, window: Window, prefix: str) -> list[Decision]:
+        self.phase, self.points, self.edge_steps = SEARCH, [], 0
+        self.note = prefix + "new search from the settled buffer; "
+        return self._measure_in_force(window)
+
+    def _measure_in_force(self, window: Window) -> list[Decision]:
+        """Step 1 of a new search is the settled buffer, in force: measured without a
+        change."""
         assert self.step is not None
-        buffer = self.step.buffer_bytes
-        self.phase, self.points = SEARCH, []
-        reason = f"{prefix}new search from the settled buffer, measured afresh"
-        return [self._new_step(window, buffer, SEARCH, 1, reason)]
+        self.step = Step(
+            self.step.buffer_bytes,
+            SEARCH,
+            1,
+            None,
+            decided_ns=window.window_end_ns,
+            in_force_ns=window.window_end_ns,
+        )
+        return []
 
     def _step_done(self, step: Step, window: Window) -> list[Decision]:
         floor = 0.5 / step.data_packets if step.data_packets else 1e-6
@@ -192,12 +210,13 @@ class LossDelayFitPolicy(SteppedPolicy):
         )
         self.points.append(point)
         seen = (
-            f"step {step.trial}: at {point.buffer_bytes} B loss {step.mean_loss():.3%}, "
-            f"delay {step.mean_delay_ns() / 1e6:.2f} ms, f {point.f:.4f}"
+            f"{self.note}step {step.trial}: at {point.buffer_bytes} B loss "
+            f"{step.mean_loss():.3%}, delay {step.mean_delay_ns() / 1e6:.2f} ms, f {point.f:.4f}"
         )
+        self.note = ""
         if len(self.points) == 1:
             return self._second_step(window, point, seen)
-        best, predicted, note = self._fitted_optimum()
+        best, predicted, note, at_edge = self._fitted_optimum()
         nearest = min(self.points, key=lambda p: abs(math.log(p.buffer_bytes / best)))
         if abs(math.log(nearest.buffer_bytes / best)) <= math.log(self.config.close_enough):
             reason = f"{seen}; {note}: fitted optimum {best} B (f {predicted:.4f}), measured"
@@ -206,18 +225,19 @@ class LossDelayFitPolicy(SteppedPolicy):
             top = max(self.points, key=lambda p: p.f)
             reason = f"{seen}; {len(self.points)} steps made (max_steps): best measured"
             return self._settle(window, top.buffer_bytes, reason, point.f)
+        self.edge_steps = self.edge_steps + 1 if at_edge else 0
         reason = f"{seen}; {note}: next step at the fitted optimum {best} B (f {predicted:.4f})"
+        if at_edge:
+            reason += ", the edge of this step's reach"
         return [self._new_step(window, best, SEARCH, len(self.points) + 1, reason, f=point.f)]
 
     def _second_step(self, window: Window, point: Point, seen: str) -> list[Decision]:
         """With loss ~ 1/B and delay ~ B, f = -(L B1 / B + D B / B1) from the terms L and
         D measured at B1 peaks at B1 sqrt(L / D): the second step goes there, at least
-        `close_enough` and at most `max_stride` away."""
+        `close_enough` and at most `first_stride` away."""
         loss_term, delay_term = self._terms(point.loss, point.delay_ns)
-        stride = min(
-            max(math.sqrt(loss_term / delay_term), 1 / self.config.max_stride),
-            self.config.max_stride,
-        )
+        reach = self.config.first_stride
+        stride = min(max(math.sqrt(loss_term / delay_term), 1 / reach), reach)
         if abs(math.log(stride)) < math.log(self.config.close_enough):
             stride = self.config.close_enough if stride >= 1 else 1 / self.config.close_enough
         buffer = self._bounded(point.buffer_bytes * stride)
@@ -239,22 +259,28 @@ class LossDelayFitPolicy(SteppedPolicy):
             link.weight_delay * delay_ns / link.max_queue_delay_ns,
         )
 
-    def _fitted_optimum(self) -> tuple[int, float, str]:
-        """The buffer with the highest fitted f within `max_stride` of the measured range
-        (and the link's bounds), that f, and what the fit found."""
+    def _fitted_optimum(self) -> tuple[int, float, str, bool]:
+        """The buffer with the highest fitted f within reach of the measured range (and the
+        link's bounds), that f, what the fit found, and whether it is at the edge of the
+        reach. The reach is `max_stride`, widened by that factor for each step in a row
+        that went to its edge: the fit keeps pointing further, so go further."""
         xs = [float(p.buffer_bytes) for p in self.points]
         loss = PowerLaw.fit(xs, [p.loss for p in self.points], LOSS_EXPONENTS)
         delay = PowerLaw.fit(xs, [p.delay_ns for p in self.points], DELAY_EXPONENTS)
-        low = self._bounded(min(xs) / self.config.max_stride)
-        high = self._bounded(max(xs) * self.config.max_stride)
+        reach = self.config.max_stride ** (1 + self.edge_steps)
+        low = self._bounded(min(xs) / reach)
+        high = self._bounded(max(xs) * reach)
         candidates = [low * (high / low) ** (i / (CANDIDATES - 1)) for i in range(CANDIDATES)]
 
         def fitted_f(buffer: float) -> float:
             return -sum(self._terms(loss(buffer), delay(buffer)))
 
-        best = max(candidates, key=fitted_f)
+        index = max(range(CANDIDATES), key=lambda i: fitted_f(candidates[i]))
+        best = candidates[index]
+        limits = (self.link.min_buffer_bytes, self._search_max())
+        at_edge = index in (0, CANDIDATES - 1) and round(best) not in limits
         note = f"loss ~ B^{loss.exponent:.2f}, delay ~ B^{delay.exponent:.2f}"
-        return round(best), fitted_f(best), note
+        return round(best), fitted_f(best), note, at_edge
 
     def _settle(self, window: Window, buffer: int, reason: str, last_f: float) -> list[Decision]:
         self.phase = SETTLED
@@ -264,8 +290,15 @@ class LossDelayFitPolicy(SteppedPolicy):
     # -- persistence ----------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
-        return {**self._step_state(), "points": [list(p) for p in self.points]}
+        return {
+            **self._step_state(),
+            "points": [list(p) for p in self.points],
+            "edge_steps": self.edge_steps,
+            "note": self.note,
+        }
 
     def restore(self, state: Mapping[str, Any]) -> None:
         self._restore_step(state)
         self.points = [Point(*p) for p in state["points"]]
+        self.edge_steps = state["edge_steps"]
+        self.note = state["note"]

@@ -97,6 +97,9 @@ class P4bsOptions:
     # GRID_UNIT_SIZE, 1.5 ms) with the controller's GP, its noise fitted (bayes.py); 0: a
     # continuous search on log(buffer), each trial's SEM its fixed noise.
     grid_step_ns: int = 1_500_000
+    # The grid GP's noise variance, units of f squared; 0: fitted (the paper's Eq. 11). The
+    # controller fixes it at 1.25e-4 of its f, about 2e-3 of this f (4 times larger).
+    noise_variance: float = 0.0
     # No search starts before a window shows the link this busy (the controller's 98%): an
     # idle link's f says nothing about its buffer. 0 turns the gate off.
     min_utilisation: float = 0.98
@@ -129,6 +132,7 @@ class P4bsOptions:
             min_trials=r.integer("min_trials", d.min_trials, low=0, high=1000),
             warm_start=r.flag("warm_start", d.warm_start),
             grid_step_ns=r.duration_ns("grid_step_ns", d.grid_step_ns, allow_zero=True),
+            noise_variance=r.number("noise_variance", d.noise_variance, low=0),
             min_utilisation=r.number("min_utilisation", d.min_utilisation, low=0),
             reissue_after_ns=r.duration_ns("reissue_after_ns", d.reissue_after_ns, allow_zero=True),
             seed=r.integer("seed", d.seed, low=0, high=2**32 - 1),
@@ -325,6 +329,7 @@ class P4bsPolicy(SteppedPolicy):
                 seed=self.config.seed,
                 observations=[*warm, *self.trials],
                 grid_step_bytes=self._grid_step_bytes(),
+                noise_variance=self.config.noise_variance or None,
             )
         return self._search
 

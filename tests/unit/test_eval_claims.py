@@ -1,0 +1,125 @@
+"""`p4bs eval claims` (eval/p4bs_eval/claims.py): each claim's verdict from offline and live
+summaries, the paired difference checked against a straightforward computation."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+
+from p4bs_cli.main import main
+from p4bs_eval.claims import build, versus
+
+# Three seeds; loss-delay-fit beats everyone, P4BS beats BDP but not BSCL (tied).
+F = {
+    "loss-delay-fit": {1: -0.60, 2: -0.62, 3: -0.61},
+    "p4bs": {1: -0.70, 2: -0.64, 3: -0.72},
+    "bscl": {1: -0.66, 2: -0.69, 3: -0.70},
+    "bdp": {1: -0.90, 2: -0.91, 3: -0.95},
+}
+# Median short-flow FCT, ms: P4BS 9-11 ms below BSCL, the best rule; ours 40-60 ms above P4BS.
+FCT = {
+    "loss-delay-fit": {1: 290.0, 2: 310.0, 3: 300.0},
+    "p4bs": {1: 250.0, 2: 250.0, 3: 250.0},
+    "bscl": {1: 260.0, 2: 261.0, 3: 259.0},
+    "bdp": {1: 400.0, 2: 380.0, 3: 390.0},
+}
+
+
+def test_versus_is_the_paired_difference_to_the_best_rival_by_mean() -> None:
+    found = versus(F, "p4bs", ("bdp", "bscl"))
+    assert found is not None and found["against"] == "bscl"
+    diffs = [F["p4bs"][s] - F["bscl"][s] for s in (1, 2, 3)]
+    half = 4.302653 * statistics.stdev(diffs) / math.sqrt(3)  # t(0.975, 2)
+    mean = statistics.fmean(diffs)
+    assert found["difference"]["mean"] == pytest.approx(mean, abs=1e-6)
+    assert found["difference"]["low"] == pytest.approx(mean - half, abs=1e-5)
+    assert found["difference"]["high"] == pytest.approx(mean + half, abs=1e-5)
+    assert (found["n"], found["verdict"]) == (3, "tied")
+    assert versus(F, "adt", ("bdp",)) is None
+
+
+def _offline(folder: Path) -> None:
+    policies = {
+        p: {
+            "f_mean": {str(s): f for s, f in v.items()},
+            "search_s": {str(s): (18.0 if p == "loss-delay-fit" else None) for s in v},
+            "f_after_settling": {
+                str(s): (f if p == "loss-delay-fit" else None) for s, f in v.items()
+            },
+        }
+        for p, v in F.items()
+    }
+    cells = {
+        "cca=cubic,flows=25": {"oracle": {"buffer_bytes": 437_500, "f": -0.6}, "policies": policies}
+    }
+    (folder / "offline.json").write_text(json.dumps({"source": "x", "seeds": 3, "cells": cells}))
+
+
+def _live(folder: Path) -> None:
+    (folder / "scenario.json").write_text(json.dumps({"name": "v"}))
+    rows = [
+        {
+            "point": "cca=cubic,flows=25",
+            "policy": p,
+            "repeat": s,
+            "seed": s,
+            "f_mean": f,
+            "fct_p50_ms": FCT[p][s],
+        }
+        for p, v in F.items()
+        for s, f in v.items()
+    ]
+    rows.append({**rows[0], "f_mean": None, "error": "failed"})  # a failed run, redone below
+    rows.append(rows[0])
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_claims_from_offline_and_live_summaries(tmp_path: Path) -> None:
+    results = tmp_path / "eval" / "results"
+    (results / "surface").mkdir(parents=True)
+    (results / "live").mkdir()
+    _offline(results / "surface")
+    _live(results / "live")
+    summary = json.loads((results / "surface" / "offline.json").read_text())
+    bdp = summary["cells"]["cca=cubic,flows=25"]["policies"]["bdp"]["f_mean"]
+    bdp.update({seed: f - 1.0 for seed, f in bdp.items()})  # the simulator 1.0 too low
+    (results / "surface" / "offline.json").write_text(json.dumps(summary))
+    data = build(results, tmp_path)
+    by = {(c["claim"], c["source"]): c for c in data["claims"]}
+    offline, live = "eval/results/surface/offline.json", "eval/results/live/results.jsonl"
+    for source in (offline, live):
+        assert by[("p4bs-highest-f", source)]["verdict"] == "tied"  # against bscl
+        ours = by[("ours-best-or-tied", source)]
+        assert (ours["against"], ours["verdict"]) == ("bscl", "met")
+    near = by[("ours-near-oracle", offline)]
+    assert near["gap"] == pytest.approx((-0.6 - (-0.61)) / 0.6, abs=1e-6)
+    assert near["verdict"] == "met"
+    assert by[("ours-search-time", offline)]["median_search_s"] == 18.0
+    assert ("ours-near-oracle", live) not in by
+    fct = by[("p4bs-lowest-fct", live)]
+    assert (fct["against"], fct["verdict"]) == ("bscl", "reproduced")
+    assert fct["difference"]["mean"] == pytest.approx(-10.0)
+    ours_fct = by[("ours-fct", live)]
+    assert (ours_fct["against"], ours_fct["verdict"]) == ("p4bs", "not met")
+    assert data["summary"]["p4bs-highest-f"] == {"tied": 2}
+    checks = {c["policy"]: c for c in data["claims"] if c["claim"] == "offline-matches-live"}
+    assert set(checks) == set(F) and checks["bdp"]["verdict"] == "outside"
+    assert {checks[p]["verdict"] for p in F if p != "bdp"} == {"inside"}
+    assert checks["p4bs"]["offline_f"] == pytest.approx(checks["p4bs"]["live_f"]["mean"])
+
+
+def test_the_command_writes_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    results = tmp_path / "results"
+    (results / "surface").mkdir(parents=True)
+    _offline(results / "surface")
+    out = tmp_path / "claims.json"
+    assert main(["eval", "claims", "--results", str(results), "--out", str(out)]) == 0
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["ours-best-or-tied"] == {"met": 1}
+    assert summary["p4bs-lowest-fct"] == summary["ours-fct"] == {"not measured": 1}
+    assert "ours-best-or-tied: met 1" in capsys.readouterr().out
+    assert main(["eval", "claims", "--results", str(tmp_path / "none")]) == 2
