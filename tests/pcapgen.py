@@ -2,10 +2,11 @@
 
 `flows_through_router` plays long TCP transfers through one router as its two taps see them:
 `before` gets each data segment as it enters, `after` the same segment `queue_ns` later as it
-leaves, and both get the receiver's ACK of every segment `rtt_ns` after the segment left. So
-the data plane sees an RTT sample per segment (after tap), counters and long flows (before
-tap) and queueing delay (both). Frames are cut at the headers like a snap-length capture
-(the IP total length still counts the payload), timestamps have ns resolution.
+leaves (unless the plan has the router drop it), and both get the receiver's ACK of every
+segment `rtt_ns` after the segment left. So the data plane sees an RTT sample per segment
+(after tap), counters and long flows (before tap), what the link carried (after tap) and
+queueing delay (both). Frames are cut at the headers like a snap-length capture (the IP
+total length still counts the payload), timestamps have ns resolution.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class FlowPlan:
     rtt_ns: int
     queue_ns: int = 1_000_000
     fin: bool = True  # close with a FIN (else the flow just stops: an idle timeout)
+    drop_every: int = 0  # the router drops every n-th segment (n = 5: segments 4, 9, ...)
 
 
 def flows_through_router(plans: Iterable[FlowPlan]) -> tuple[list[Packet], list[Packet]]:
@@ -94,6 +96,8 @@ def flows_through_router(plans: Iterable[FlowPlan]) -> tuple[list[Packet], list[
             t_in = p.start_ns + k * p.gap_ns
             t_out = t_in + p.queue_ns
             before.append((t_in, *data))
+            if p.drop_every and k % p.drop_every == p.drop_every - 1:
+                continue  # dropped by the router: never at the after tap, never ACKed
             after.append((t_out, *data))
             eack = seq + MSS + (1 if flags & FIN else 0)
             ack = tcp_frame(p.dst, p.src, p.dport, p.sport, 1, eack, ACK, 0)

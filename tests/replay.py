@@ -25,7 +25,15 @@ LINK = "r1:eth1"
 
 def replay() -> list[dict[str, Any]]:
     with gzip.open(FIXTURE, "rt") as lines:
-        return [json.loads(line) for line in lines]
+        records = [json.loads(line) for line in lines]
+    # Utilisation is computed from the after tap's bytes (LinkCounters v2): a recording of
+    # an older model has none, and must be made again.
+    old = [r for r in records if r["kind"] == "link_counters" and "after_bytes" not in r]
+    assert not old, (
+        f"{FIXTURE.name}: {len(old)} link_counters records without after_bytes (recorded "
+        "before LinkCounters v2); record it again: tests/fixtures/record_metrics_replay.py"
+    )
+    return records
 
 
 def config_for(repo: Path, bootstrap: str) -> Config:
@@ -132,7 +140,10 @@ def expected(
                 if change
                 else f_value
             )
-        nbytes = sum(x["bytes"] for x in c)
+        # Utilisation is what the link carried (after tap); the offered load is the before
+        # tap's, which exceeds it while the queue grows or the router drops.
+        carried = sum(x["after_bytes"] for x in c) * 8 / (window / 1e9)
+        offered = sum(x["bytes"] for x in c) * 8 / (window / 1e9)
         buffers = [b for t, b in applied if t < end]
         out.append(
             {
@@ -151,8 +162,10 @@ def expected(
                 "queue_delay_samples": qd_n,
                 "queue_delay_ns": None if delay is None else round(delay),
                 "queue_delay_ewma_ns": None if delay_ewma is None else round(delay_ewma),
-                "throughput_bps": round(nbytes * 8 / (window / 1e9)),
-                "utilisation": nbytes * 8 / (window / 1e9) / link.capacity_bps,
+                "throughput_bps": round(carried),
+                "utilisation": carried / link.capacity_bps,
+                "offered_bps": round(offered),
+                "offered_utilisation": offered / link.capacity_bps,
                 "f": f_value,
                 "zscore": zscore,
                 "change": change,

@@ -114,6 +114,7 @@ FLOW_REASONS = {
 # and are exported as differences; the queueing-delay sum is {sum_lo, sum_hi}, 64 bits.
 COUNTER_REGISTERS = (
     ("Egress.link_traffic", (("packets", "packets"), ("bytes", "bytes"))),
+    ("Egress.link_after", (("packets", "after_packets"), ("bytes", "after_bytes"))),
     ("Egress.link_data", (("packets", "data_packets"), ("bytes", "data_bytes"))),
     ("Egress.link_retx", (("f1", "retransmissions"),)),
     ("Egress.link_qdelay_samples", (("f1", "queue_delay_samples"),)),

@@ -50,6 +50,8 @@ pub const LINK_COUNTERS: &[(&str, &str)] = &[
     ("seq", "long"),
     ("packets", "long"),
     ("bytes", "long"),
+    ("after_packets", "long"),
+    ("after_bytes", "long"),
     ("data_packets", "long"),
     ("data_bytes", "long"),
     ("retransmissions", "long"),
@@ -419,6 +421,8 @@ mod tests {
             counters: LinkCounters {
                 packets: 1000,
                 bytes: 1_500_000,
+                after_packets: 960,
+                after_bytes: 1_430_000,
                 data_packets: 990,
                 data_bytes: 1_480_000,
                 retransmissions: 3,
@@ -464,7 +468,7 @@ mod tests {
 
     #[test]
     fn field_lists_are_the_schemas() {
-        assert_eq!(Stream::ALL.map(|s| s.fields().len()), [15, 10, 12]);
+        assert_eq!(Stream::ALL.map(|s| s.fields().len()), [15, 10, 14]);
         assert!(Stream::ALL.iter().all(|s| s.fields()[0].0 == "link_id"));
     }
 
@@ -490,7 +494,8 @@ mod tests {
     ];
     const PY_LINK_COUNTERS: &[u8] = &[
         0x0e, 0x72, 0x31, 0x3a, 0x65, 0x74, 0x68, 0x31, 0x80, 0x84, 0xff, 0xc1, 0xc7, 0xbf, 0xce,
-        0x97, 0x2f, 0x80, 0x84, 0xaf, 0x5f, 0x0e, 0xd0, 0x0f, 0xc0, 0x8d, 0xb7, 0x01, 0xbc, 0x0f,
-        0x80, 0xd5, 0xb4, 0x01, 0x06, 0x00, 0x00, 0x80, 0x89, 0x0f,
+        0x97, 0x2f, 0x80, 0x84, 0xaf, 0x5f, 0x0e, 0xd0, 0x0f, 0xc0, 0x8d, 0xb7, 0x01, 0x80, 0x0f,
+        0xe0, 0xc7, 0xae, 0x01, 0xbc, 0x0f, 0x80, 0xd5, 0xb4, 0x01, 0x06, 0x00, 0x00, 0x80, 0x89,
+        0x0f,
     ];
 }

@@ -74,6 +74,10 @@ class LiveView:
         srtt = f"{w['srtt_ns'] / 1e6:6.1f}" if w["srtt_ns"] else "     -"
         delay = f"{w['queue_delay_ns'] / 1e6:6.1f}" if w["queue_delay_ns"] is not None else "     -"
         buffer = f"{w['buffer_bytes'] / 1000:7.1f}" if w["buffer_bytes"] else "      -"
+        # Utilisation is what the link carried; the offered load beside it (null from a
+        # metrics job older than LinkMetrics v2) is above it while the queue fills or drops.
+        offered = w.get("offered_utilisation")
+        offered_text = f"{offered * 100:5.1f}%" if offered is not None else "    -"
         decided = ""
         if self.decisions:
             d = self.decisions[-1]
@@ -82,7 +86,8 @@ class LiveView:
         return (
             f"{elapsed_s:5.0f} s  SRTT {srtt} ms  N {w['long_flows']:3d}  loss "
             f"{w['loss_rate'] * 100:5.2f}%  qdelay {delay} ms  util {w['utilisation'] * 100:5.1f}%"
-            f"  f {w['f']:7.3f}  buffer {buffer} kB  (metrics {lag:.1f} s old){decided}"
+            f" (offered {offered_text})  f {w['f']:7.3f}  buffer {buffer} kB"
+            f"  (metrics {lag:.1f} s old){decided}"
         )
 
     def close(self) -> None:
@@ -94,7 +99,8 @@ def _mean(values: list[float]) -> float | None:
 
 
 def link_figures(windows: list[dict[str, Any]]) -> dict[str, float | None]:
-    """Mean SRTT (ms), loss (%), queueing delay (ms), utilisation (%) and f of windows."""
+    """Mean SRTT (ms), loss (%), queueing delay (ms), utilisation (%: what the link carried),
+    offered load (%: what arrived at the router) and f of windows."""
     return {
         "SRTT, ms": _mean([w["srtt_ns"] / 1e6 for w in windows if w["srtt_ns"]]),
         "loss, %": _mean([w["loss_rate"] * 100 for w in windows]),
@@ -102,6 +108,13 @@ def link_figures(windows: list[dict[str, Any]]) -> dict[str, float | None]:
             [w["queue_delay_ns"] / 1e6 for w in windows if w["queue_delay_ns"] is not None]
         ),
         "utilisation, %": _mean([w["utilisation"] * 100 for w in windows]),
+        "offered load, %": _mean(
+            [
+                w["offered_utilisation"] * 100
+                for w in windows
+                if w.get("offered_utilisation") is not None
+            ]
+        ),
         "f": _mean([w["f"] for w in windows]),
     }
 
@@ -185,8 +198,17 @@ def plot(view: LiveView, path: Path, settings: DemoSettings, traffic_start_ns: i
     axes[1].plot(xs, [(w["queue_delay_ns"] or 0) / 1e6 for w in windows], label="queueing delay")
     axes[1].set_ylabel("ms")
     axes[1].legend(loc="upper right")
-    axes[2].plot(xs, [w["utilisation"] * 100 for w in windows])
-    axes[2].set_ylabel("utilisation, %")
+    axes[2].plot(xs, [w["utilisation"] * 100 for w in windows], label="carried (utilisation)")
+    offered = [w.get("offered_utilisation") for w in windows]
+    if any(o is not None for o in offered):
+        axes[2].plot(
+            xs,
+            [o * 100 if o is not None else float("nan") for o in offered],
+            label="offered",
+            alpha=0.6,
+        )
+        axes[2].legend(loc="lower right")
+    axes[2].set_ylabel("load, % of capacity")
     axes[3].plot(xs, [w["f"] for w in windows])
     axes[3].set_ylabel("f")
     axes[3].set_xlabel("s since the traffic started")

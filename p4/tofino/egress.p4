@@ -1,6 +1,6 @@
 /* p4bs for Tofino (TNA): egress — queueing delay and the per-link counters (SPEC sections
- * 5-7). Ingress sends here only out-direction TCP packets, carrying just a bridge header,
- * and every packet is dropped at the end: nothing leaves the switch.
+ * 5-7). Ingress sends here only out-direction TCP packets of either tap, carrying just a
+ * bridge header, and every packet is dropped at the end: nothing leaves the switch.
  *
  * Why egress: RTT, sketch and loss already take about 11 of the 12 Tofino 1 ingress stages
  * (README, resource note); this part needs four more, and egress stages are free. A pipe's
@@ -24,6 +24,7 @@ control Egress(inout eg_headers_t hdr,
      * takes differences mod 2^32 (README, "Per-link registers").
      * ------------------------------------------------------------------------------- */
     Register<counter_pair_t, link_index_t>(MAX_LINKS) link_traffic;   /* packets, bytes */
+    Register<counter_pair_t, link_index_t>(MAX_LINKS) link_after;     /* after_packets, _bytes */
     Register<counter_pair_t, link_index_t>(MAX_LINKS) link_data;      /* data_packets, _bytes */
     Register<bit<32>, link_index_t>(MAX_LINKS) link_retx;            /* retransmissions */
     Register<qdelay_sum_t, link_index_t>(MAX_LINKS) link_qdelay_sum;  /* sum of samples, ns */
@@ -32,6 +33,14 @@ control Egress(inout eg_headers_t hdr,
     Lpf<bit<32>, link_index_t>(MAX_LINKS) link_qdelay_lpf;
 
     RegisterAction<counter_pair_t, link_index_t, bit<32>>(link_traffic) link_traffic_add = {
+        void apply(inout counter_pair_t c) {
+            c.packets = c.packets + 1;
+            c.bytes = c.bytes + (bit<32>)hdr.bridge.ip_len;
+        }
+    };
+
+    /* What left the router (after tap, out direction): the load the link carried. */
+    RegisterAction<counter_pair_t, link_index_t, bit<32>>(link_after) link_after_add = {
         void apply(inout counter_pair_t c) {
             c.packets = c.packets + 1;
             c.bytes = c.bytes + (bit<32>)hdr.bridge.ip_len;
@@ -120,6 +129,8 @@ control Egress(inout eg_headers_t hdr,
                         link_retx_add.execute(link);
                     }
                 }
+            } else if (hdr.bridge.count_after == 1) {
+                link_after_add.execute(link);
             }
 
             if (hdr.bridge.qd_write == 1) {

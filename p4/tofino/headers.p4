@@ -236,11 +236,12 @@ header tcp_h {
 header bridge_h {
     bit<16> link;               /* link_index_t, zero-extended */
     bit<1> count_traffic;       /* before tap, out direction: packets/bytes */
+    bit<1> count_after;         /* after tap, out direction: after_packets/after_bytes */
     bit<1> is_data;             /* TCP payload > 0: data_packets/data_bytes */
     bit<1> retx;                /* ... and a retransmission */
     bit<1> qd_write;            /* before tap, out, payload > 0: record for queueing delay */
     bit<1> qd_read;             /* after tap, out, payload > 0: match and take the record */
-    bit<3> _pad;
+    bit<2> _pad;
     bit<32> ts;                 /* ingress MAC time, low 32 bits, ns, bit 0 forced to 1 */
     bit<16> ip_len;             /* IPv4 total length */
     bit<16> qd_index;           /* CRC-32(queue key) low bits */
@@ -286,7 +287,7 @@ struct window_slot_t {         /* GLOBECOM Algorithm 1: last packet time of the 
     bit<32> last;
 }
 
-struct counter_pair_t {        /* per-link packets and bytes */
+struct counter_pair_t {        /* per-link packets and bytes (IPv4 total length) */
     bit<32> packets;
     bit<32> bytes;
 }

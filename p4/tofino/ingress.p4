@@ -662,12 +662,13 @@ control Ingress(inout ig_headers_t hdr,
                 flow_stats.count(flow_stat);
             }
 
-            /* Sections 5-7 continue in egress: per-link counters (before tap, out) and the
+            /* Sections 5-7 continue in egress: per-link counters (both taps, out) and the
              * queueing-delay table (both taps, out, payload > 0). Everything else stops. */
             if (md.out == 1) {
                 hdr.bridge.setValid();
                 hdr.bridge.link = (bit<16>)md.link;
                 hdr.bridge.count_traffic = 0;
+                hdr.bridge.count_after = 0;
                 hdr.bridge.is_data = md.has_payload;
                 hdr.bridge.retx = md.retx;
                 hdr.bridge.qd_write = 0;
@@ -687,14 +688,12 @@ control Ingress(inout ig_headers_t hdr,
                     hdr.bridge.count_traffic = 1;
                     hdr.bridge.qd_write = md.has_payload;
                 } else {
+                    hdr.bridge.count_after = 1;   /* what the link carried, pure ACKs too */
                     hdr.bridge.qd_read = md.has_payload;
                 }
                 /* Back out of the port it came in on: a tap port's transmit side is idle,
                  * and the egress pipe is then the one holding this link's registers. */
                 ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
-                if (md.tap == TAP_AFTER && md.has_payload == 0) {
-                    ig_dprsr_md.drop_ctl = 1;   /* nothing to do in egress */
-                }
             } else {
                 ig_dprsr_md.drop_ctl = 1;
             }

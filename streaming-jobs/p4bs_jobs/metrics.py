@@ -97,7 +97,8 @@ def declare_link_windows(env: StreamTableEnvironment, window_ns: int) -> None:
     batch = RTT_BATCH_COLUMN
     no_rtt = f"CAST(NULL AS BYTES) AS {batch}"
     no_counts = (
-        "CAST(NULL AS BIGINT) AS nbytes, CAST(NULL AS BIGINT) AS data_packets, "
+        "CAST(NULL AS BIGINT) AS nbytes, CAST(NULL AS BIGINT) AS after_nbytes, "
+        "CAST(NULL AS BIGINT) AS data_packets, "
         "CAST(NULL AS BIGINT) AS retransmissions, "
         "CAST(NULL AS BIGINT) AS qd_n, CAST(NULL AS BIGINT) AS qd_sum"
     )
@@ -106,7 +107,7 @@ def declare_link_windows(env: StreamTableEnvironment, window_ns: int) -> None:
                CAST(NULL AS STRING) AS event, CAST(NULL AS STRING) AS decision
         FROM rtt_in WHERE rowtime > TO_TIMESTAMP_LTZ(0, 3)
         UNION ALL
-        SELECT link_id, rowtime, {no_rtt}, `bytes`, data_packets,
+        SELECT link_id, rowtime, {no_rtt}, `bytes`, after_bytes, data_packets,
                retransmissions, queue_delay_samples, queue_delay_sum_ns,
                CAST(NULL AS STRING), CAST(NULL AS STRING)
         FROM counters_in
@@ -125,6 +126,7 @@ def declare_link_windows(env: StreamTableEnvironment, window_ns: int) -> None:
         SELECT link_id, window_start, window_end, window_time,
                FLOW_RTTS({batch}) AS rtt,
                COALESCE(SUM(nbytes), 0) AS `bytes`,
+               COALESCE(SUM(after_nbytes), 0) AS after_bytes,
                COALESCE(SUM(data_packets), 0) AS data_packets,
                COALESCE(SUM(retransmissions), 0) AS retransmissions,
                COALESCE(SUM(qd_n), 0) AS queue_delay_samples,
@@ -153,9 +155,9 @@ def declare_link_metrics(env: StreamTableEnvironment, config: Config) -> None:
             FROM (
                 SELECT link_id, LINK_METRICS(
                     link_id, window_start, window_end, rtt.samples, rtt.flows,
-                    rtt.inverse_sum, rtt.min_ns, rtt.flow_keys, `bytes`, data_packets,
-                    retransmissions, queue_delay_samples, queue_delay_sum_ns, flow_events,
-                    decisions
+                    rtt.inverse_sum, rtt.min_ns, rtt.flow_keys, `bytes`, after_bytes,
+                    data_packets, retransmissions, queue_delay_samples, queue_delay_sum_ns,
+                    flow_events, decisions
                 ) OVER (PARTITION BY link_id ORDER BY window_time
                         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS m
                 FROM per_link)

@@ -208,9 +208,13 @@ def counters(packets: list[int], sum_lo: int = 0, sum_hi: int = 0) -> dict[str, 
     """Registers whose link 0 `packets` follows `packets` (two pipes: the value and 3),
     link 1 stays at 0."""
     traffic = [{0: {"packets": [p, 3], "bytes": [p * 100, 0]}} for p in packets]
+    # What left the router: its own counts, wrapping too (deltas 30, 40, 880, then 0).
+    carried = [W - 50, W - 20, 20, 900][: len(packets)]
+    after = [{0: {"packets": [a, 0], "bytes": [a * 80 % W, 0]}} for a in carried]
     qsum = [{0: {"sum_lo": [sum_lo], "sum_hi": [sum_hi]}}, {0: {"sum_lo": [5], "sum_hi": [1]}}]
     regs = {
         "Egress.link_traffic": Register("Egress.link_traffic", traffic),
+        "Egress.link_after": Register("Egress.link_after", after),
         "Egress.link_data": Register("Egress.link_data", [{}]),
         "Egress.link_retx": Register("Egress.link_retx", [{}]),
         "Egress.link_qdelay_samples": Register("Egress.link_qdelay_samples", [{}]),
@@ -425,10 +429,13 @@ def test_counters_deltas_with_wrap(run: Run) -> None:
         (40 * 100 - (W - 10) * 100) % W,
         100_000,
     ]
+    assert [r["after_packets"] for r in link0[:3]] == [30, 40, 880]
+    assert [r["after_bytes"] for r in link0[:3]] == [2400, 3200, 70_400]
     assert link0[0]["queue_delay_sum_ns"] == 10  # {lo: W-5, hi: 0} → {lo: 5, hi: 1}
     assert [r["queue_delay_sum_ns"] for r in link0[1:3]] == [0, 0]
     assert all(r["queue_delay_ewma_ns"] == 700 for r in link0[:3])
     assert all(r["packets"] == 0 and r["queue_delay_ewma_ns"] == 0 for r in link1[:3])
+    assert all(r["after_packets"] == r["after_bytes"] == 0 for r in link1[:3])
     assert all(r["interval_ns"] > 0 and r["ts_ns"] % 50_000_000 == 0 for r in link0)
     reads = run.switch.tables["Egress.link_traffic"]
     assert all(flags == {"from_hw": True} for flags in reads.reads)  # type: ignore[attr-defined]

@@ -42,6 +42,9 @@ def _metrics(i: int) -> dict[str, Any]:
         "queue_delay_ewma_ns": None if i == 0 else 900_000,
         "throughput_bps": 95_000_000,
         "utilisation": 0.95,
+        # The offered load: null in a v1 window (the first), above the capacity later.
+        "offered_bps": None if i == 0 else 101_000_000 + i,
+        "offered_utilisation": None if i == 0 else 1.01,
         "f": -0.1 * i,
         "zscore": 0.0,
         "change": i == 7,
@@ -128,6 +131,12 @@ def test_points_read_back_and_nothing_is_lost_while_influxdb_is_away(
         [21_000_004, sum(i % 3 for i in range(9)), 8],
         [21_000_013.5, sum(i % 3 for i in range(9, 19)), 10],
     ]
+    # Carried and offered load side by side; the v1 window has no offered load.
+    rows = query(
+        f'SELECT "utilisation", "offered_utilisation", "offered_bps" '
+        f"FROM {db}link_metrics WHERE {where} LIMIT 2"
+    )
+    assert [r[1:] for r in rows] == [[0.95, None, None], [0.95, 1.01, 101_000_001]]
     (change,) = query(f'SELECT "f" FROM {db}link_metrics WHERE {where} AND "change" = true')
     assert change[1] == -0.1 * 7  # the float exactly as produced
     (alert,) = query(

@@ -30,6 +30,8 @@ _EMPTY_COUNTERS = {
     "seq": 0,
     "packets": 0,
     "bytes": 0,
+    "after_packets": 0,
+    "after_bytes": 0,
     "data_packets": 0,
     "data_bytes": 0,
     "retransmissions": 0,

@@ -35,6 +35,10 @@ def test_every_window_matches_an_independent_computation(
     want = expected(records, made, config)
     assert sum(e["long_flows"] > 0 for e in want) > 20  # the replay exercises every part
     assert any(e["retransmissions"] for e in want) and any(e["change"] for e in want)
+    # The router dropped part of what arrived: what the link carried (utilisation, from the
+    # after tap) is less than the offered load (from the before tap).
+    assert sum(e["throughput_bps"] for e in want) < sum(e["offered_bps"] for e in want)
+    assert any(e["offered_utilisation"] > e["utilisation"] + 0.01 for e in want)
     # Bad RTT batches first, in the first window and in the replay's partition: counted
     # and skipped, they change nothing (a batch with a plausible time reaches the window).
     first_end = (min(r["ts_ns"] for r in records) // 10_000_000 + 1) * 10_000_000

@@ -35,6 +35,8 @@ def _counters(i: int, delay_ms: int) -> dict[str, Any]:
         "seq": i,
         "packets": 1000,
         "bytes": 1_000_000,
+        "after_packets": 990,
+        "after_bytes": 990_000,
         "data_packets": 900,
         "data_bytes": 950_000,
         "retransmissions": 0,

@@ -63,6 +63,10 @@ def test_known_flows_give_their_rtt_queue_delay_counters_and_long_flow(tmp_path:
     assert [c["seq"] for c in counters] == list(range(len(counters)))
     assert sum(c["data_packets"] for c in counters) == 2520
     assert sum(c["packets"] for c in counters) == 2520  # ACKs are not the data direction
+    assert sum(c["bytes"] for c in counters) == 2520 * 1488  # IP total length
+    # Nothing dropped: what left the router (the after tap) is what entered it.
+    assert sum(c["after_packets"] for c in counters) == 2520
+    assert sum(c["after_bytes"] for c in counters) == 2520 * 1488
     assert sum(c["retransmissions"] for c in counters) == 0
     assert sum(c["queue_delay_samples"] for c in counters) == 2520
     # Intervals end on multiples of 100 ms; the last one ends at the last packet.
@@ -72,6 +76,41 @@ def test_known_flows_give_their_rtt_queue_delay_counters_and_long_flow(tmp_path:
     summary = json.loads(analyze(before, "--after", after, "--summary").stdout)
     assert summary["links"]["capture"]["rtt_samples"] == 2520
     assert summary["long_flows_listed_at_end"] == 0
+
+
+def test_the_after_tap_counts_what_the_router_carried(tmp_path: Path) -> None:
+    """The router drops every 4th segment: the before tap's packets and bytes are the
+    offered load, the after tap's (after_packets, after_bytes) what left the router, per
+    export interval by the time each packet passed its own tap."""
+    segments, gap, queue = 1000, 200_000, 30_000_000  # 5 segments per ms, 30 ms in the queue
+    plan = FlowPlan(
+        "10.201.1.10", "10.201.2.2", 40000, 5201, T0, segments, gap, 20_000_000, queue,
+        drop_every=4,
+    )  # fmt: skip
+    before, after = write_taps(tmp_path, [plan])
+    counters = [
+        r
+        for r in records(analyze(before, "--after", after, "--output-prefix", RECEIVERS))
+        if r["kind"] == "link_counters"
+    ]
+    ip_len = 20 + 20 + 1448
+    carried = [k for k in range(segments) if k % 4 != 3]
+    assert sum(c["packets"] for c in counters) == segments
+    assert sum(c["bytes"] for c in counters) == segments * ip_len
+    assert sum(c["after_packets"] for c in counters) == len(carried) == 750
+    assert sum(c["after_bytes"] for c in counters) == 750 * ip_len
+    # Each interval counts the segments that entered in it at `before` and those that left
+    # in it at `after` (30 ms later): [T0, T0 + 100 ms) has 500 in and 3/4 of 350 out.
+    first = counters[0]
+    assert first["ts_ns"] == T0 + 100_000_000
+    assert first["packets"] == 500
+    left = [k for k in carried if T0 + k * gap + queue < first["ts_ns"]]
+    assert first["after_packets"] == len(left) == 263
+    assert first["after_bytes"] == 263 * ip_len
+    assert first["queue_delay_samples"] == 263
+    summary = analyze(before, "--after", after, "--output-prefix", RECEIVERS, "--summary")
+    totals = json.loads(summary.stdout)["links"]["capture"]
+    assert (totals["bytes"], totals["after_bytes"]) == (segments * ip_len, 750 * ip_len)
 
 
 def _ipv4_tcp(ip_options: bytes = b"", tcp_offset_words: int = 5) -> bytes:

@@ -247,6 +247,7 @@ def test_queueing_delay_table_max_age_and_ewma_shift() -> None:
 def test_per_link_registers_are_indexed_by_link() -> None:
     per_link = [
         "link_traffic",
+        "link_after",
         "link_data",
         "link_retx",
         "link_qdelay_sum",
@@ -477,6 +478,14 @@ def test_each_measurement_runs_at_the_spec_tap() -> None:
     assert all(p >= 0 for p in positions), dict(zip(order, positions, strict=True))
     assert positions == sorted(positions), "the measurements are not under the right taps"
     assert re.search(r"hdr\.bridge\.count_traffic = 1;\s*hdr\.bridge\.qd_write", text)
+    # What the link carried: every out-direction packet of the after tap reaches egress
+    # (none dropped in ingress for want of a payload) and counts in link_after.
+    after = text[text.find("hdr.bridge.count_traffic = 1;") :]
+    assert re.search(r"\}\s*else\s*\{\s*hdr\.bridge\.count_after = 1;", after)
+    assert "TAP_AFTER && md.has_payload == 0" not in text
+    assert re.search(
+        r"else if \(hdr\.bridge\.count_after == 1\) \{\s*link_after_add\.execute\(link\);", text
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -575,6 +584,7 @@ def test_readme_names_every_control_plane_object() -> None:
         "IngressDeparser.rtt_digest",
         "IngressDeparser.flow_digest",
         "Egress.link_traffic",
+        "Egress.link_after",
         "Egress.link_data",
         "Egress.link_retx",
         "Egress.link_qdelay_sum",

@@ -410,10 +410,10 @@ def test_trials_wait_longer_for_deeper_buffers() -> None:
 
 
 def test_no_search_starts_before_the_link_is_busy() -> None:
-    """Utilisation under min_utilisation (98%): nothing decided; the first busy window
+    """Utilisation under min_utilisation (95%): nothing decided; the first busy window
     starts the bound search."""
     policy = P4bsPolicy(make_link(), {})
-    link = FakeLink(lambda b: -0.5, lambda b: 0.0, utilisation=0.5)
+    link = FakeLink(lambda b: -0.5, lambda b: 0.0, utilisation=0.94)
     assert all(policy.decide(link.window()) == [] for _ in range(100))
-    link.utilisation = 0.99
+    link.utilisation = 0.96
     assert [d.phase for d in policy.decide(link.window())] == ["bound_search"]

@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 from fastavro import parse_schema, schemaless_writer
 
-from p4bs_schemas.codec import FINGERPRINT_HEADER, Codec, RecordError, codec, schema_fingerprint
+from p4bs_schemas.codec import (
+    FINGERPRINT_HEADER,
+    SCHEMA_HEADER,
+    Codec,
+    RecordError,
+    codec,
+    schema_fingerprint,
+)
 from p4bs_schemas.compat import check_backward
 from p4bs_schemas.registry import STREAMS, Schema, current_schema, released_schemas, schema_names
 from p4bs_schemas.rtt_batch import RttBatcher, samples_of
@@ -155,6 +162,81 @@ def test_codec_reads_an_older_writer_by_fingerprint() -> None:
     reader.schema = parse_schema(v2)
     data = codec("RttSampleBatch").encode(RTT)
     assert reader.decode(data, codec("RttSampleBatch").headers) == {**RTT, "seq": None}
+
+
+def _released_codec(name: str, version: int) -> tuple[Any, list[tuple[str, bytes]]]:
+    """A released version's parsed schema and the headers its writers sent."""
+    schema = dict(released_schemas(name))[version]
+    full_name = f"{schema['namespace']}.{schema['name']}".encode()
+    return parse_schema(schema), [
+        (SCHEMA_HEADER, full_name),
+        (FINGERPRINT_HEADER, schema_fingerprint(schema).encode()),
+    ]
+
+
+COUNTERS_V1 = {
+    "link_id": "r1:eth1",
+    "ts_ns": 1_700_000_000_100_000_000,
+    "interval_ns": 100_000_000,
+    "seq": 7,
+    "packets": 1000,
+    "bytes": 1_500_000,
+    "data_packets": 990,
+    "data_bytes": 1_480_000,
+    "retransmissions": 3,
+    "queue_delay_samples": 5,
+    "queue_delay_sum_ns": 50_000,
+    "queue_delay_ewma_ns": 123_456,
+}
+
+
+def test_link_counters_v2_counts_the_after_tap_and_reads_v1_records_as_zero_there() -> None:
+    """v2 adds what left the router (after_packets, after_bytes); a v1 exporter's record,
+    known by its fingerprint, reads with both 0, and a v2 record keeps them."""
+    (v1_version, v1), (v2_version, v2) = released_schemas("LinkCounters")[-2:]
+    assert (v1_version, v2_version) == (1, 2)
+    assert check_backward(v2, v1) == []
+    added = {f["name"] for f in v2["fields"]} - {f["name"] for f in v1["fields"]}
+    assert added == {"after_packets", "after_bytes"}
+    schema, headers = _released_codec("LinkCounters", 1)
+    out = io.BytesIO()
+    schemaless_writer(out, schema, COUNTERS_V1)
+    counters = codec("LinkCounters")
+    assert counters.decode(out.getvalue(), headers) == {
+        **COUNTERS_V1, "after_packets": 0, "after_bytes": 0,
+    }  # fmt: skip
+    now = {**COUNTERS_V1, "after_packets": 960, "after_bytes": 1_430_000}
+    assert counters.decode(counters.encode(now), counters.headers) == now
+
+
+def test_link_metrics_v2_adds_the_offered_load_and_reads_v1_records_without_it() -> None:
+    (v1_version, v1), (v2_version, v2) = released_schemas("LinkMetrics")[-2:]
+    assert (v1_version, v2_version) == (1, 2)
+    assert check_backward(v2, v1) == []
+    fields = {f["name"]: f for f in v2["fields"]}
+    assert fields.keys() - {f["name"] for f in v1["fields"]} == {
+        "offered_bps", "offered_utilisation",
+    }  # fmt: skip
+    assert all(fields[n]["default"] is None for n in ("offered_bps", "offered_utilisation"))
+    assert "after-router tap" in fields["throughput_bps"]["doc"]
+    assert "before-router tap" in fields["offered_bps"]["doc"]
+    window = {
+        "link_id": "r1:eth1", "window_start_ns": 0, "window_end_ns": 100_000_000,
+        "rtt_samples": 0, "rtt_flows": 0, "rtt_hmean_ns": None, "srtt_ns": None,
+        "rtt_min_ns": None, "long_flows": 0, "data_packets": 0, "retransmissions": 0,
+        "loss_rate": 0.0, "loss_rate_ewma": 0.0, "queue_delay_samples": 0,
+        "queue_delay_ns": None, "queue_delay_ewma_ns": None, "throughput_bps": 99_000_000,
+        "utilisation": 0.99, "f": 0.0, "zscore": 0.0, "change": False, "buffer_bytes": None,
+    }  # fmt: skip
+    schema, headers = _released_codec("LinkMetrics", 1)
+    out = io.BytesIO()
+    schemaless_writer(out, schema, window)
+    metrics = codec("LinkMetrics")
+    assert metrics.decode(out.getvalue(), headers) == {
+        **window, "offered_bps": None, "offered_utilisation": None,
+    }  # fmt: skip
+    now = {**window, "offered_bps": 104_000_000, "offered_utilisation": 1.04}
+    assert metrics.decode(metrics.encode(now)) == now  # Flink's way: no headers
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,8 @@ from p4bs.config import LinkConfig
 @dataclass(frozen=True)
 class Window:
     """One LinkMetrics record (schemas/p4bs_schemas/avro/LinkMetrics.avsc): ns, bytes,
-    bit/s and fractions, as the metrics job wrote them."""
+    bit/s and fractions, as the metrics job wrote them. The record's offered load
+    (`offered_bps`, `offered_utilisation`) is left out: no policy decides on it."""
 
     link_id: str
     window_start_ns: int
@@ -43,8 +44,8 @@ class Window:
     queue_delay_samples: int
     queue_delay_ns: int | None
     queue_delay_ewma_ns: int | None
-    throughput_bps: int
-    utilisation: float
+    throughput_bps: int  # what the link carried (the after tap), bit/s
+    utilisation: float  # throughput_bps / capacity: carried, not offered (LinkMetrics v2)
     f: float
     zscore: float
     change: bool

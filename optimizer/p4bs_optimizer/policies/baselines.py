@@ -369,12 +369,14 @@ class AdtPolicy(_TargetPolicy):
     given here; the letter's text was not in the reference material at hand.
 
     Adaptations to a policy over metric windows: u_sample is the duration-weighted mean of
-    the windows' `utilisation` over one sample period (windows shorter than the period are
-    pooled); windows without data packets are not samples (an idle link says nothing about
-    whether the buffer limits it); q starts at the buffer in force (the window's
-    `buffer_bytes`, else the link's safe buffer) and stays within the link's bounds so it does
-    not wind up past them; the first û is the first sample. q changes by 1% a period; a
-    decision is sent when it has moved more than `tolerance` from the last one.
+    the windows' `utilisation` (what the link carried, from the after tap; the offered load
+    exceeds u whenever a queue builds, and would always shrink q) over one sample period
+    (windows shorter than the period are pooled); windows without data packets are not
+    samples (an idle link says nothing about whether the buffer limits it); q starts at the
+    buffer in force (the window's `buffer_bytes`, else the link's safe buffer) and stays
+    within the link's bounds so it does not wind up past them; the first û is the first
+    sample. q changes by 1% a period; a decision is sent when it has moved more than
+    `tolerance` from the last one.
     """
 
     name = "adt"

@@ -76,7 +76,7 @@ class LossDelayFitOptions:
     # a standing queue, and loses heavily below it, whatever the first guess says).
     first_stride: float = 4.0
     search_max_ns: int | None = None  # ns of line rate; None: the link's buffer.max
-    min_utilisation: float = 0.98  # no search before a window shows the link this busy
+    min_utilisation: float = 0.95  # no search before a window shows the link this busy (P4BS's)
     reissue_after_ns: int = 30_000_000_000  # as P4BS's
     change_holdoff_ns: int = 5_000_000_000  # as P4BS's
 

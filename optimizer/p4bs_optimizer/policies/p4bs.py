@@ -100,9 +100,11 @@ class P4bsOptions:
     # The grid GP's noise variance, units of f squared; 0: fitted (the paper's Eq. 11). The
     # controller fixes it at 1.25e-4 of its f, about 2e-3 of this f (4 times larger).
     noise_variance: float = 0.0
-    # No search starts before a window shows the link this busy (the controller's 98%): an
-    # idle link's f says nothing about its buffer. 0 turns the gate off.
-    min_utilisation: float = 0.98
+    # No search starts before a window shows the link this busy: an idle link's f says
+    # nothing about its buffer. 0 turns the gate off. The controller has 98%; utilisation
+    # here counts IP bytes against a capacity quoted with Ethernet framing, so a saturated
+    # link reads 0.975-0.99.
+    min_utilisation: float = 0.95
     # A decision the windows do not show this long after it was made is made again (the
     # service held it, or lost it). Windows arrive late when the metrics job lags (on the
     # closed-loop testbed here, 5 to 40 s behind), and the decision only shows in windows

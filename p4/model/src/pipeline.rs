@@ -242,9 +242,13 @@ impl Pipeline {
         self.long_flow(link, &key, tcp, ts, data, out);
     }
 
-    /// Data direction, leaving the router: queueing delay, and the segment's time for RTT.
+    /// Data direction, leaving the router: what the link carried, queueing delay, and the
+    /// segment's time for RTT.
     fn after(&mut self, link: u16, tcp: &Tcp, ts: u64, out: &mut Vec<Record>) {
         let key = tcp.flow_key();
+        let c = &mut self.links[usize::from(link)].counters;
+        c.after_packets += 1;
+        c.after_bytes += u64::from(tcp.ip_len);
         if tcp.payload > 0 {
             self.departure(link, tcp, &key, ts, out);
         }
@@ -510,6 +514,48 @@ mod tests {
             _ => panic!("expected the long interval first: {out:?}"),
         }
         assert_eq!(out.len(), 1);
+    }
+
+    #[test]
+    fn the_after_tap_counts_what_the_router_carried_and_the_before_tap_what_was_offered() {
+        // Ten 1448-byte segments (IP length 1488) enter the router; it drops three, so seven
+        // leave. A small pure ACK goes out too (it counts at both taps), and the receiver's
+        // ACKs come back through both taps (not the data direction: counted at neither).
+        let mut p = pipeline();
+        let mut out = Vec::new();
+        let t = 1_000_000_000;
+        for k in 0..10u32 {
+            p.process(0, t + u64::from(k) * 1000, &data(k * 1448), &mut out);
+        }
+        let pure_ack = frame(0, 0, 0, 0);
+        p.process(0, t + 20_000, &pure_ack, &mut out);
+        for k in [0u32, 1, 2, 4, 6, 7, 9] {
+            p.process(
+                1,
+                t + 2_000_000 + u64::from(k) * 1000,
+                &data(k * 1448),
+                &mut out,
+            );
+        }
+        p.process(1, t + 2_020_000, &pure_ack, &mut out);
+        for k in 1..=3u32 {
+            p.process(0, t + 30_000_000, &ack(k * 1448), &mut out);
+            p.process(1, t + 30_000_000, &ack(k * 1448), &mut out);
+        }
+        p.finish(&mut out);
+        let counters: Vec<LinkCounters> = out
+            .iter()
+            .filter_map(|r| match r {
+                Record::Counters { counters, .. } => Some(*counters),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(counters.len(), 1);
+        let c = counters[0];
+        assert_eq!((c.packets, c.bytes), (11, 10 * 1488 + 40));
+        assert_eq!((c.after_packets, c.after_bytes), (8, 7 * 1488 + 40));
+        assert_eq!((c.data_packets, c.data_bytes), (10, 10 * 1488));
+        assert_eq!(c.queue_delay_samples, 7);
     }
 
     #[test]

@@ -60,11 +60,15 @@ impl FlowEventReason {
     }
 }
 
-/// Per-link counters over one export interval (SPEC §7).
+/// Per-link counters over one export interval (SPEC §7): `packets`/`bytes` at the before
+/// tap (the offered load), `after_packets`/`after_bytes` at the after tap (what the link
+/// carried), both in the data direction.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LinkCounters {
     pub packets: u64,
     pub bytes: u64,
+    pub after_packets: u64,
+    pub after_bytes: u64,
     pub data_packets: u64,
     pub data_bytes: u64,
     pub retransmissions: u64,
@@ -74,10 +78,12 @@ pub struct LinkCounters {
 
 impl LinkCounters {
     /// Each counter with its field name in the `LinkCounters` schema, in the schema's order.
-    pub fn named(&self) -> [(&'static str, u64); 7] {
+    pub fn named(&self) -> [(&'static str, u64); 9] {
         [
             ("packets", self.packets),
             ("bytes", self.bytes),
+            ("after_packets", self.after_packets),
+            ("after_bytes", self.after_bytes),
             ("data_packets", self.data_packets),
             ("data_bytes", self.data_bytes),
             ("retransmissions", self.retransmissions),

@@ -28,7 +28,7 @@ import org.apache.flink.types.Row;
  * checkpoints, and every window row in gives that window's LinkMetrics row out.
  *
  * <p>Input: one link's window as the job's SQL reduces it (RTT per flow from FlowRtts, summed
- * counters, the window's flow events as "ts_ns kind flow_key" and applied decisions as "ts_ns
+ * counters (before-tap and after-tap bytes among them), the window's flow events as "ts_ns kind flow_key" and applied decisions as "ts_ns
  * buffer_bytes", each comma separated). Output: the LinkMetrics fields (streaming-jobs/README.md
  * defines each), whether the link is one of the config's (known; other links' rows are counted
  * in the metric unknown_links and left out), and the SLA alert each bound raises or resolves in
@@ -55,6 +55,7 @@ import org.apache.flink.types.Row;
       @DataTypeHint("BIGINT"),
       @DataTypeHint("BIGINT"),
       @DataTypeHint("BIGINT"),
+      @DataTypeHint("BIGINT"),
       @DataTypeHint("STRING"),
       @DataTypeHint("STRING")
     },
@@ -71,7 +72,7 @@ import org.apache.flink.types.Row;
                 + " retransmissions BIGINT, loss_rate DOUBLE, loss_rate_ewma DOUBLE,"
                 + " queue_delay_samples BIGINT, queue_delay_ns BIGINT,"
                 + " queue_delay_ewma_ns BIGINT, throughput_bps BIGINT, utilisation DOUBLE,"
-                + " f DOUBLE, zscore DOUBLE, `change` BOOLEAN, buffer_bytes BIGINT,"
+                + " offered_bps BIGINT, offered_utilisation DOUBLE, f DOUBLE, zscore DOUBLE, `change` BOOLEAN, buffer_bytes BIGINT,"
                 + " delay_alert STRING, delay_alert_id STRING, delay_value DOUBLE,"
                 + " delay_bound DOUBLE, loss_alert STRING, loss_alert_id STRING,"
                 + " loss_value DOUBLE, loss_bound DOUBLE>"))
@@ -81,7 +82,7 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
   /** A flat f has deviation 0; a later move of f is then a change with a finite z. */
   private static final double Z_DEVIATION_FLOOR = 1e-9;
 
-  private static final int OUTPUT_FIELDS = 30;
+  private static final int OUTPUT_FIELDS = 32;
   private static final int DELAY = 0, LOSS = 1;
   private static final String[] KINDS = {"queue_delay", "loss"};
 
@@ -279,6 +280,7 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
       Long rttMinNs,
       String rttFlowKeys,
       Long bytes,
+      Long afterBytes,
       Long dataPackets,
       Long retransmissions,
       Long queueDelaySamples,
@@ -335,8 +337,11 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
       }
     }
 
+    // Utilisation is what the link carried (the after tap); the offered load (the before
+    // tap) may exceed the capacity while the queue grows or the router drops.
     double windowS = (end - start) / 1e9;
-    double throughput = (double) (bytes * 8) / windowS;
+    double throughput = (double) (afterBytes * 8) / windowS;
+    double offered = (double) (bytes * 8) / windowS;
     Long delayNs = delay != null ? roundNs(delay) : null;
     Object[] alerts = new Object[8];
     // A window without queueing-delay samples had nothing queued to measure.
@@ -363,6 +368,8 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
             Double.isNaN(s.queueDelayEwma) ? null : roundNs(s.queueDelayEwma),
             roundNs(throughput),
             throughput / link.capacityBps,
+            roundNs(offered),
+            offered / link.capacityBps,
             f,
             change[0],
             change[1] != 0,
