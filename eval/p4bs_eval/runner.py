@@ -171,7 +171,7 @@ def run_one(
 
 # What a run folder's scenario.json must still say for `--resume` to add runs to it; the
 # number of repeats may grow.
-RESUME_KEYS = ("name", "policies", "duration_s", "warmup_s", "buffer_ms", "points", "sweep_keys")
+RESUME_KEYS = ("name", "duration_s", "warmup_s", "buffer_ms", "points", "sweep_keys")
 
 
 class ResumeError(ValueError):
@@ -197,7 +197,9 @@ def describe(scenario: EvalScenario, policies: tuple[str, ...]) -> dict[str, Any
 
 def finished_runs(out: Path, described: dict[str, Any]) -> set[tuple[str, str, int]]:
     """The runs of a folder that ran without an error, once its scenario.json is checked to
-    describe the same scenario."""
+    describe the same scenario: the same points and timing, and its policies among those
+    now (a resume may add policies, as it may add repeats: repeat r's traffic is the same
+    for every policy, so the new one's runs pair with the finished ones)."""
     if not (out / "scenario.json").exists() or not (out / "results.jsonl").exists():
         raise ResumeError(f"{out}: no scenario.json and results.jsonl to resume")
     before, rows = load_results(out)
@@ -206,6 +208,9 @@ def finished_runs(out: Path, described: dict[str, Any]) -> set[tuple[str, str, i
         for key in RESUME_KEYS
         if before.get(key) != described[key]
     ]
+    dropped = [p for p in before.get("policies", []) if p not in described["policies"]]
+    if dropped:
+        changed.append(f"policies {dropped!r} there, not in {described['policies']!r} now")
     if changed:
         raise ResumeError(f"{out} holds another scenario: " + "; ".join(changed))
     return {run_key(row) for row in rows if "error" not in row}

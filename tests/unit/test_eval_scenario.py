@@ -146,6 +146,16 @@ def test_a_resume_runs_only_what_the_folder_has_not_finished(tmp_path: Path) -> 
     more = dataclasses.replace(scenario, repeat=2)
     assert len(pending_runs(more, out, None, resume=True)) == 2 + 4
     assert len(pending_runs(scenario, out, None, resume=False)) == 4
+    # A policy added on resume: its runs, beside what had not finished.
+    added = pending_runs(scenario, out, ("none", "globecom", "bdp"), resume=True)
+    assert [(p.label, policy) for p, policy, _ in added] == [
+        ("flows=10", "globecom"),
+        ("flows=10", "bdp"),
+        ("flows=50", "globecom"),
+        ("flows=50", "bdp"),
+    ]
+    with pytest.raises(ResumeError, match=r"policies \['globecom'\] there"):
+        pending_runs(scenario, out, ("none",), resume=True)
 
 
 def test_a_resume_refuses_a_folder_of_another_scenario(tmp_path: Path) -> None:

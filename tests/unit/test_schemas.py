@@ -190,6 +190,15 @@ COUNTERS_V1 = {
 }
 
 
+def _read_from_v1(name: str, record: dict[str, Any]) -> dict[str, Any]:
+    """`record` written by a v1 writer (with its headers), read with the current schema."""
+    schema, headers = _released_codec(name, 1)
+    out = io.BytesIO()
+    schemaless_writer(out, schema, record)
+    decoded: dict[str, Any] = codec(name).decode(out.getvalue(), headers)
+    return decoded
+
+
 def test_link_counters_v2_counts_the_after_tap_and_reads_v1_records_as_zero_there() -> None:
     """v2 adds what left the router (after_packets, after_bytes); a v1 exporter's record,
     known by its fingerprint, reads with both 0, and a v2 record keeps them."""
@@ -198,13 +207,10 @@ def test_link_counters_v2_counts_the_after_tap_and_reads_v1_records_as_zero_ther
     assert check_backward(v2, v1) == []
     added = {f["name"] for f in v2["fields"]} - {f["name"] for f in v1["fields"]}
     assert added == {"after_packets", "after_bytes"}
-    schema, headers = _released_codec("LinkCounters", 1)
-    out = io.BytesIO()
-    schemaless_writer(out, schema, COUNTERS_V1)
-    counters = codec("LinkCounters")
-    assert counters.decode(out.getvalue(), headers) == {
+    assert _read_from_v1("LinkCounters", COUNTERS_V1) == {
         **COUNTERS_V1, "after_packets": 0, "after_bytes": 0,
     }  # fmt: skip
+    counters = codec("LinkCounters")
     now = {**COUNTERS_V1, "after_packets": 960, "after_bytes": 1_430_000}
     assert counters.decode(counters.encode(now), counters.headers) == now
 
@@ -228,13 +234,10 @@ def test_link_metrics_v2_adds_the_offered_load_and_reads_v1_records_without_it()
         "queue_delay_ns": None, "queue_delay_ewma_ns": None, "throughput_bps": 99_000_000,
         "utilisation": 0.99, "f": 0.0, "zscore": 0.0, "change": False, "buffer_bytes": None,
     }  # fmt: skip
-    schema, headers = _released_codec("LinkMetrics", 1)
-    out = io.BytesIO()
-    schemaless_writer(out, schema, window)
-    metrics = codec("LinkMetrics")
-    assert metrics.decode(out.getvalue(), headers) == {
+    assert _read_from_v1("LinkMetrics", window) == {
         **window, "offered_bps": None, "offered_utilisation": None,
     }  # fmt: skip
+    metrics = codec("LinkMetrics")
     now = {**window, "offered_bps": 104_000_000, "offered_utilisation": 1.04}
     assert metrics.decode(metrics.encode(now)) == now  # Flink's way: no headers
 
