@@ -186,14 +186,12 @@ class P4bsPolicy(SteppedPolicy):
 
     def _restart(self, window: Window, prefix: str) -> list[Decision]:
         self._start_over()
-        return self._start_bound_search(window, prefix + "new search, nothing kept; ")
+        return self._begin(window, prefix + "new search, nothing kept; ")
 
     # -- bound search (Algorithm 1) -------------------------------------------------------
 
     def _begin(self, window: Window, prefix: str) -> list[Decision]:
-        return self._start_bound_search(window, prefix)
-
-    def _start_bound_search(self, window: Window, prefix: str) -> list[Decision]:
+        """Algorithm 1's first step, the BDP."""
         rtt_ns = window.srtt_ns if window.srtt_ns is not None else window.rtt_min_ns
         if rtt_ns is None:
             return []  # no RTT yet: nothing to size a BDP from
