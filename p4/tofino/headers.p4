@@ -338,7 +338,7 @@ struct ig_md_t {
     bit<1> tap;
     bit<2> dir_mode;
     bit<1> dst_is_output;       /* output_prefixes hit (only used for DIR_BOTH ports) */
-    bit<1> out;                 /* resolved direction of this packet is `out` */
+    bit<1> is_out;              /* resolved direction of this packet is `out` */
     bit<16> cms_epoch;          /* sketch epoch, bumped by the control plane every reset */
     /* lengths */
     bit<32> l4_len;             /* total_len - 4*IHL; negative (bit 31) = bad_ipv4 */

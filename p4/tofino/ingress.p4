@@ -480,7 +480,7 @@ control Ingress(inout ig_headers_t hdr,
 
         /* Section 1: direction of this packet. */
         if (md.dir_mode == DIR_OUT || (md.dir_mode == DIR_BOTH && md.dst_is_output == 1)) {
-            md.out = 1;
+            md.is_out = 1;
         }
 
         /* Lengths and sequence arithmetic (mod 2^32), and the hashes of the own flow key. */
@@ -532,7 +532,7 @@ control Ingress(inout ig_headers_t hdr,
             bit<2> flow_stat = FLOW_STAT_START;
             bit<1> count_flow_stat = 0;
 
-            if (md.tap == TAP_BEFORE && md.out == 1) {
+            if (md.tap == TAP_BEFORE && md.is_out == 1) {
                 /* Section 5. */
                 if (md.has_payload == 1) {
                     if (md.payload == 1) {
@@ -611,10 +611,10 @@ control Ingress(inout ig_headers_t hdr,
                 }
             } else if (md.tap == TAP_AFTER) {
                 /* Section 3: data segments leaving the router, ACKs coming back. */
-                if (md.out == 1 && md.is_data == 1) {
+                if (md.is_out == 1 && md.is_data == 1) {
                     rtt_key_data();
                     md.rtt_op = RTT_OP_RECORD;
-                } else if (md.out == 0 && hdr.tcp.ack == 1) {
+                } else if (md.is_out == 0 && hdr.tcp.ack == 1) {
                     rtt_key_ack();
                     md.rtt_op = RTT_OP_LOOKUP;
                 }
@@ -664,7 +664,7 @@ control Ingress(inout ig_headers_t hdr,
 
             /* Sections 5-7 continue in egress: per-link counters (both taps, out) and the
              * queueing-delay table (both taps, out, payload > 0). Everything else stops. */
-            if (md.out == 1) {
+            if (md.is_out == 1) {
                 hdr.bridge.setValid();
                 hdr.bridge.link = (bit<16>)md.link;
                 hdr.bridge.count_traffic = 0;

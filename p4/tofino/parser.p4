@@ -35,7 +35,7 @@ parser IngressParser(packet_in pkt,
         md.tap = 0;
         md.dir_mode = 0;
         md.dst_is_output = 0;
-        md.out = 0;
+        md.is_out = 0;
         md.has_payload = 0;
         md.is_data = 0;
         md.retx = 0;

@@ -465,12 +465,12 @@ def test_each_measurement_runs_at_the_spec_tap() -> None:
     # out, ACKs back), queueing delay between the two (egress, both taps).
     text = source()
     order = [
-        "if (md.tap == TAP_BEFORE && md.out == 1)",
+        "if (md.tap == TAP_BEFORE && md.is_out == 1)",
         "loss_judge_one_byte.execute(",
         "lf_report.execute(",
         "} else if (md.tap == TAP_AFTER)",
-        "if (md.out == 1 && md.is_data == 1)",
-        "} else if (md.out == 0 && hdr.tcp.ack == 1)",
+        "if (md.is_out == 1 && md.is_data == 1)",
+        "} else if (md.is_out == 0 && hdr.tcp.ack == 1)",
         "rtt0_record.execute(",
         "rtt0_take.execute(",
     ]
