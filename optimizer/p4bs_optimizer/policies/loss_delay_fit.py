@@ -13,7 +13,11 @@ about B^1). Two measured buffers already place the optimum of the fitted sum.
   p = 1.5 / window^2 (in packets), delay is B / C (`first_guess_bytes`); N is the larger of
   the window's long flows and its flows with RTT samples. From one point, the next goes
   where f would peak if loss fell as 1/B and delay rose as B from what was measured there
-  (at most `first_stride` away). From two or more, loss and delay are each fitted as a
+  (at most `first_stride` away) — unless the first step lost more than
+  `loss_insensitive_ratio` times what the same model predicts there: then the flows do not
+  back off on loss (BBR keeps its own standing queue and loses heavily in any buffer below
+  it), and the second step probes the search max; if f is higher there, the search settles
+  on it. From two or more, loss and delay are each fitted as a
   power of the buffer (least squares in log-log, exponents clamped to [-4, 0] and [0, 2]),
   and the fitted f is maximised within reach of the measured range: `max_stride`, widened
   by that factor for each step in a row that went to the edge of its reach. A maximiser
@@ -75,6 +79,10 @@ class LossDelayFitOptions:
     # The second step's reach: the 1/B-and-B prior from one point may be far off (BBR keeps
     # a standing queue, and loses heavily below it, whatever the first guess says).
     first_stride: float = 4.0
+    # Measured loss over the Mathis prediction above which the flows are taken as
+    # loss-insensitive. On the Fig. 11 surfaces the ratio at the first guess is 1.1-1.6 for
+    # Cubic and Reno and 11-25 for BBR.
+    loss_insensitive_ratio: float = 4.0
     search_max_ns: int | None = None  # ns of line rate; None: the link's buffer.max
     min_utilisation: float = 0.95  # no search before a window shows the link this busy (P4BS's)
     reissue_after_ns: int = 30_000_000_000  # as P4BS's
@@ -92,6 +100,9 @@ class LossDelayFitOptions:
             close_enough=r.number("close_enough", d.close_enough, low=1, low_open=True),
             max_stride=r.number("max_stride", d.max_stride, low=1, low_open=True),
             first_stride=r.number("first_stride", d.first_stride, low=1, low_open=True),
+            loss_insensitive_ratio=r.number(
+                "loss_insensitive_ratio", d.loss_insensitive_ratio, low=1, low_open=True
+            ),
             search_max_ns=r.duration_ns("search_max_ns", 0) or None,
             min_utilisation=r.number("min_utilisation", d.min_utilisation, low=0),
             reissue_after_ns=r.duration_ns("reissue_after_ns", d.reissue_after_ns, allow_zero=True),
@@ -127,6 +138,13 @@ class PowerLaw:
         return cls(math.exp(v_mean - slope * u_mean), slope)
 
 
+def mathis_loss(link: LinkConfig, rtt_ns: int, flows: int, buffer_bytes: float) -> float:
+    """The loss rate of N loss-based flows keeping a buffer of `buffer_bytes` full: each
+    flow's window is (C * RTT + B) / N, and p = 1.5 / window^2 (window in packets)."""
+    window_bytes = (link.capacity_bps / 8 * rtt_ns / 1e9 + buffer_bytes) / flows
+    return MATHIS_CONSTANT / (window_bytes / MSS_BYTES) ** 2
+
+
 def first_guess_bytes(link: LinkConfig, rtt_ns: int, flows: int) -> float:
     """The buffer maximising f when N flows share the link with windows of
     (C * RTT + B) / N, lose p = 1.5 / window^2 and keep the queue full (delay B / C).
@@ -156,6 +174,7 @@ class LossDelayFitPolicy(SteppedPolicy):
         self.points: list[Point] = []
         self.edge_steps = 0  # consecutive fitted steps that went to the edge of their reach
         self.note = ""  # why the search began, for the next decision's reason
+        self.probing = False  # step 2 probes the search max (loss-insensitive flows)
 
     def _search_max(self) -> int:
         if self.config.search_max_ns is None:
@@ -182,7 +201,7 @@ class LossDelayFitPolicy(SteppedPolicy):
         return [self._new_step(window, buffer, SEARCH, 1, reason)]
 
     def _restart(self, window: Window, prefix: str) -> list[Decision]:
-        self.phase, self.points, self.edge_steps = SEARCH, [], 0
+        self.phase, self.points, self.edge_steps, self.probing = SEARCH, [], 0, False
         self.note = prefix + "new search from the settled buffer; "
         return self._measure_in_force(window)
 
@@ -215,7 +234,13 @@ class LossDelayFitPolicy(SteppedPolicy):
         )
         self.note = ""
         if len(self.points) == 1:
-            return self._second_step(window, point, seen)
+            return self._second_step(window, step, point, seen)
+        if self.probing:
+            self.probing = False
+            first = self.points[0]
+            if point.f > first.f:
+                reason = f"{seen}; f higher at the top than at step 1 ({first.f:.4f})"
+                return self._settle(window, point.buffer_bytes, reason, point.f)
         best, predicted, note, at_edge = self._fitted_optimum()
         nearest = min(self.points, key=lambda p: abs(math.log(p.buffer_bytes / best)))
         if abs(math.log(nearest.buffer_bytes / best)) <= math.log(self.config.close_enough):
@@ -231,10 +256,23 @@ class LossDelayFitPolicy(SteppedPolicy):
             reason += ", the edge of this step's reach"
         return [self._new_step(window, best, SEARCH, len(self.points) + 1, reason, f=point.f)]
 
-    def _second_step(self, window: Window, point: Point, seen: str) -> list[Decision]:
+    def _second_step(self, window: Window, step: Step, point: Point, seen: str) -> list[Decision]:
         """With loss ~ 1/B and delay ~ B, f = -(L B1 / B + D B / B1) from the terms L and
         D measured at B1 peaks at B1 sqrt(L / D): the second step goes there, at least
-        `close_enough` and at most `first_stride` away."""
+        `close_enough` and at most `first_stride` away. Loss far above what loss-based
+        flows would lose at B1 sends it to the search max instead."""
+        top = self._search_max()
+        if step.rtt_min_ns is not None and point.buffer_bytes < top:
+            flows = max(step.long_flows, step.rtt_flows, 1)
+            expected = mathis_loss(self.link, step.rtt_min_ns, flows, point.buffer_bytes)
+            if step.mean_loss() > self.config.loss_insensitive_ratio * expected:
+                self.probing = True
+                reason = (
+                    f"{seen}; {step.mean_loss() / expected:.1f} times the loss of {flows} "
+                    f"loss-based flows there: flows that do not back off on loss; step 2 "
+                    f"probes the top, {top} B"
+                )
+                return [self._new_step(window, top, SEARCH, 2, reason, f=point.f)]
         loss_term, delay_term = self._terms(point.loss, point.delay_ns)
         reach = self.config.first_stride
         stride = min(max(math.sqrt(loss_term / delay_term), 1 / reach), reach)
@@ -295,6 +333,7 @@ class LossDelayFitPolicy(SteppedPolicy):
             "points": [list(p) for p in self.points],
             "edge_steps": self.edge_steps,
             "note": self.note,
+            "probing": self.probing,
         }
 
     def restore(self, state: Mapping[str, Any]) -> None:
@@ -302,3 +341,4 @@ class LossDelayFitPolicy(SteppedPolicy):
         self.points = [Point(*p) for p in state["points"]]
         self.edge_steps = state["edge_steps"]
         self.note = state["note"]
+        self.probing = state.get("probing", False)  # absent from earlier snapshots

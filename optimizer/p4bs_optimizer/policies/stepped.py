@@ -60,6 +60,7 @@ class Step:
     measured_ns: int = 0
     rtt_min_ns: int | None = None  # of the last measured window that had one
     long_flows: int = 0  # of the last measured window
+    rtt_flows: int = 0  # of the last measured window
     loss_sum: float = 0.0  # of the windows' loss rates
     delay_sum_ns: float = 0.0  # of the windows' mean queueing delays (0 with no sample)
 
@@ -80,6 +81,7 @@ class Step:
         if window.rtt_min_ns is not None:
             self.rtt_min_ns = window.rtt_min_ns
         self.long_flows = window.long_flows
+        self.rtt_flows = window.rtt_flows
         self.loss_sum += window.loss_rate
         self.delay_sum_ns += window.queue_delay_ns or 0
 
