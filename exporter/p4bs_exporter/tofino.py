@@ -545,19 +545,23 @@ class TofinoTarget:
         )
 
     def _set_entry_scope(self) -> None:
-        """Every table the exporter writes or reads holds the same entries in all pipes: the
-        program's default, set again because a scope an earlier session changed outlives it.
-        A table's scope can only change while it is empty, so this follows the clears."""
-        names = (PORT_TABLE, PREFIX_TABLE, LONG_FLOWS, CONFIG_TABLE, QDELAY_LPF)
-        registers = (*(r for r, _ in COUNTER_REGISTERS), QDELAY_SUM, QDELAY_EWMA)
-        for name in (*names, *registers):
+        """The tables the exporter adds entries to hold them in all pipes: the program's
+        default, set again because a scope an earlier session changed outlives it. A
+        table's scope can only change while it is empty, so this follows the clears. A
+        refusal is reported, not fatal: the default scope is this one, and an entry the
+        scope really refuses fails its own add."""
+        for name in (PORT_TABLE, PREFIX_TABLE, LONG_FLOWS):
             table = self._table(name)
-            if ENTRY_SCOPE in table.info.attributes_supported_get():
+            if ENTRY_SCOPE not in table.info.attributes_supported_get():
+                continue
+            try:
                 table.attribute_entry_scope_set(
                     self._target,
                     predefined_pipe_scope=True,
                     predefined_pipe_scope_val=self._pb2_module.Mode.ALL,
                 )
+            except Exception as exc:
+                self._problem(f"{name}: entry scope not set: {type(exc).__name__}: {exc}")
 
     def _program_lpf(self, taus: Mapping[int, float]) -> None:
         """Sets the queueing-delay filter of each link index to SAMPLE mode with the time
