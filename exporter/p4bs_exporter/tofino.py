@@ -18,6 +18,7 @@ import ipaddress
 import json
 import math
 import os
+import queue
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -126,11 +127,28 @@ QDELAY_SUM_LO_BITS = 32
 QDELAY_SUM_BITS = 64
 QDELAY_EWMA = "Egress.link_qdelay_ewma"
 QDELAY_EWMA_FIELD = "f1"
+# Lpf Egress.link_qdelay_lpf (index = link index) computes that EWMA; SPEC §6 gives each new
+# sample the weight 2^-QDELAY_EWMA_SHIFT.
+QDELAY_LPF = "Egress.link_qdelay_lpf"
+QDELAY_EWMA_SHIFT = 3
 
 # bfrt_grpc's own names (not in the P4; the README's contract documents them).
 ENTRY_TTL = "$ENTRY_TTL"
 REGISTER_INDEX = "$REGISTER_INDEX"
 REGISTER_PARAM_VALUE = "value"
+REGISTER_SYNC = "Sync"  # operations_execute: copy a register table from the hardware at once
+LPF_INDEX = "$LPF_INDEX"
+LPF_SPEC_TYPE = "$LPF_SPEC_TYPE"  # str_val: "SAMPLE" filters the input's value, "RATE" its rate
+LPF_SAMPLE = "SAMPLE"
+LPF_GAIN_TIME_CONSTANT = "$LPF_SPEC_GAIN_TIME_CONSTANT_NS"  # float_val, ns, input above output
+LPF_DECAY_TIME_CONSTANT = "$LPF_SPEC_DECAY_TIME_CONSTANT_NS"  # float_val, ns, input below
+LPF_OUT_SCALE_DOWN = "$LPF_SPEC_OUT_SCALE_DOWN_FACTOR"  # val: the output is shifted right by it
+ENTRY_SCOPE = "EntryScope"  # the table attribute attribute_entry_scope_set writes
+# google.rpc codes of a failed entry, as the bf_rt server maps the driver's status
+# (bf_rt_server_impl.hpp, to_grpc_status).
+RPC_ALREADY_EXISTS = 6  # BF_ALREADY_EXISTS
+RPC_RESOURCE_EXHAUSTED = 8  # BF_NO_SPACE, BF_NO_SYS_RESOURCES: the table is full
+RPC_UNAVAILABLE = 14  # BF_NOT_READY, BF_TABLE_LOCKED, BF_DEVICE_LOCKED, BF_IN_USE; or no server
 
 # --- end of the contract ---------------------------------------------------------------------
 
@@ -140,6 +158,18 @@ QDELAY_SUM_WRAP = 1 << QDELAY_SUM_BITS
 CLOCK_REANCHOR_NS = 60 * 10**9  # a switch clock that jumps (reset, 48-bit wrap): re-anchor
 MAX_PROBLEMS = 100
 DIGESTS_PER_ROUND = 1000
+# The queueing-delay LPF's time constant (see lpf_time_constant_ns). Before a link has counted
+# samples, its gap is taken as that of full-size packets at line rate; it is re-tuned when
+# an interval's sample rate asks for a constant off by more than LPF_RETUNE_RATIO.
+FULL_PACKET_BITS = 1500 * 8
+LPF_RETUNE_RATIO = 1.25
+# pipe_mgr encodes the constant in clock cycles as a 9-bit mantissa and a 5-bit exponent:
+# below 2^32 cycles (2.8 s at 1.5 GHz), and at least one cycle.
+LPF_MIN_TIME_CONSTANT_NS = 100.0
+LPF_MAX_TIME_CONSTANT_NS = 1e9
+# Reconnecting after the notification stream broke: the first attempt at once, then waits
+# doubling up to the maximum; the loop checks for stop this often meanwhile.
+RECONNECT_FIRST_S, RECONNECT_MAX_S, RECONNECT_POLL_S = 0.5, 5.0, 0.05
 
 SDE_HINT = (
     "the tofino target needs the SDE's Python client bfrt_grpc: set PYTHONPATH to "
@@ -189,6 +219,32 @@ def tofino_links(config: Config, switch: SwitchConfig) -> list[LinkConfig]:
     if problems:
         raise SpecError(problems)
     return links
+
+
+def lpf_time_constant_ns(sample_gap_ns: float) -> float:
+    """The LPF time constant that gives a sample coming `sample_gap_ns` after the previous one
+    the weight SPEC §6's EWMA gives every sample, 2^-QDELAY_EWMA_SHIFT.
+
+    In SAMPLE mode the filter moves its output y toward each input x by y += (x - y) · a with
+    a = 1 - e^(-dt/tau), dt the time since its previous input: a = 2^-s when
+    tau = dt / -ln(1 - 2^-s), i.e. dt / ln(8/7) = 7.49 dt for s = 3. Clamped to what the
+    hardware can hold."""
+    tau = sample_gap_ns / -math.log1p(-(2.0**-QDELAY_EWMA_SHIFT))
+    return min(max(tau, LPF_MIN_TIME_CONSTANT_NS), LPF_MAX_TIME_CONSTANT_NS)
+
+
+def rpc_codes(error: BaseException, client: Any) -> set[int]:
+    """The google.rpc codes of a failed bfrt_grpc call: those of the failed entries of a batch
+    (the exception's sub-errors), else the call's own gRPC status (the server unreachable, a
+    deadline); empty for an exception that is not a bfrt RPC error."""
+    if not isinstance(error, client.BfruntimeRpcException):
+        return set()
+    codes = {int(e.canonical_code) for _, e in error.sub_errors_get()}
+    status = getattr(error, "grpc_error", None)
+    if not codes and status is not None:
+        value = status.code().value  # grpc.StatusCode: (number, name)
+        codes.add(int(value[0] if isinstance(value, tuple) else value))
+    return codes
 
 
 def _as_int(value: Any, what: str) -> int:
@@ -328,6 +384,10 @@ class TofinoTarget:
         self._info: Any = None
         self._target: Any = None
         self._learn_ids: dict[int, str] = {}
+        self._register_keys: dict[str, list[Any]] = {}  # per register, the links' indexes
+        self._lpf_tau: dict[int, float] = {}  # per link index, the LPF's time constant, ns
+        self._next_reconnect = 0.0
+        self._reconnect_delay = RECONNECT_FIRST_S
         self._first_record: float | None = None
 
     # --- Target interface -------------------------------------------------------------
@@ -392,11 +452,7 @@ class TofinoTarget:
             self._set(undelivered_at_exit=remaining)
         if self._first_record is not None:
             self._set(active_s=round(time.monotonic() - self._first_record, 3))
-        if self._interface is not None and hasattr(self._interface, "tear_down_stream"):
-            try:
-                self._interface.tear_down_stream()
-            except Exception as exc:  # the stream may be gone already
-                self._problem(f"tear_down_stream: {exc}")
+        self._close_interface()
         self._set(state="failed" if failed else "done")
         final = self.stats()
         self._write_stats(final)
@@ -415,9 +471,18 @@ class TofinoTarget:
         self._interface.bind_pipeline_config(self.program)
         self._info = self._interface.bfrt_info_get(self.program)
         self._target = gc.Target(device_id=self.switch.device_id, pipe_id=0xFFFF)
+        self._register_keys = {}
         for learn_name in (RTT_DIGEST, FLOW_DIGEST):
             learn = self._info.learn_get(learn_name)
             self._learn_ids[int(learn.info.id_get())] = learn_name
+
+    def _close_interface(self) -> None:
+        interface, self._interface = self._interface, None
+        if interface is not None and hasattr(interface, "tear_down_stream"):
+            try:
+                interface.tear_down_stream()
+            except Exception as exc:  # the stream may be gone already
+                self._problem(f"tear_down_stream: {exc}")
 
     def _table(self, name: str) -> Any:
         return self._info.table_get(name)
@@ -428,6 +493,7 @@ class TofinoTarget:
         flows = self._table(LONG_FLOWS)
         for table in (ports, prefixes, flows):
             table.entry_del(target)  # start from what the config says, nothing stale
+        self._set_entry_scope()
         keys, data = [], []
         prefix_keys, prefix_data = [], []
         for state in self.links:
@@ -471,6 +537,65 @@ class TofinoTarget:
         value = gc.DataTuple(REGISTER_PARAM_VALUE, units)
         rtt_param.default_entry_set(target, rtt_param.make_data([value]))
         self._set_cms_epoch()
+        self._program_lpf(
+            {
+                s.index: lpf_time_constant_ns(FULL_PACKET_BITS * 1e9 / max(1, s.link.capacity_bps))
+                for s in self.links
+            }
+        )
+
+    def _set_entry_scope(self) -> None:
+        """The tables the exporter adds entries to hold them in all pipes: the program's
+        default, set again because a scope an earlier session changed outlives it. A
+        table's scope can only change while it is empty, so this follows the clears. A
+        refusal is reported, not fatal: the default scope is this one, and an entry the
+        scope really refuses fails its own add."""
+        for name in (PORT_TABLE, PREFIX_TABLE, LONG_FLOWS):
+            table = self._table(name)
+            if ENTRY_SCOPE not in table.info.attributes_supported_get():
+                continue
+            try:
+                table.attribute_entry_scope_set(
+                    self._target,
+                    predefined_pipe_scope=True,
+                    predefined_pipe_scope_val=self._pb2_module.Mode.ALL,
+                )
+            except Exception as exc:
+                self._problem(f"{name}: entry scope not set: {type(exc).__name__}: {exc}")
+
+    def _program_lpf(self, taus: Mapping[int, float]) -> None:
+        """Sets the queueing-delay filter of each link index to SAMPLE mode with the time
+        constant given (ns, see lpf_time_constant_ns), in one write; the output unscaled."""
+        gc, table = self._gc, self._table(QDELAY_LPF)
+        keys, data = [], []
+        for index, tau in sorted(taus.items()):
+            keys.append(table.make_key([gc.KeyTuple(LPF_INDEX, index)]))
+            spec = [
+                gc.DataTuple(LPF_SPEC_TYPE, str_val=LPF_SAMPLE),
+                gc.DataTuple(LPF_GAIN_TIME_CONSTANT, float_val=float(tau)),
+                gc.DataTuple(LPF_DECAY_TIME_CONSTANT, float_val=float(tau)),
+                gc.DataTuple(LPF_OUT_SCALE_DOWN, 0),
+            ]
+            data.append(table.make_data(spec))
+        table.entry_add(self._target, keys, data)
+        self._lpf_tau.update(taus)
+
+    def _retune_lpf(self, samples: Mapping[int, int], interval_ns: int) -> None:
+        """Follows each link's sample rate: a link whose samples of the last interval ask for
+        a time constant off by more than LPF_RETUNE_RATIO from its filter's gets it (one
+        write for all of them). A link without samples keeps its constant."""
+        changed = {}
+        for index, count in samples.items():
+            if count > 0 and interval_ns > 0:
+                tau = lpf_time_constant_ns(interval_ns / count)
+                now = self._lpf_tau.get(index)
+                if now is None or abs(math.log(tau / now)) > math.log(LPF_RETUNE_RATIO):
+                    changed[index] = tau
+        if changed:
+            try:
+                self._program_lpf(changed)
+            except Exception as exc:  # kept as they were; the next interval tries again
+                self._problem(f"{QDELAY_LPF} re-tune: {type(exc).__name__}: {exc}")
 
     def _ttl_ms(self) -> int:
         return max(1, math.ceil(self.config.dataplane.long_flow_ttl_ns / 1_000_000))
@@ -490,19 +615,27 @@ class TofinoTarget:
 
     def _run(self) -> None:
         next_stats = time.monotonic()
-        next_epoch = time.monotonic() + self.config.dataplane.cms_reset_ns / 1e9
+        cms_reset_s = self.config.dataplane.cms_reset_ns / 1e9
+        next_epoch = time.monotonic() + cms_reset_s
         try:
             while not self._stop.is_set():
-                self._poll_digests()
-                self._poll_idle()
-                now = time.time_ns()
-                tick = self._tick_floor(now)
-                if tick > self._last_tick_ns:
-                    self._export(tick)
-                if time.monotonic() >= next_epoch:
-                    self._cms_epoch = (self._cms_epoch + 1) % (1 << CMS_EPOCH_BITS)
-                    self._set_cms_epoch()
-                    next_epoch += self.config.dataplane.cms_reset_ns / 1e9
+                if self._interface is not None and (failure := self._stream_failure()):
+                    self._lose_stream(failure)
+                if self._interface is None:
+                    self._try_reconnect()
+                if self._interface is not None:
+                    self._poll_digests()
+                    self._poll_idle()
+                    now = time.time_ns()
+                    tick = self._tick_floor(now)
+                    if tick > self._last_tick_ns:
+                        self._export(tick)
+                    if time.monotonic() >= next_epoch:
+                        self._cms_epoch = (self._cms_epoch + 1) % (1 << CMS_EPOCH_BITS)
+                        self._set_cms_epoch()
+                        next_epoch = max(next_epoch + cms_reset_s, time.monotonic())
+                else:  # out of reach: paced until the next attempt, stop wakes it at once
+                    self._stop.wait(RECONNECT_POLL_S)
                 assert self._producer is not None
                 self._producer.flush(0)  # serves delivery reports
                 if time.monotonic() >= next_stats:
@@ -515,6 +648,62 @@ class TofinoTarget:
 
     def _tick_floor(self, now_ns: int) -> int:
         return now_ns - now_ns % self.interval_ns
+
+    # --- the notification stream, and reconnecting ------------------------------------
+
+    def _stream_failure(self) -> str | None:
+        """Why the notification stream is gone, or None while it lives. When the stream
+        fails (bf_switchd restarted or is gone) the client's receiver thread puts the gRPC
+        error into `exception_q` and ends, and digest_get / idletime_notification_get go on
+        timing out exactly as when the switch is idle: only these two tell."""
+        errors = getattr(self._interface, "exception_q", None)
+        if errors is not None:
+            try:
+                error = errors.get_nowait()
+            except queue.Empty:
+                pass
+            else:
+                return f"{type(error).__name__}: {error}".strip()
+        receiver = getattr(self._interface, "stream_recv_thread", None)
+        if receiver is not None and not receiver.is_alive():
+            return "the stream's receiver thread has ended"
+        return None
+
+    def _lose_stream(self, reason: str) -> None:
+        """Stops reading a switch whose stream is gone. Its long-flow table is lost or about
+        to be cleared, so the flows listed end now (`idle_timeout`, packets 0) and start
+        again when the data plane reports them; `_try_reconnect` follows."""
+        self._count_pipeline("stream_errors")
+        self._problem(f"notification stream lost ({reason}); reconnecting")
+        self._set(state="reconnecting", last_error=f"bfrt notification stream lost: {reason}")
+        self._close_interface()
+        now = time.time_ns()
+        for key in sorted(self.listed):
+            event = self._flow_event(self.links[key[0]], key, "end", "idle_timeout", 0, now)
+            self._produce("flow_events", event)
+        self.listed.clear()
+        self._next_reconnect = time.monotonic()
+        self._reconnect_delay = RECONNECT_FIRST_S
+
+    def _try_reconnect(self) -> None:
+        """Connects, programs the tables as at start and takes new register baselines (a
+        restarted switch counts from 0 again, so the counts of the outage are lost; the first
+        record after it covers the time since the new baseline). A failure waits longer
+        before the next attempt, up to RECONNECT_MAX_S."""
+        if time.monotonic() < self._next_reconnect:
+            return
+        try:
+            self._connect()
+            self._program_tables()
+            self._baseline()
+        except Exception as exc:
+            self._close_interface()
+            self._problem(f"reconnect to {self.switch.address} failed: {type(exc).__name__}: {exc}")
+            self._next_reconnect = time.monotonic() + self._reconnect_delay
+            self._reconnect_delay = min(2 * self._reconnect_delay, RECONNECT_MAX_S)
+            return
+        self._count_pipeline("reconnects")
+        self._set(state="running")
 
     def _poll_digests(self) -> None:
         timeout = min(0.01, self.interval_ns / 4e9)
@@ -635,21 +824,27 @@ class TofinoTarget:
         )
 
     def _insert(self, key: FlowKey) -> bool:
-        """Lists the flow; False if the table had no room or refused it."""
+        """Lists the flow; False if the table had no room or refused it, sorted by the
+        server's error code. A transient refusal (table locked, device not ready, in use) is
+        counted and dropped, not retried here: while the flow is unlisted the data plane sends
+        its start digest again (at most every LF_REPORT_GAP_NS, 10 ms), and that is the retry
+        — it costs the loop no wait and ends by itself when the flow does."""
         table = self._table(LONG_FLOWS)
         data = table.make_data([self._gc.DataTuple(ENTRY_TTL, self._ttl_ms())], LONG_FLOW_HIT)
         try:
             table.entry_add(self._target, [self._flow_key(table, key)], [data])
         except Exception as exc:
-            text = str(exc).lower()
-            if "exist" in text:  # inserted already (a race with ourselves): it is listed
+            codes = rpc_codes(exc, self._gc)
+            if codes == {RPC_ALREADY_EXISTS}:  # inserted already (a race with ourselves)
                 self.listed.add(key)
                 self._count_pipeline("long_flow_already_listed")
-                return False
-            if any(s in text for s in ("no space", "full", "resource_exhausted", "no_space")):
+            elif RPC_RESOURCE_EXHAUSTED in codes:
                 self._count_pipeline("long_flow_table_full")
-                return False
-            self._problem(f"{LONG_FLOWS} insert {key}: {exc}")
+            elif RPC_UNAVAILABLE in codes:
+                self._count_pipeline("long_flow_insert_transient")
+            else:
+                self._count_pipeline("long_flow_insert_failed")
+                self._problem(f"{LONG_FLOWS} insert {key}: {type(exc).__name__}: {exc}")
             return False
         self.listed.add(key)
         return True
@@ -707,11 +902,19 @@ class TofinoTarget:
         return out
 
     def _read_register(self, register: str) -> Iterable[tuple[int, Mapping[str, Any]]]:
+        """The links' cells of one register: a Sync copies the whole table from the hardware
+        at once (one DMA per pipe), then one read takes the links' cells from that copy
+        (from_hw False) — instead of one hardware read per index and pipe."""
         table = self._table(register)
-        keys = [table.make_key([self._gc.KeyTuple(REGISTER_INDEX, s.index)]) for s in self.links]
+        keys = self._register_keys.get(register)
+        if keys is None:
+            index_key = self._gc.KeyTuple
+            keys = [table.make_key([index_key(REGISTER_INDEX, s.index)]) for s in self.links]
+            self._register_keys[register] = keys
         wanted = {s.index for s in self.links}
         seen = set()
-        for data, key in table.entry_get(self._target, keys, {"from_hw": True}):
+        table.operations_execute(self._target, REGISTER_SYNC)
+        for data, key, *_ in table.entry_get(self._target, keys, {"from_hw": False}):
             index = _as_int(key.to_dict()[REGISTER_INDEX]["value"], REGISTER_INDEX)
             if index in wanted:
                 seen.add(index)
@@ -728,6 +931,7 @@ class TofinoTarget:
         for batch in self._rtt_batches.close(tick_ns):
             self._produce("rtt_samples", batch)
         interval = tick_ns - self._last_tick_ns
+        samples: dict[int, int] = {}
         for state in self.links:
             now, last = values[state.index], state.last or values[state.index]
             record: dict[str, Any] = {
@@ -745,7 +949,9 @@ class TofinoTarget:
             state.last = now
             state.seq += 1
             self._produce("link_counters", record)
+            samples[state.index] = record["queue_delay_samples"]
         self._last_tick_ns = tick_ns
+        self._retune_lpf(samples, interval)
 
     # --- stats ------------------------------------------------------------------------
 

@@ -1,23 +1,37 @@
-"""The tofino exporter target against a fake bfrt_grpc (same calls, in memory) and the real
-broker: tables programmed from the config, digests and idle notifications into records,
-register differences (with wrap-around) into LinkCounters, bad digests counted, not fatal."""
+"""The tofino exporter target against a fake bfrt_grpc (tests/fakebfrt.py: the real client's
+calls and, where the exporter depends on it, its behaviour) and the real broker: tables
+programmed from the config with their entry scope, the queueing-delay filter programmed and
+re-tuned, digests and idle notifications into records, registers synced and read in bulk,
+their differences (with wrap-around) into LinkCounters, insert errors sorted by their code,
+a broken notification stream detected and reconnected, bad digests counted, not fatal."""
 
 from __future__ import annotations
 
 import ipaddress
-import queue
-import re
+import math
 import sys
 import time
 import types
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fakebfrt import (
+    INVALID_ARGUMENT,
+    MODE_ALL,
+    MODE_SINGLE,
+    RESOURCE_EXHAUSTED,
+    UNAVAILABLE,
+    DataTuple,
+    Key,
+    KeyTuple,
+    Switch,
+    fake_modules,
+    write_config,
+)
 
-from p4bs import paths
 from p4bs.bus import Received, RecordConsumer
 from p4bs.config import Config, load_config
 from p4bs_exporter.target import ExporterError
@@ -28,175 +42,7 @@ from p4bs_schemas.rtt_batch import samples_of
 
 RTT_ID, FLOW_ID = 101, 202
 LINK0, LINK1 = "r1:eth1", "r1:eth2"
-
-
-# --- a fake bfrt_grpc.client ---------------------------------------------------------
-
-
-class KeyTuple:
-    def __init__(self, name: str, value: Any = None, mask: Any = None, prefix_len: Any = None):
-        self.name, self.value, self.mask, self.prefix_len = name, value, mask, prefix_len
-
-
-class DataTuple:
-    def __init__(self, name: str, val: Any = None):
-        self.name, self.val = name, val
-
-
-class Key:
-    def __init__(self, fields: list[KeyTuple]):
-        self.fields = {f.name: f for f in fields}
-
-    def ident(self) -> tuple[Any, ...]:
-        return tuple(sorted((n, f.value, f.prefix_len) for n, f in self.fields.items()))
-
-    def to_dict(self) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
-        for name, f in self.fields.items():
-            out[name] = {"value": f.value}
-            if f.prefix_len is not None:
-                out[name]["prefix_len"] = f.prefix_len
-        return out
-
-
-class Data:
-    def __init__(self, fields: dict[str, Any], action_name: str | None = None):
-        self.fields, self.action_name = fields, action_name
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.fields, "action_name": self.action_name, "is_default_entry": False}
-
-
-class Table:
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.entries: dict[tuple[Any, ...], tuple[Key, Data]] = {}
-        self.calls: list[tuple[str, Any]] = []
-        self.full = False
-
-    def make_key(self, fields: list[KeyTuple]) -> Key:
-        return Key(fields)
-
-    def make_data(self, fields: list[DataTuple], action_name: str | None = None) -> Data:
-        return Data({f.name: f.val for f in fields}, action_name)
-
-    def entry_add(self, target: Any, keys: list[Key], datas: list[Data]) -> None:
-        self.calls.append(("add", [k.ident() for k in keys]))
-        for key, data in zip(keys, datas, strict=True):
-            if key.ident() in self.entries:
-                raise RuntimeError("Error: ALREADY_EXISTS")
-            if self.full:
-                raise RuntimeError("Error: table full, no space")
-            self.entries[key.ident()] = (key, data)
-
-    def entry_del(self, target: Any, keys: list[Key] | None = None) -> None:
-        self.calls.append(("del", None if keys is None else [k.ident() for k in keys]))
-        if keys is None:
-            self.entries.clear()
-        for key in keys or []:
-            self.entries.pop(key.ident(), None)
-
-    def default_entry_set(self, target: Any, data: Data) -> None:
-        self.calls.append(("default", data.to_dict()))
-
-    def attribute_idle_time_set(self, target: Any, *args: Any) -> None:
-        self.calls.append(("idle", args))
-
-
-class Register(Table):
-    """Register values scripted per read: read n returns script[min(n, last)]; each is
-    {index: {field: [per-pipe values]}}."""
-
-    def __init__(self, name: str, script: list[dict[int, dict[str, list[int]]]]) -> None:
-        super().__init__(name)
-        self.script = script
-        self.reads: list[Any] = []
-
-    def entry_get(self, target: Any, keys: list[Key], flags: dict[str, bool]) -> Iterator[Any]:
-        self.reads.append(flags)
-        values = self.script[min(len(self.reads) - 1, len(self.script) - 1)]
-        for key in keys:
-            index = key.fields["$REGISTER_INDEX"].value
-            fields = values.get(index, {})
-            yield Data({f"{self.name}.{n}": v for n, v in fields.items()}), key
-
-
-class Learn:
-    def __init__(self, ident: int) -> None:
-        self.info = types.SimpleNamespace(id_get=lambda: ident)
-
-    def make_data_list(self, digest: Any) -> list[Data]:
-        return [Data(dict(entry)) for entry in digest.entries]
-
-
-class Switch:
-    """What a ClientInterface connects to: tables, learn objects, notification queues."""
-
-    def __init__(self, registers: dict[str, Register]) -> None:
-        names = ("port_to_link", "output_prefixes", "long_flows", "config", "rtt_min_interval")
-        self.tables: dict[str, Table] = {f"Ingress.{n}": Table(f"Ingress.{n}") for n in names}
-        self.tables.update(registers)
-        self.learns = {
-            "IngressDeparser.rtt_digest": Learn(RTT_ID),
-            "IngressDeparser.flow_digest": Learn(FLOW_ID),
-        }
-        self.digests: queue.Queue[Any] = queue.Queue()
-        self.idle: queue.Queue[Any] = queue.Queue()
-        self.connected: list[tuple[Any, ...]] = []
-
-    def digest(self, ident: int, *entries: dict[str, Any]) -> None:
-        self.digests.put(types.SimpleNamespace(digest_id=ident, entries=entries))
-
-
-class Info:
-    def __init__(self, switch: Switch) -> None:
-        self.switch = switch
-
-    def table_get(self, name: str) -> Table:
-        return self.switch.tables[name]
-
-    def learn_get(self, name: str) -> Learn:
-        return self.switch.learns[name]
-
-    def key_from_idletime_notification(self, notification: Any) -> Key:
-        key: Key = notification.key
-        return key
-
-
-def fake_modules(switch: Switch) -> dict[str, types.ModuleType]:
-    class ClientInterface:
-        def __init__(self, grpc_addr: str, client_id: int, device_id: int, **kw: Any):
-            switch.connected.append((grpc_addr, client_id, device_id))
-
-        def bind_pipeline_config(self, program: str) -> None:
-            switch.connected.append(("bind", program))
-
-        def bfrt_info_get(self, program: str) -> Info:
-            return Info(switch)
-
-        def digest_get(self, timeout: float = 1) -> Any:
-            try:
-                return switch.digests.get(timeout=timeout)
-            except queue.Empty:
-                raise RuntimeError("Digest list not received.") from None
-
-        def idletime_notification_get(self, timeout: float = 1) -> Any:
-            try:
-                return switch.idle.get(timeout=timeout)
-            except queue.Empty:
-                raise RuntimeError("Idletime notification not received") from None
-
-    client = types.ModuleType("bfrt_grpc.client")
-    pb2 = types.ModuleType("bfrt_grpc.bfruntime_pb2")
-    package = types.ModuleType("bfrt_grpc")
-    client.ClientInterface = ClientInterface  # type: ignore[attr-defined]
-    client.KeyTuple = KeyTuple  # type: ignore[attr-defined]
-    client.DataTuple = DataTuple  # type: ignore[attr-defined]
-    client.Target = lambda device_id=0, pipe_id=0xFFFF: (device_id, pipe_id)  # type: ignore[attr-defined]
-    client.Notifications = lambda **kw: kw  # type: ignore[attr-defined]
-    pb2.IdleTable = types.SimpleNamespace(IDLE_TABLE_NOTIFY_MODE=1)  # type: ignore[attr-defined]
-    package.client, package.bfruntime_pb2 = client, pb2  # type: ignore[attr-defined]
-    return {"bfrt_grpc": package, "bfrt_grpc.client": client, "bfrt_grpc.bfruntime_pb2": pb2}
+ENTRY_TABLES = ("port_to_link", "output_prefixes", "long_flows")  # the exporter adds to them
 
 
 # --- fixtures ------------------------------------------------------------------------
@@ -204,52 +50,23 @@ def fake_modules(switch: Switch) -> dict[str, types.ModuleType]:
 W = 2**32
 
 
-def counters(packets: list[int], sum_lo: int = 0, sum_hi: int = 0) -> dict[str, Register]:
-    """Registers whose link 0 `packets` follows `packets` (two pipes: the value and 3),
-    link 1 stays at 0."""
+Script = list[dict[int, dict[str, list[int]]]]
+
+
+def counters(packets: list[int], sum_lo: int = 0, sum_hi: int = 0) -> dict[str, Script]:
+    """Register scripts (fakebfrt.Register) whose link 0 `packets` follows `packets` (two
+    pipes: the value and 3), link 1 stays at 0."""
     traffic = [{0: {"packets": [p, 3], "bytes": [p * 100, 0]}} for p in packets]
     # What left the router: its own counts, wrapping too (deltas 30, 40, 880, then 0).
     carried = [W - 50, W - 20, 20, 900][: len(packets)]
     after = [{0: {"packets": [a, 0], "bytes": [a * 80 % W, 0]}} for a in carried]
     qsum = [{0: {"sum_lo": [sum_lo], "sum_hi": [sum_hi]}}, {0: {"sum_lo": [5], "sum_hi": [1]}}]
-    regs = {
-        "Egress.link_traffic": Register("Egress.link_traffic", traffic),
-        "Egress.link_after": Register("Egress.link_after", after),
-        "Egress.link_data": Register("Egress.link_data", [{}]),
-        "Egress.link_retx": Register("Egress.link_retx", [{}]),
-        "Egress.link_qdelay_samples": Register("Egress.link_qdelay_samples", [{}]),
-        "Egress.link_qdelay_sum": Register("Egress.link_qdelay_sum", qsum),
-        "Egress.link_qdelay_ewma": Register("Egress.link_qdelay_ewma", [{0: {"f1": [0, 700]}}]),
+    return {
+        "Egress.link_traffic": traffic,
+        "Egress.link_after": after,
+        "Egress.link_qdelay_sum": qsum,
+        "Egress.link_qdelay_ewma": [{0: {"f1": [0, 700]}}],
     }
-    for reg in regs.values():  # every index answers, zero unless scripted
-        for snap in reg.script:
-            for index in (0, 1):
-                snap.setdefault(index, {})
-                for f in ("packets", "bytes", "f1", "sum_lo", "sum_hi"):
-                    snap[index].setdefault(f, [0])
-    return regs
-
-
-def write_config(directory: Path, bootstrap: str, topics: dict[str, str]) -> Path:
-    """The example config on a Tofino: link r1:eth1 on ports 4/5 with its prefix, and
-    r1:eth2 on ports 8/9 without any."""
-    text = (paths.default_config()).read_text()
-    table = ", ".join(f'{s} = "{t}"' for s, t in topics.items())
-    text = re.sub(
-        r"^bootstrap = .*$", f'bootstrap = "{bootstrap}"\ntopics = {{ {table} }}', text, flags=re.M
-    )
-    text = text.replace('target = "model"', 'target = "tofino"\naddress = "127.0.0.1:50052"')
-    text = text.replace('switch = "model0"', 'switch = "tof0"').replace('"model0"', '"tof0"')
-    text = re.sub(r"^taps = .*$", "taps = { before = 4, after = 5 }", text, flags=re.M)
-    text = re.sub(r"^export_interval = .*$", 'export_interval = "50ms"', text, flags=re.M)
-    block = re.search(r"^\[\[links\]\]\n(.*?)^policy = .*?$", text, flags=re.M | re.S)
-    assert block is not None
-    second = block.group(0).replace('interface = "eth1"', 'interface = "eth2"')
-    second = second.replace("before = 4, after = 5", "before = 8, after = 9")
-    second = re.sub(r"^output_prefixes = .*$", "", second, flags=re.M)
-    path = directory / "config.toml"
-    path.write_text(text + "\n" + second + "\n")
-    return path
 
 
 @pytest.fixture
@@ -284,17 +101,29 @@ class Run:
 
 
 @pytest.fixture
-def run(
+def runner(
     config: Config, topics: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Run]:
-    switch = Switch(counters([W - 100, W - 10, 40, 1040], sum_lo=W - 5))
-    for name, module in fake_modules(switch).items():
-        monkeypatch.setitem(sys.modules, name, module)
-    r = Run(config, topics, switch, tmp_path)
-    r.target.start()
-    yield r
-    r.target.stop(30)
-    r.consumer.close()
+) -> Iterator[Callable[[Switch], Run]]:
+    """Starts the target on a switch the test prepared; stops it at the end."""
+    runs: list[Run] = []
+
+    def start(switch: Switch) -> Run:
+        for name, module in fake_modules(switch).items():
+            monkeypatch.setitem(sys.modules, name, module)
+        r = Run(config, topics, switch, tmp_path)
+        runs.append(r)
+        r.target.start()
+        return r
+
+    yield start
+    for r in runs:
+        r.target.stop(30)
+        r.consumer.close()
+
+
+@pytest.fixture
+def run(runner: Callable[[Switch], Run]) -> Run:
+    return runner(Switch(counters([W - 100, W - 10, 40, 1040], sum_lo=W - 5)))
 
 
 def ip(text: str) -> int:
@@ -329,6 +158,10 @@ def flow(event: int, link: int = 0, count: int = 2000) -> dict[str, Any]:
 # --- tests ---------------------------------------------------------------------------
 
 
+def pipeline(run: Run, name: str) -> int:
+    return run.target.stats().pipeline.get(name, 0)
+
+
 def test_tables_programmed_from_config(run: Run) -> None:
     assert run.switch.connected[:2] == [("127.0.0.1:50052", 0, 0), ("bind", "p4bs")]
     ports = run.switch.tables["Ingress.port_to_link"]
@@ -352,6 +185,75 @@ def test_tables_programmed_from_config(run: Run) -> None:
     )
     idle = [c for c in run.switch.tables["Ingress.long_flows"].calls if c[0] == "idle"]
     assert idle == [("idle", (True, 1, 50, 2000, 2000))]  # notify mode, 50 ms, TTL 2 s
+
+
+def test_entry_scope_all_pipes_set_on_empty_tables(runner: Callable[[Switch], Run]) -> None:
+    """A scope an earlier session left (one pipe, with an entry) is reset to all pipes on
+    every table the exporter adds entries to: after the table is cleared (pipe_mgr refuses
+    to change a non-empty table's scope) and before the config's entries go in."""
+    switch = Switch(counters([0]))
+    ports = switch.tables["Ingress.port_to_link"]
+    ports.scope = MODE_SINGLE
+    stale = Key([KeyTuple("ig_intr_md.ingress_port", 99)])
+    ports.entries[stale.ident()] = (stale, ports.make_data([DataTuple("link", 7)]))
+    run = runner(switch)
+    assert ports.scope == MODE_ALL
+    assert sorted(k[0][1] for k in ports.entries) == [4, 5, 8, 9]
+    for name in ENTRY_TABLES:
+        calls = [c[0] for c in run.switch.tables[f"Ingress.{name}"].calls]
+        assert calls.count("scope") == 1, f"{name}: {calls}"
+        assert calls.index("del") < calls.index("scope"), f"{name}: {calls}"
+        if "add" in calls:
+            assert calls.index("scope") < calls.index("add"), f"{name}: {calls}"
+    assert not [p for p in run.target.stats().problems if "entry scope" in p]
+
+
+def lpf_weight(gap_ns: float, tau_ns: float) -> float:
+    """The weight the Tofino LPF (SAMPLE mode) gives a sample arriving gap_ns after the last."""
+    return 1 - math.exp(-gap_ns / tau_ns)
+
+
+def test_queue_delay_filter_programmed_and_retuned(runner: Callable[[Switch], Run]) -> None:
+    """Every link's Egress.link_qdelay_lpf index is set at start (SAMPLE, unscaled, one time
+    constant for rise and fall, as floats) so that a sample gets SPEC §6's weight 1/8 at the
+    line-rate sample gap; an interval with many samples re-tunes that link's filter to its
+    measured gap. The fake refuses a float given as an int, as the real client does."""
+    scripts = counters([0])
+    scripts["Egress.link_qdelay_samples"] = [{}, {0: {"f1": [3000, 2000]}}]
+    run = runner(Switch(scripts))
+    lpf = run.switch.tables["Egress.link_qdelay_lpf"]
+    with pytest.raises(TypeError):
+        DataTuple("$LPF_SPEC_GAIN_TIME_CONSTANT_NS", float_val=5)
+    with pytest.raises(ValueError):
+        lpf.make_data([DataTuple("$LPF_SPEC_GAIN_TIME_CONSTANT_NS", 5)])
+
+    first_add = next(keys for call, keys in lpf.calls if call == "add")
+    assert sorted(index for ((_, index, _),) in first_add) == [0, 1]
+    line_rate_gap = 1500 * 8 * 1e9 / 100e6  # 100 Mbit/s links, full-size packets
+    tau = lpf.spec(1)["$LPF_SPEC_GAIN_TIME_CONSTANT_NS"]  # link 1 never has samples
+    assert lpf.spec(1) == {
+        "$LPF_SPEC_TYPE": "SAMPLE",
+        "$LPF_SPEC_GAIN_TIME_CONSTANT_NS": tau,
+        "$LPF_SPEC_DECAY_TIME_CONSTANT_NS": tau,
+        "$LPF_SPEC_OUT_SCALE_DOWN_FACTOR": 0,
+    }
+    assert isinstance(tau, float)
+    assert lpf_weight(line_rate_gap, tau) == pytest.approx(1 / 8)
+
+    got = run.wait_records("link_counters", 2)
+    (busy,) = [r.record for r in got if r.key == LINK0 and r.record["seq"] == 0]
+    assert busy["queue_delay_samples"] == 5000
+    gap = busy["interval_ns"] / 5000
+    assert wait_until(
+        lambda: (
+            lpf_weight(gap, lpf.spec(0)["$LPF_SPEC_GAIN_TIME_CONSTANT_NS"]) == pytest.approx(1 / 8)
+        ),
+        10,
+    ), lpf.spec(0)
+    spec = lpf.spec(0)
+    assert spec["$LPF_SPEC_TYPE"] == "SAMPLE" and spec["$LPF_SPEC_OUT_SCALE_DOWN_FACTOR"] == 0
+    assert spec["$LPF_SPEC_DECAY_TIME_CONSTANT_NS"] == spec["$LPF_SPEC_GAIN_TIME_CONSTANT_NS"]
+    assert lpf.spec(1)["$LPF_SPEC_GAIN_TIME_CONSTANT_NS"] == tau  # no samples: kept
 
 
 def test_rtt_digest_becomes_rtt_sample_in_a_batch(run: Run) -> None:
@@ -437,8 +339,83 @@ def test_counters_deltas_with_wrap(run: Run) -> None:
     assert all(r["packets"] == 0 and r["queue_delay_ewma_ns"] == 0 for r in link1[:3])
     assert all(r["after_packets"] == r["after_bytes"] == 0 for r in link1[:3])
     assert all(r["interval_ns"] > 0 and r["ts_ns"] % 50_000_000 == 0 for r in link0)
-    reads = run.switch.tables["Egress.link_traffic"]
-    assert all(flags == {"from_hw": True} for flags in reads.reads)  # type: ignore[attr-defined]
+
+
+def test_registers_synced_once_then_read_in_bulk(run: Run) -> None:
+    """Each register is read as the SDE's examples do: one Sync (the table copied from the
+    hardware at once), then one bulk read of the links' cells from that copy; never one
+    hardware read per index. Two round trips per register and interval."""
+    run.wait_records("link_counters", 4)
+    registers = [t for t in run.switch.tables.values() if hasattr(t, "reads")]
+    assert len(registers) == 7
+    for register in registers:
+        syncs = [c for c in register.calls if c == ("operation", "Sync")]
+        reads = register.reads  # type: ignore[attr-defined]
+        assert reads and all(flags == {"from_hw": False} for flags in reads), register.name
+        assert len(syncs) in (len(reads), len(reads) + 1), register.name  # one per read
+    assert run.switch.hw_index_reads == 0
+
+
+def test_insert_errors_sorted_by_code(run: Run) -> None:
+    """The long-flow table's refusals, by the server's code: a transient one (table locked:
+    UNAVAILABLE) is counted apart and the data plane's repeated start digest inserts the flow;
+    a full table (RESOURCE_EXHAUSTED) counts long_flow_table_full; any other code counts
+    long_flow_insert_failed with the error in problems. None of them stops the loop."""
+    table = run.switch.tables["Ingress.long_flows"]
+    table.refuse = [(UNAVAILABLE, "Resource held by another session")]
+    run.switch.digest(FLOW_ID, flow(1))
+    assert wait_until(lambda: pipeline(run, "long_flow_insert_transient") == 1, 10)
+    assert table.entries == {} and pipeline(run, "long_flow_table_full") == 0
+    run.switch.digest(FLOW_ID, flow(1))  # the data plane repeats it: now it goes in
+    start = run.wait_records("flow_events", 1)[0].record
+    assert (start["kind"], start["src_port"]) == ("start", 40001) and len(table.entries) == 1
+
+    other = flow(1)
+    other["src_port"] = 40002
+    table.refuse = [(RESOURCE_EXHAUSTED, "Not enough space")]
+    run.switch.digest(FLOW_ID, other)
+    assert wait_until(lambda: pipeline(run, "long_flow_table_full") == 1, 10)
+    table.refuse = [(INVALID_ARGUMENT, "Invalid arg")]
+    run.switch.digest(FLOW_ID, other)
+    assert wait_until(lambda: pipeline(run, "long_flow_insert_failed") == 1, 10)
+    assert "INVALID_ARGUMENT" in "\n".join(run.target.stats().problems)
+    assert pipeline(run, "long_flow_insert_transient") == 1
+    assert run.target.stats().state == "running"
+    assert run.target.stats().produced["flow_events"] == 1
+
+
+def test_broken_stream_detected_and_reconnected(run: Run) -> None:
+    """bf_switchd restarts: the stream's error lands in the client's exception queue while
+    digest_get just times out. The exporter counts it, ends the flows the switch forgot,
+    reconnects once the switch takes connections again, programs it as at start (tables,
+    filter), re-baselines the counters, and goes on exporting what the switch sends."""
+    run.switch.digest(FLOW_ID, flow(1))
+    run.wait_records("flow_events", 1)
+    before = len(run.wait_records("link_counters", 2))
+    ports = run.switch.tables["Ingress.port_to_link"]
+
+    run.switch.restart(refuse_connects=2)  # two connection attempts fail while it starts
+    assert wait_until(lambda: pipeline(run, "reconnects") == 1, 30), run.target.stats()
+    stats = run.target.stats()
+    assert pipeline(run, "stream_errors") == 1 and stats.state == "running"
+    problems = "\n".join(stats.problems)
+    assert "notification stream lost" in problems and "UNAVAILABLE" in problems
+    assert problems.count("reconnect to 127.0.0.1:50052 failed") == 2
+    assert sorted(k[0][1] for k in ports.entries) == [4, 5, 8, 9]  # programmed again
+    assert run.switch.tables["Egress.link_qdelay_lpf"].entries  # the filter too
+    assert len(run.switch.connected) > 2  # a new ClientInterface
+
+    events = run.wait_records("flow_events", 2)
+    end = events[1].record
+    assert (end["kind"], end["reason"], end["src_port"]) == ("end", "idle_timeout", 40001)
+    run.switch.digest(RTT_ID, rtt(rtt_ns=7_000_000))  # not blind: the new stream is read
+    got = run.wait_records("rtt_samples", 1)
+    assert [v for r in got for v in r.record["rtt_ns"]] == [7_000_000]
+    run.switch.digest(FLOW_ID, flow(1))  # the forgotten flow lists again
+    assert run.wait_records("flow_events", 3)[2].record["kind"] == "start"
+    after = [r.record for r in run.wait_records("link_counters", before + 4) if r.key == LINK0]
+    assert [r["seq"] for r in after] == list(range(len(after)))  # seq goes on
+    assert after[-1]["packets"] == 0  # the restarted switch counts from its new baseline
 
 
 def test_malformed_digests_counted_loop_goes_on(run: Run) -> None:

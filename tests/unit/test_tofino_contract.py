@@ -156,6 +156,7 @@ CODES = {
     "FLOW_START_WINDOW": "FLOW_START_WINDOW",
     "FLOW_END_FIN": "FLOW_END_FIN",
     "FLOW_END_RST": "FLOW_END_RST",
+    "QDELAY_EWMA_SHIFT": "QDELAY_EWMA_SHIFT",
 }
 
 
@@ -328,6 +329,21 @@ def test_queueing_delay_sum_width() -> None:
     agree("QDELAY_SUM_BITS", exporter.QDELAY_SUM_BITS, lo + hi, f"{cell}")
 
 
+def test_queueing_delay_filter() -> None:
+    """The LPF the exporter programs per link is the one whose output the EWMA register
+    keeps, indexed by the link index, MAX_LINKS of them."""
+    (_, index), size = declaration(exporter.QDELAY_LPF, "Lpf")
+    assert index == "link_index_t", f"{exporter.QDELAY_LPF} is indexed by {index}"
+    agree("MAX_LINKS", exporter.MAX_LINKS, value(size), f"{exporter.QDELAY_LPF} size {size}")
+    control, name = control_of(exporter.QDELAY_LPF)
+    feeds = re.search(rf"\b(md\.\w+)\s*=\s*{name}\.execute\(", control.body)
+    assert feeds, f"{exporter.QDELAY_LPF} is not executed into a metadata field"
+    _, ewma = control_of(exporter.QDELAY_EWMA)
+    action = rf"RegisterAction<.*?>\({ewma}\)[^{{]*\{{[^}}]*=\s*{feeds.group(1)}\s*;"
+    kept = re.search(action, control.body)
+    assert kept, f"{exporter.QDELAY_EWMA} does not keep {feeds.group(1)}, the filter's output"
+
+
 def test_every_per_link_register_is_exported() -> None:
     pattern = rf"\bRegister<\s*{TYPE}\s*,\s*({NAME})\s*>\s*\([^)]*\)\s*({NAME})\s*;"
     per_link = {
@@ -345,7 +361,22 @@ def test_every_per_link_register_is_exported() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("item", ["ENTRY_TTL", "REGISTER_INDEX", "REGISTER_PARAM_VALUE"])
+BFRT_NAMES = [
+    "ENTRY_TTL",
+    "REGISTER_INDEX",
+    "REGISTER_PARAM_VALUE",
+    "REGISTER_SYNC",
+    "LPF_INDEX",
+    "LPF_SPEC_TYPE",
+    "LPF_SAMPLE",
+    "LPF_GAIN_TIME_CONSTANT",
+    "LPF_DECAY_TIME_CONSTANT",
+    "LPF_OUT_SCALE_DOWN",
+    "ENTRY_SCOPE",
+]
+
+
+@pytest.mark.parametrize("item", BFRT_NAMES)
 def test_bfrt_names_are_the_documented_ones(item: str) -> None:
     name = getattr(exporter, item)
     assert f"`{name}`" in README.read_text(), f"tofino.{item} = {name!r} is not in README.md"
