@@ -231,8 +231,9 @@ def counters(packets: list[int], sum_lo: int = 0, sum_hi: int = 0) -> dict[str, 
 
 
 def write_config(directory: Path, bootstrap: str, topics: dict[str, str]) -> Path:
-    """The example config on a Tofino: link r1:eth1 on ports 4/5 with its prefix, and
-    r1:eth2 on ports 8/9 without any."""
+    """The example config on a Tofino: link r1:eth1 on ports 4/5 (both directions each) with
+    its prefix, and r1:eth2 on an optical tap's per-direction ports (before: 8 out, 10 back;
+    after: 9 out, 11 back) without any."""
     text = (paths.default_config()).read_text()
     table = ", ".join(f'{s} = "{t}"' for s, t in topics.items())
     text = re.sub(
@@ -245,7 +246,10 @@ def write_config(directory: Path, bootstrap: str, topics: dict[str, str]) -> Pat
     block = re.search(r"^\[\[links\]\]\n(.*?)^policy = .*?$", text, flags=re.M | re.S)
     assert block is not None
     second = block.group(0).replace('interface = "eth1"', 'interface = "eth2"')
-    second = second.replace("before = 4, after = 5", "before = 8, after = 9")
+    second = second.replace(
+        "before = 4, after = 5",
+        "before = { out = 8, back = 10 }, after = { out = 9, back = 11 }",
+    )
     second = re.sub(r"^output_prefixes = .*$", "", second, flags=re.M)
     path = directory / "config.toml"
     path.write_text(text + "\n" + second + "\n")
@@ -333,12 +337,13 @@ def test_tables_programmed_from_config(run: Run) -> None:
     assert run.switch.connected[:2] == [("127.0.0.1:50052", 0, 0), ("bind", "p4bs")]
     ports = run.switch.tables["Ingress.port_to_link"]
     got = {k[0][1]: d.to_dict() for k, d in ports.entries.values() for k in [k.ident()]}
-    assert sorted(got) == [4, 5, 8, 9]
     assert {p: (d["link"], d["tap"], d["direction"]) for p, d in got.items()} == {
-        4: (0, 0, 2),
+        4: (0, 0, 2),  # (link index, TAP_BEFORE, DIR_BOTH)
         5: (0, 1, 2),
-        8: (1, 0, 2),
-        9: (1, 1, 2),
+        8: (1, 0, 0),  # DIR_OUT
+        10: (1, 0, 1),  # DIR_BACK
+        9: (1, 1, 0),
+        11: (1, 1, 1),
     }
     assert all(d["action_name"] == "Ingress.set_link" for d in got.values())
     prefixes = run.switch.tables["Ingress.output_prefixes"]
@@ -346,8 +351,6 @@ def test_tables_programmed_from_config(run: Run) -> None:
         [
             (("hdr.ipv4.dst_addr", ip("10.201.2.0"), 24), ("ig_intr_md.ingress_port", 4, None)),
             (("hdr.ipv4.dst_addr", ip("10.201.2.0"), 24), ("ig_intr_md.ingress_port", 5, None)),
-            (("hdr.ipv4.dst_addr", 0, 0), ("ig_intr_md.ingress_port", 8, None)),
-            (("hdr.ipv4.dst_addr", 0, 0), ("ig_intr_md.ingress_port", 9, None)),
         ]
     )
     idle = [c for c in run.switch.tables["Ingress.long_flows"].calls if c[0] == "idle"]
