@@ -642,10 +642,13 @@ def write_config(
     export_interval: str = "50ms",
     first_port: int = 4,
     port_step: int = 4,
+    optical_from: int | None = None,
 ) -> Path:
-    """The example config on a Tofino `tof0` at 127.0.0.1:50052: link i is r1:eth<i+1> on ports
-    first_port + i*port_step (before) and the next one (after); only the first link keeps the
-    example's output_prefixes."""
+    """The example config on a Tofino `tof0` at 127.0.0.1:50052: link i is r1:eth<i+1> on port
+    p = first_port + i*port_step (before) and p + 1 (after), each carrying both directions
+    told apart by the example's output_prefixes; from link `optical_from` on, an optical
+    tap's per-direction ports instead (before: p out, p + 2 back; after: p + 1 out, p + 3
+    back) and no prefixes."""
     text = paths.default_config().read_text()
     table = ", ".join(f'{s} = "{t}"' for s, t in topics.items())
     text = re.sub(
@@ -663,11 +666,14 @@ def write_config(
     for i in range(links):
         port = first_port + i * port_step
         one = block.group(0).replace('interface = "eth1"', f'interface = "eth{i + 1}"')
-        one = re.sub(
-            r"^taps = .*$", f"taps = {{ before = {port}, after = {port + 1} }}", one, flags=re.M
-        )
-        if i:
+        taps = f"before = {port}, after = {port + 1}"
+        if optical_from is not None and i >= optical_from:
+            taps = (
+                f"before = {{ out = {port}, back = {port + 2} }}, "
+                f"after = {{ out = {port + 1}, back = {port + 3} }}"
+            )
             one = re.sub(r"^output_prefixes = .*$", "", one, flags=re.M)
+        one = re.sub(r"^taps = .*$", f"taps = {{ {taps} }}", one, flags=re.M)
         blocks.append(one)
     path = directory / "config.toml"
     path.write_text(text + "\n" + "\n\n".join(blocks) + "\n")

@@ -182,14 +182,40 @@ class RouterConfig:
     max_concurrent_changes: int
 
 
+Port = int | str  # a Tofino front-panel port, or an interface the software model captures
+
+
+@dataclass(frozen=True)
+class DirectedTap:
+    """A tap point captured on one port per direction, as an optical tap gives each fibre
+    its own port: `out` carries the data direction, `back` the other one (the ACKs)."""
+
+    out: Port
+    back: Port
+
+
+# One port carrying both directions (the link's output_prefixes tell them apart), or one
+# port per direction.
+Tap = Port | DirectedTap
+TAP_SIDES = ("before", "after")
+
+
+def tap_ports(tap: Tap) -> list[tuple[Port, str]]:
+    """The ports of one tap point, each with the direction it carries: 'out', 'back' or
+    'both'."""
+    if isinstance(tap, DirectedTap):
+        return [(tap.out, "out"), (tap.back, "back")]
+    return [(tap, "both")]
+
+
 @dataclass(frozen=True)
 class LinkConfig:
     router: str
     interface: str
     switch: str
     capacity_bps: int
-    tap_before: int | str  # switch port (Tofino) or interface name (software model)
-    tap_after: int | str
+    tap_before: Tap  # what enters the router
+    tap_after: Tap  # what left it
     max_queue_delay_ns: int  # SLA d-hat
     max_loss: float  # SLA p-hat, a fraction
     weight_loss: float  # w1 of f
@@ -209,6 +235,15 @@ class LinkConfig:
     def id(self) -> str:
         """The link id every record is keyed by: router and interface."""
         return f"{self.router}:{self.interface}"
+
+    def ports(self) -> list[tuple[str, Port, str]]:
+        """Every port of the link's taps: (side 'before'/'after', port, direction)."""
+        taps = (self.tap_before, self.tap_after)
+        return [
+            (side, port, direction)
+            for side, tap in zip(TAP_SIDES, taps, strict=True)
+            for port, direction in tap_ports(tap)
+        ]
 
 
 @dataclass(frozen=True)
@@ -403,10 +438,24 @@ def _secret(value: Any) -> SecretRef:
     return SecretRef(**{kind: _text(ref)})
 
 
-def _tap(value: Any) -> int | str:
+def _port(value: Any) -> Port:
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise ValueError(f"must be a switch port number or an interface name, got {value!r}")
     return value
+
+
+def _tap(value: Any) -> Tap:
+    if not isinstance(value, dict):
+        return _port(value)
+    if set(value) != {"out", "back"}:
+        raise ValueError(
+            "must be one port carrying both directions, or { out = PORT, back = PORT } "
+            f"(one port per direction), got {value!r}"
+        )
+    out, back = _port(value["out"]), _port(value["back"])
+    if out == back:
+        raise ValueError(f"out and back must be different ports, got {out!r} for both")
+    return DirectedTap(out=out, back=back)
 
 
 def _read_kafka(r: _Reader, data: dict[str, Any]) -> KafkaConfig:
@@ -772,6 +821,7 @@ def _check_references(r: _Reader, config: Config) -> None:
                 r.problem(kind, f"name {name!r} is used twice")
             seen.add(name)
     seen_links: set[str] = set()
+    switch_ports: dict[str, dict[Port, str]] = {}  # per switch: port -> the tap that has it
     for i, link in enumerate(config.links):
         with r.at(f"links[{i}]"):
             if link.id in seen_links:
@@ -783,15 +833,34 @@ def _check_references(r: _Reader, config: Config) -> None:
             if switch is None:
                 r.problem("switch", f"no switch named {link.switch!r} in [[switches]]")
                 continue
-            for side, tap in (("before", link.tap_before), ("after", link.tap_after)):
-                if switch.target == "tofino" and not (
-                    isinstance(tap, int) and 0 <= tap <= TOFINO_MAX_PORT
-                ):
-                    r.problem(f"taps.{side}", f"a Tofino tap is a port 0..{TOFINO_MAX_PORT}")
-                if switch.target == "model" and not isinstance(tap, str):
-                    r.problem(f"taps.{side}", "a software-model tap is an interface name")
-            if link.tap_before == link.tap_after:
-                r.problem("taps", "before and after must be different taps")
+            _check_taps(r, link, switch, switch_ports.setdefault(switch.name, {}))
+
+
+def _check_taps(r: _Reader, link: LinkConfig, switch: SwitchConfig, taken: dict[Port, str]) -> None:
+    """A link's tap ports on its switch: of the switch's kind, each used once on the switch,
+    and its data direction told apart (a Tofino port carrying both directions needs the
+    link's output_prefixes; without them the program would count every packet as `out`,
+    see no ACK and measure no RTT)."""
+    for side, port, direction in link.ports():
+        where = f"taps.{side}" if direction == "both" else f"taps.{side}.{direction}"
+        if switch.target == "tofino" and not (
+            isinstance(port, int) and 0 <= port <= TOFINO_MAX_PORT
+        ):
+            r.problem(where, f"a Tofino tap is a port 0..{TOFINO_MAX_PORT}")
+        if switch.target == "model" and not isinstance(port, str):
+            r.problem(where, "a software-model tap is an interface name")
+        if port in taken:
+            r.problem(where, f"port {port!r} is already {taken[port]} on switch {switch.name!r}")
+        else:
+            taken[port] = f"{where} of link {link.id!r}"
+        if switch.target == "tofino" and direction == "both" and not link.output_prefixes:
+            r.problem(
+                where,
+                f"port {port} carries both directions and the link has no output_prefixes, "
+                "so its data direction cannot be told: list the prefixes reached through "
+                f"the interface in output_prefixes, or give one port per direction "
+                f"(taps.{side} = {{ out = PORT, back = PORT }})",
+            )
 
 
 def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:

@@ -49,12 +49,14 @@ def _link(link: LinkConfig) -> dict[str, Any]:
 
 
 def live_spec(config: Config, links: Iterable[LinkConfig]) -> dict[str, Any]:
-    """Links captured live: each tap is a port named after its interface (or switch port)."""
+    """Links captured live: each tap port is named after its interface (or switch port) and
+    carries one direction or both."""
     chosen = list(links)
-    ports = []
-    for link in chosen:
-        for tap, where in ((BEFORE, link.tap_before), (AFTER, link.tap_after)):
-            ports.append({"port": str(where), "link": link.id, "tap": tap, "direction": "both"})
+    ports = [
+        {"port": str(port), "link": link.id, "tap": side, "direction": direction}
+        for link in chosen
+        for side, port, direction in link.ports()
+    ]
     return {"links": [_link(x) for x in chosen], "ports": ports, **settings(config.dataplane)}
 
 

@@ -49,7 +49,9 @@ PORT_KEY = "ig_intr_md.ingress_port"
 SET_LINK = "Ingress.set_link"
 SET_LINK_PARAMS = ("link", "tap", "direction")
 TAP_BEFORE, TAP_AFTER = 0, 1
-DIR_BOTH = 2
+DIR_OUT, DIR_BACK, DIR_BOTH = 0, 1, 2
+TAP_CODES = {"before": TAP_BEFORE, "after": TAP_AFTER}
+DIRECTION_CODES = {"out": DIR_OUT, "back": DIR_BACK, "both": DIR_BOTH}
 # Ingress.output_prefixes: (PORT_KEY exact, PREFIX_KEY lpm) -> Ingress.dst_is_output().
 PREFIX_TABLE = "Ingress.output_prefixes"
 PREFIX_KEY = "hdr.ipv4.dst_addr"
@@ -209,13 +211,13 @@ def tofino_links(config: Config, switch: SwitchConfig) -> list[LinkConfig]:
         problems.append(f"switch {switch.name!r}: {len(links)} links, the program has {MAX_LINKS}")
     ports: dict[int, str] = {}
     for link in links:
-        for side, tap in (("before", link.tap_before), ("after", link.tap_after)):
-            if not isinstance(tap, int):
-                problems.append(f"link {link.id}: taps.{side} {tap!r} is not a Tofino port")
-            elif tap in ports:
-                problems.append(f"link {link.id}: port {tap} is already a tap of {ports[tap]}")
+        for side, port, _ in link.ports():
+            if not isinstance(port, int):
+                problems.append(f"link {link.id}: taps.{side} {port!r} is not a Tofino port")
+            elif port in ports:
+                problems.append(f"link {link.id}: port {port} is already a tap of {ports[port]}")
             else:
-                ports[tap] = link.id
+                ports[port] = link.id
     if problems:
         raise SpecError(problems)
     return links
@@ -498,12 +500,14 @@ class TofinoTarget:
         prefix_keys, prefix_data = [], []
         for state in self.links:
             link = state.link
-            nets = link.output_prefixes or ("0.0.0.0/0",)
-            for tap, port in ((TAP_BEFORE, link.tap_before), (TAP_AFTER, link.tap_after)):
+            for side, port, direction in link.ports():
                 keys.append(ports.make_key([gc.KeyTuple(PORT_KEY, port)]))
-                params = zip(SET_LINK_PARAMS, (state.index, tap, DIR_BOTH), strict=True)
+                values = (state.index, TAP_CODES[side], DIRECTION_CODES[direction])
+                params = zip(SET_LINK_PARAMS, values, strict=True)
                 data.append(ports.make_data([gc.DataTuple(n, v) for n, v in params], SET_LINK))
-                for net in nets:
+                # Only a port carrying both directions asks the prefixes (`p4bs config
+                # check` makes sure such a link has some).
+                for net in link.output_prefixes if direction == "both" else ():
                     prefix = ipaddress.IPv4Network(net, strict=False)
                     prefix_keys.append(
                         prefixes.make_key(

@@ -110,7 +110,10 @@ class TestbedPlan:
         link = config.link(tb.link)
         for tap in (link.tap_before, link.tap_after):
             if not isinstance(tap, str) or len(tap) > 15:
-                raise TestbedError(f"testbed taps must be interface names (<= 15 chars): {tap!r}")
+                raise TestbedError(
+                    "the testbed taps each point on one interface carrying both directions "
+                    f"(a name of <= 15 chars): {tap!r}"
+                )
         if link.interface == ROUTER_INGRESS or len(link.interface) > 15:
             raise TestbedError(f"the router interface cannot be named {link.interface!r}")
         router = next(r for r in config.routers if r.name == link.router)

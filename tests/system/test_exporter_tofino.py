@@ -71,7 +71,7 @@ def counters(packets: list[int], sum_lo: int = 0, sum_hi: int = 0) -> dict[str, 
 
 @pytest.fixture
 def config(stack: Stack, topics: dict[str, str], tmp_path: Path) -> Config:
-    return load_config(write_config(tmp_path, stack.kafka.bootstrap, topics))
+    return load_config(write_config(tmp_path, stack.kafka.bootstrap, topics, optical_from=1))
 
 
 class Run:
@@ -166,12 +166,13 @@ def test_tables_programmed_from_config(run: Run) -> None:
     assert run.switch.connected[:2] == [("127.0.0.1:50052", 0, 0), ("bind", "p4bs")]
     ports = run.switch.tables["Ingress.port_to_link"]
     got = {k[0][1]: d.to_dict() for k, d in ports.entries.values() for k in [k.ident()]}
-    assert sorted(got) == [4, 5, 8, 9]
     assert {p: (d["link"], d["tap"], d["direction"]) for p, d in got.items()} == {
-        4: (0, 0, 2),
+        4: (0, 0, 2),  # (link index, TAP_BEFORE, DIR_BOTH)
         5: (0, 1, 2),
-        8: (1, 0, 2),
-        9: (1, 1, 2),
+        8: (1, 0, 0),  # link 1 on an optical tap: DIR_OUT
+        10: (1, 0, 1),  # DIR_BACK
+        9: (1, 1, 0),
+        11: (1, 1, 1),
     }
     assert all(d["action_name"] == "Ingress.set_link" for d in got.values())
     prefixes = run.switch.tables["Ingress.output_prefixes"]
@@ -179,8 +180,6 @@ def test_tables_programmed_from_config(run: Run) -> None:
         [
             (("hdr.ipv4.dst_addr", ip("10.201.2.0"), 24), ("ig_intr_md.ingress_port", 4, None)),
             (("hdr.ipv4.dst_addr", ip("10.201.2.0"), 24), ("ig_intr_md.ingress_port", 5, None)),
-            (("hdr.ipv4.dst_addr", 0, 0), ("ig_intr_md.ingress_port", 8, None)),
-            (("hdr.ipv4.dst_addr", 0, 0), ("ig_intr_md.ingress_port", 9, None)),
         ]
     )
     idle = [c for c in run.switch.tables["Ingress.long_flows"].calls if c[0] == "idle"]
@@ -198,7 +197,7 @@ def test_entry_scope_all_pipes_set_on_empty_tables(runner: Callable[[Switch], Ru
     ports.entries[stale.ident()] = (stale, ports.make_data([DataTuple("link", 7)]))
     run = runner(switch)
     assert ports.scope == MODE_ALL
-    assert sorted(k[0][1] for k in ports.entries) == [4, 5, 8, 9]
+    assert sorted(k[0][1] for k in ports.entries) == [4, 5, 8, 9, 10, 11]
     for name in ENTRY_TABLES:
         calls = [c[0] for c in run.switch.tables[f"Ingress.{name}"].calls]
         assert calls.count("scope") == 1, f"{name}: {calls}"
@@ -401,7 +400,7 @@ def test_broken_stream_detected_and_reconnected(run: Run) -> None:
     problems = "\n".join(stats.problems)
     assert "notification stream lost" in problems and "UNAVAILABLE" in problems
     assert problems.count("reconnect to 127.0.0.1:50052 failed") == 2
-    assert sorted(k[0][1] for k in ports.entries) == [4, 5, 8, 9]  # programmed again
+    assert sorted(k[0][1] for k in ports.entries) == [4, 5, 8, 9, 10, 11]  # programmed again
     assert run.switch.tables["Egress.link_qdelay_lpf"].entries  # the filter too
     assert len(run.switch.connected) > 2  # a new ClientInterface
 

@@ -3,15 +3,19 @@ counted and reported without a crash."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import struct
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
-from pcapgen import FlowPlan, tcp_frame, write_pcap, write_taps
+from pcapgen import FlowPlan, flows_through_router, tcp_frame, write_pcap, write_taps
 
 from p4bs import paths
+from p4bs.config import parse_config
+from p4bs_exporter import dataplane
 
 T0 = 1_700_000_000 * 10**9
 RECEIVERS = "10.201.2.0/24"
@@ -192,3 +196,55 @@ def test_unusable_input_is_an_error_naming_it(tmp_path: Path) -> None:
     bad_config = analyze(not_pcap, "--config", config)
     assert bad_config.returncode == 1
     assert "dataplane.rtt_slots: must be a power of two" in bad_config.stderr
+
+
+def test_per_direction_tap_ports_measure_what_merged_ports_with_prefixes_do(
+    tmp_path: Path, repo: Path
+) -> None:
+    """An optical tap's layout: each tap point as two ports, one per direction, and no
+    output_prefixes. The config's spec for the software data plane gives the same RTT
+    samples, queueing delays and counters as the merged taps told apart by prefixes."""
+    plans = [
+        FlowPlan("10.201.1.10", "10.201.2.2", 40000, 5201, T0, 600, 100_000, 30_000_000),
+        FlowPlan(
+            "10.201.1.11", "10.201.2.2", 40001, 5201, T0, 300, 200_000, 50_000_000, drop_every=7
+        ),
+    ]
+    before, after = write_taps(tmp_path, plans)
+    merged = records(analyze(before, "--after", after, "--output-prefix", RECEIVERS))
+
+    example = tomllib.loads((repo / "config" / "testbed.toml").read_text())
+    link = example["links"][0]
+    del link["output_prefixes"]
+    link["taps"] = {"before": {"out": "bo", "back": "bb"}, "after": {"out": "ao", "back": "ab"}}
+    config = parse_config(example)
+    spec = dataplane.live_spec(config, config.links)
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    argv = [str(paths.built("p4bs-model")), "analyze", "--config", str(tmp_path / "spec.json")]
+    senders = ipaddress.IPv4Network("10.201.1.0/24")
+    for tap, packets in zip(("b", "a"), flows_through_router(plans), strict=True):
+        # The data direction (`out`) is what the senders send: source address at 26..30.
+        out = [p for p in packets if ipaddress.IPv4Address(p[1][26:30]) in senders]
+        back = [p for p in packets if ipaddress.IPv4Address(p[1][26:30]) not in senders]
+        for port, chosen in ((f"{tap}o", out), (f"{tap}b", back)):
+            write_pcap(tmp_path / f"{port}.pcap", chosen)
+            argv += ["--pcap", f"{port}={tmp_path / f'{port}.pcap'}"]
+    argv.append("--queue-delay-samples")
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    split = records(run)
+
+    def measured(out: list[dict[str, Any]]) -> dict[str, Any]:
+        counters = [r for r in out if r["kind"] == "link_counters"]
+        return {
+            "rtt": sorted((r["src_port"], r["rtt_ns"]) for r in out if r["kind"] == "rtt_sample"),
+            "delays": sorted(r["queue_delay_ns"] for r in out if r["kind"] == "queue_delay"),
+            "totals": {
+                k: sum(c[k] for c in counters)
+                for k in ("packets", "bytes", "after_packets", "data_packets", "retransmissions")
+            },
+        }
+
+    expected = measured(merged)
+    assert len(expected["rtt"]) == 600 + 300 - 300 // 7 and expected["totals"]["packets"] == 900
+    assert measured(split) == expected
+    assert {r["link_id"] for r in split} == {"r1:eth1"}

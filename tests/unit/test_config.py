@@ -79,7 +79,10 @@ BAD = [
     (_set("links.0.router", "r9"), "links[0].router: no router named 'r9'"),
     (_set("links.0.switch", "tofino9"), "links[0].switch: no switch named 'tofino9'"),
     (_set("links.0.taps", {"before": 3, "after": "x"}), "links[0].taps.before: a software-model"),
-    (_set("links.0.taps", {"before": "a", "after": "a"}), "links[0].taps: before and after"),
+    (_set("links.0.taps", {"before": "a", "after": "a"}), "links[0].taps.after: port 'a' is"),
+    (_set("links.0.taps.before", {"out": "a"}), "links[0].taps.before: must be one port"),
+    (_set("links.0.taps.before", {"out": "a", "back": "a"}), "links[0].taps.before: out and"),
+    (_set("links.0.taps.after", {"out": "b", "back": 7}), "links[0].taps.after.back: a softwa"),
     (_set("links.0.colour", "blue"), "links[0].colour: unknown field"),
     (_set("routers.0.password", "hunter22"), "routers[0].password: credentials are never"),
     (_set("routers.0.username", {"vault": "x"}), "routers[0].username: must be { env"),
@@ -118,6 +121,54 @@ def test_each_bad_value_names_its_field_and_why(
     with pytest.raises(ConfigError) as err:
         parse_config(data, "bad.toml")
     assert any(p.startswith(message) for p in err.value.problems), err.value.problems
+
+
+TOFINO = [
+    _set("switches.0.target", "tofino"),
+    _set("switches.0.address", "127.0.0.1:50052"),
+    _set("links.0.taps", {"before": 1, "after": 2}),
+]
+
+
+def test_a_tofino_link_whose_data_direction_cannot_be_told_is_refused(
+    example: dict[str, Any],
+) -> None:
+    """Ports carrying both directions need output_prefixes; per-direction ports do not; a
+    port is one tap of one link on its switch."""
+    for mutate in TOFINO:
+        mutate(example)
+    parse_config(example)  # the example's output_prefixes tell the directions apart
+    del example["links"][0]["output_prefixes"]
+    with pytest.raises(ConfigError) as err:
+        parse_config(example)
+    assert err.value.problems == [
+        "links[0].taps.before: port 1 carries both directions and the link has no "
+        "output_prefixes, so its data direction cannot be told: list the prefixes reached "
+        "through the interface in output_prefixes, or give one port per direction "
+        "(taps.before = { out = PORT, back = PORT })",
+        "links[0].taps.after: port 2 carries both directions and the link has no "
+        "output_prefixes, so its data direction cannot be told: list the prefixes reached "
+        "through the interface in output_prefixes, or give one port per direction "
+        "(taps.after = { out = PORT, back = PORT })",
+    ]
+    example["links"][0]["taps"] = {"before": {"out": 1, "back": 2}, "after": {"out": 3, "back": 4}}
+    (link,) = parse_config(example).links
+    assert link.ports() == [
+        ("before", 1, "out"),
+        ("before", 2, "back"),
+        ("after", 3, "out"),
+        ("after", 4, "back"),
+    ]
+    second = copy.deepcopy(example["links"][0])
+    second["interface"] = "eth2"
+    second["taps"] = {"before": {"out": 5, "back": 3}, "after": {"out": 6, "back": 7}}
+    example["links"].append(second)
+    with pytest.raises(ConfigError) as err:
+        parse_config(example)
+    assert err.value.problems == [
+        "links[1].taps.before.back: port 3 is already taps.after.out of link 'r1:eth1' on "
+        "switch 'model0'"
+    ]
 
 
 def test_all_problems_are_reported_at_once(example: dict[str, Any]) -> None:

@@ -151,6 +151,8 @@ CODES = {
     "TCP": "IP_PROTO_TCP",
     "TAP_BEFORE": "TAP_BEFORE",
     "TAP_AFTER": "TAP_AFTER",
+    "DIR_OUT": "DIR_OUT",
+    "DIR_BACK": "DIR_BACK",
     "DIR_BOTH": "DIR_BOTH",
     "FLOW_START_THRESHOLD": "FLOW_START_THRESHOLD",
     "FLOW_START_WINDOW": "FLOW_START_WINDOW",
@@ -195,8 +197,9 @@ def test_port_to_link() -> None:
     for item in ("TAP_BEFORE", "TAP_AFTER"):
         code = getattr(exporter, item)
         assert 0 <= code < 1 << widths[tap], f"tofino.{item} = {code} vs {tap} bit<{widths[tap]}>"
-    code, bits = exporter.DIR_BOTH, widths[direction]
-    assert 0 <= code < 1 << bits, f"tofino.DIR_BOTH = {code} vs {direction} bit<{bits}>"
+    for item in ("DIR_OUT", "DIR_BACK", "DIR_BOTH"):
+        code, bits = getattr(exporter, item), widths[direction]
+        assert 0 <= code < 1 << bits, f"tofino.{item} = {code} vs {direction} bit<{bits}>"
 
 
 def test_output_prefixes() -> None:
