@@ -44,7 +44,7 @@ class ExporterStats:
 
     target: str = ""
     pid: int | None = None
-    state: str = "starting"  # starting, running, flushing, done, failed
+    state: str = "starting"  # starting, running, reconnecting (tofino), flushing, done, failed
     uptime_s: float = 0.0
     produced: dict[str, int] = field(default_factory=dict)  # per stream
     produced_total: int = 0
