@@ -26,6 +26,7 @@ from p4bs import paths
 from p4bs.config import load_config
 from p4bs_infra import procs
 from p4bs_infra.testbed import NETCONF_PORT, Testbed, TestbedPlan, run
+from p4bs_optimizer.drivers.gnmi import json_text, uint64
 
 BUFFER = (
     "/qos/buffer-allocation-profiles/buffer-allocation-profile[name=eth1]/queues/"
@@ -76,7 +77,10 @@ def main() -> None:
             ) as gnmi:
                 cpu0 = cpu_seconds(pid)
                 gnmi_times = timed(
-                    lambda size: gnmi.set(update=[(BUFFER, size)], encoding="json_ietf"), sets
+                    lambda size: gnmi.set(
+                        update=[(BUFFER, json_text(uint64(size)))], encoding="json_ietf"
+                    ),
+                    sets,
                 )
                 cpu_per_set = (cpu_seconds(pid) - cpu0) / sets
             with manager.connect(

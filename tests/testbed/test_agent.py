@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 import pexpect
 import pytest
+from lxml import etree
 from ncclient import manager
 from ncclient.operations.rpc import RPCError
 from pygnmi.client import gNMIclient
@@ -20,15 +21,22 @@ from pygnmi.spec.v080 import gnmi_pb2_grpc as pb_grpc
 
 from conftest import ROUTER_PASSWORD, ROUTER_USER
 from p4bs import paths
+from p4bs.yang import yang_model
 from p4bs_infra.procs import wait_until
 from p4bs_infra.testbed import NETCONF_PORT, Testbed, in_ns, run
 from p4bs_infra.traffic import Scenario, TrafficRun
+from p4bs_optimizer.drivers.gnmi import json_text, uint64
 
 USER, PASSWORD = ROUTER_USER, ROUTER_PASSWORD
 PROFILE = "/qos/buffer-allocation-profiles/buffer-allocation-profile[name=eth1]"
 BUFFER = f"{PROFILE}/queues/queue[name=q0]/config/dedicated-buffer"
 TEMPORAL = f"{PROFILE}/queues/queue[name=q0]/config/dedicated-buffer-temporal"
 OC_QOS = "http://openconfig.net/yang/qos"
+
+
+def _u64(value: int) -> str:
+    """A uint64 as pygnmi must be given it for JSON_IETF: the JSON string (RFC 7951)."""
+    return json_text(uint64(value))
 
 
 def _kernel_limit(testbed: Testbed) -> int:
@@ -57,13 +65,32 @@ def test_pygnmi_gets_and_sets_the_buffer_in_the_kernel(testbed: Testbed) -> None
     with _gnmi(testbed) as client:
         assert int(_get_leaf(client, BUFFER)) == testbed.plan.buffer_bytes == _kernel_limit(testbed)
         assert int(_get_leaf(client, TEMPORAL)) == 200_000  # 200 ms of 100 Mbit/s, in µs
-        client.set(update=[(BUFFER, 300_000)], encoding="json_ietf")
+        client.set(update=[(BUFFER, _u64(300_000))], encoding="json_ietf")
         assert _kernel_limit(testbed) == 300_000
-        client.set(update=[(TEMPORAL, 50_000)], encoding="json_ietf")  # 50 ms
+        client.set(update=[(TEMPORAL, _u64(50_000))], encoding="json_ietf")  # 50 ms
         assert _kernel_limit(testbed) == 625_000
         assert int(_get_leaf(client, BUFFER)) == 625_000
         caps = client.capabilities()
     assert any(m["name"] == "openconfig-qos" for m in caps["supported_models"])
+
+
+def _openconfig(testbed: Testbed) -> dict[str, Any]:
+    """The agent's configuration (gNMI Get, type CONFIG) as an RFC 7951 document."""
+    with _gnmi(testbed) as client:
+        reply = client.get(path=["/qos"], datatype="config", encoding="json_ietf")
+    return {"openconfig-qos:qos": reply["notification"][0]["update"][0]["val"]}
+
+
+def test_the_agents_configuration_is_valid_openconfig(testbed: Testbed) -> None:
+    """As gNMI and NETCONF serve it, the whole tree, against openconfig-qos 2.2.0."""
+    config = _openconfig(testbed)
+    yang_model("openconfig").validate(config)
+    with _netconf(testbed) as nc:
+        reply = nc.get_config(source="running")
+    served = yang_model("openconfig").from_xml(etree.fromstring(reply.data_xml.encode()))
+    yang_model("openconfig").validate(served)
+    profiles = "buffer-allocation-profiles"
+    assert served["openconfig-qos:qos"][profiles] == config["openconfig-qos:qos"][profiles]
 
 
 def _gnmi_cli(testbed: Testbed, *args: str) -> str:
@@ -125,6 +152,13 @@ def test_gnmi_cli_gets_and_sets_the_buffer(testbed: Testbed) -> None:
         ([("/qos/nonsense/leaf", 1)], grpc.StatusCode.NOT_FOUND, "not a writable path"),
         ([(BUFFER, 10)], grpc.StatusCode.INVALID_ARGUMENT, "outside [1514"),
         ([(BUFFER, "lots")], grpc.StatusCode.INVALID_ARGUMENT, "expected an unsigned integer"),
+        # JSON_IETF as it goes on the wire: a uint64 as a JSON number, a string unquoted.
+        ([(BUFFER, b"300000")], grpc.StatusCode.INVALID_ARGUMENT, "a uint64 is a JSON string"),
+        (
+            [(f"{PROFILE}/queues/queue[name=q0]/config/name", b"q0")],
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "does not parse",
+        ),
         ([(BUFFER, 500_000), (TEMPORAL, 1)], grpc.StatusCode.INVALID_ARGUMENT, "conflicts"),
         (
             [(BUFFER, 500_000), (f"{PROFILE}/queues/queue[name=q0]/state/dedicated-buffer", 7)],
@@ -143,11 +177,11 @@ def test_invalid_gnmi_sets_fail_and_change_nothing(
     )
 
     def typed(value: Any) -> pb.TypedValue:
-        return (
-            pb.TypedValue(uint_val=value)
-            if isinstance(value, int)
-            else pb.TypedValue(json_ietf_val=json.dumps(value).encode())
-        )
+        if isinstance(value, int):
+            return pb.TypedValue(uint_val=value)
+        if isinstance(value, bytes):  # JSON text exactly as given
+            return pb.TypedValue(json_ietf_val=value)
+        return pb.TypedValue(json_ietf_val=json.dumps(value).encode())
 
     request = pb.SetRequest(
         update=[pb.Update(path=gnmi_path_generator(p), val=typed(v)) for p, v in update]
@@ -167,7 +201,7 @@ def test_bad_credentials_and_deletes_are_refused(testbed: Testbed) -> None:
         pytest.raises(Exception, match=r"UNAUTHENTICATED|bad username"),
         _gnmi(testbed, password="wrong") as client,
     ):
-        client.set(update=[(BUFFER, 100_000)], encoding="json_ietf")
+        client.set(update=[(BUFFER, _u64(100_000))], encoding="json_ietf")
     with (
         _gnmi(testbed) as client,
         pytest.raises(Exception, match="only classifier terms and added queues can be deleted"),
@@ -218,7 +252,7 @@ def test_subscribe_sample_and_on_change(testbed: Testbed) -> None:
 
 def _set_buffer(testbed: Testbed, size: int) -> None:
     with _gnmi(testbed) as client:
-        client.set(update=[(BUFFER, size)], encoding="json_ietf")
+        client.set(update=[(BUFFER, _u64(size))], encoding="json_ietf")
 
 
 def _netconf(testbed: Testbed, password: str = PASSWORD) -> manager.Manager:
@@ -333,10 +367,15 @@ def test_queues_and_classifier_terms_steer_flows(testbed: Testbed) -> None:
         with pytest.raises(Exception, match="no queue 'q1' to target"):
             client.set(update=[(term_path, term)], encoding="json_ietf")
         client.set(
-            update=[(f"{queue_path}/config/name", "q1"), (q1_buffer, 120_000), (term_path, term)],
+            update=[
+                (f"{queue_path}/config/name", json_text("q1")),
+                (q1_buffer, _u64(120_000)),
+                (term_path, term),
+            ],
             encoding="json_ietf",
         )
         assert int(_get_leaf(client, q1_buffer)) == 120_000
+        yang_model("openconfig").validate(_openconfig(testbed))  # with q1 and the term
         # Two queues share the link: q1 is guaranteed 50 Mbit/s, so 120 kB is 19.2 ms.
         temporal = f"{PROFILE}/queues/queue[name=q1]/config/dedicated-buffer-temporal"
         assert int(_get_leaf(client, temporal)) == 19_200

@@ -6,6 +6,7 @@ a half-applied change, within the router's concurrency limit."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import socket
 import threading
@@ -16,11 +17,13 @@ from typing import Any
 
 import paramiko
 import pytest
-from test_agent import BUFFER, _gnmi, _gnmi_cli, _kernel_limit, _proto_path
+from test_agent import BUFFER, _gnmi, _gnmi_cli, _kernel_limit, _openconfig, _proto_path
+from yangcheck import Recorder, after_edit_config, after_gnmi_set
 
 from conftest import ROUTER_PASSWORD
 from p4bs.config import RouterConfig, SecretRef
 from p4bs.units import bytes_for_duration
+from p4bs.yang import yang_model
 from p4bs_infra.procs import free_port
 from p4bs_infra.testbed import NETCONF_PORT, Testbed, run
 from p4bs_optimizer.drivers import driver_for
@@ -120,6 +123,69 @@ def test_netconf_driver_sets_and_reads_back(testbed: Testbed, known_hosts: Path)
     assert asyncio.run(scenario()) == [410_000, 420_000, 420_000]
     assert _kernel_limit(testbed) == 420_000
     assert _netconf_logins(testbed) == logins + 1  # one session carried all three calls
+
+
+def _remove_q1(testbed: Testbed) -> None:
+    """Removes queue q1 (and the classifier terms that need it) if a test made it."""
+    qdiscs = run(["tc", "-n", testbed.ns["rtr"], "qdisc", "show", "dev", "eth1"])
+    if "bfifo 11:" in qdiscs:
+        with _gnmi(testbed) as client:
+            client.set(
+                delete=[
+                    "/qos/interfaces/interface[interface-id=eth1]/output/queues/queue[name=q1]"
+                ],
+                encoding="json_ietf",
+            )
+
+
+def test_gnmi_driver_payloads_are_valid_openconfig(
+    testbed: Testbed, known_hosts: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every Set the gNMI driver sends (a buffer; rules that make queue q1; q1's buffer; the
+    rules removed), merged into the agent's configuration as it was just before, validates
+    against openconfig-qos 2.2.0, its JSON_IETF bytes as they went."""
+    sender, receiver = testbed.plan.groups[0].address, testbed.plan.receiver
+    flows = [f"{sender}:{41_000 + i}>{receiver}:5201/6" for i in range(2)]
+    recorder = Recorder(lambda: _openconfig(testbed))
+
+    async def scenario() -> None:
+        async with _driver(_router(testbed, known_hosts)) as driver:
+            await driver.set_buffer("eth1", 0, 321_000)
+            await driver.set_classifier("eth1", {0: flows[:1], 1: flows[1:]})
+            assert await driver.set_buffer("eth1", 1, 150_000) == 150_000
+            await driver.set_classifier("eth1", {})
+
+    try:
+        with recorder.record(monkeypatch):
+            asyncio.run(scenario())
+    finally:
+        _remove_q1(testbed)
+    assert len(recorder.sets) == 4
+    for recorded in recorder.sets:
+        after_gnmi_set(recorded.config, recorded.updates, recorded.deletes)
+    # The uint64 as RFC 7951 writes it: a JSON string.
+    ((_, sent),) = recorder.sets[0].updates
+    assert json.loads(sent) == {"config": {"name": "q0", "dedicated-buffer": "321000"}}
+    yang_model("openconfig").validate(_openconfig(testbed))
+
+
+def test_netconf_driver_payload_is_valid_openconfig(
+    testbed: Testbed, known_hosts: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorder = Recorder(lambda: _openconfig(testbed))
+
+    async def scenario() -> int:
+        async with _driver(_router(testbed, known_hosts, "netconf")) as driver:
+            return await driver.set_buffer("eth1", 0, 430_000)
+
+    with recorder.record(monkeypatch):
+        assert asyncio.run(scenario()) == 430_000
+    (edit,) = recorder.edits
+    assert edit.target == "running"
+    after = after_edit_config("openconfig", edit.config, edit.payload)
+    profile = after["openconfig-qos:qos"]["buffer-allocation-profiles"]
+    (queue,) = profile["buffer-allocation-profile"][0]["queues"]["queue"]
+    assert queue["config"]["dedicated-buffer"] == "430000"
 
 
 def test_netconf_junos_driver_sets_time_of_line_rate(testbed: Testbed, known_hosts: Path) -> None:
@@ -350,15 +416,7 @@ def test_gnmi_classifier_rules_replace_the_interfaces_terms(
         asyncio.run(scenario({}))
         assert _filters(testbed) == []
     finally:
-        qdiscs = run(["tc", "-n", testbed.ns["rtr"], "qdisc", "show", "dev", "eth1"])
-        with _gnmi(testbed) as client:
-            if "bfifo 11:" in qdiscs:  # q1, which the first rules created
-                client.set(
-                    delete=[
-                        "/qos/interfaces/interface[interface-id=eth1]/output/queues/queue[name=q1]"
-                    ],
-                    encoding="json_ietf",
-                )
+        _remove_q1(testbed)  # which the first rules created
 
 
 def test_classifier_rules_where_drivers_cannot_and_bad_flow_keys(

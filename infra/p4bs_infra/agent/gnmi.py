@@ -58,18 +58,22 @@ def typed(value: Any, encoding: int) -> pb.TypedValue:
 
 
 def value_of(value: pb.TypedValue) -> Any:
+    """A Set's value: JSON as RFC 7951 gives it (a uint64 is then a string; the model refuses
+    a JSON number for one), a typed scalar as its text."""
     kind = value.WhichOneof("value")
     if kind in ("json_val", "json_ietf_val"):
         raw = getattr(value, kind)
         try:
             return json.loads(raw)
         except ValueError as exc:
-            # Some clients (pygnmi) send a bare string leaf unquoted: take it as that string.
-            text = raw.decode(errors="replace").strip()
-            if text and text[0] not in "{[" and '"' not in text:
-                return text
-            raise AgentError(AgentError.INVALID, f"the JSON value does not parse: {exc}") from exc
-    if kind in ("uint_val", "int_val", "string_val", "bool_val", "double_val", "float_val"):
+            raise AgentError(
+                AgentError.INVALID,
+                f"the JSON value {raw.decode(errors='replace')[:80]!r} does not parse: {exc} "
+                '(a string leaf is a quoted JSON string: "q1")',
+            ) from exc
+    if kind in ("uint_val", "int_val", "string_val"):
+        return str(getattr(value, kind))
+    if kind in ("bool_val", "double_val", "float_val"):
         return getattr(value, kind)
     raise AgentError(AgentError.INVALID, f"unsupported value encoding {kind!r}")
 
@@ -107,7 +111,7 @@ class Gnmi(pb_grpc.gNMIServicer):  # type: ignore[misc]
         return pb.CapabilityResponse(
             supported_models=[
                 pb.ModelData(
-                    name="openconfig-qos", organization="OpenConfig working group", version="0.11.1"
+                    name="openconfig-qos", organization="OpenConfig working group", version="2.2.0"
                 )
             ],
             supported_encodings=[pb.JSON, pb.JSON_IETF],

@@ -21,7 +21,12 @@ buffer-allocation-profile per interface, named like the interface, is bound to i
                                     group is the queue of the same name)
       each term is a u32 filter on the interface's htb root; deleting the term removes it
 
-Values follow RFC 7951 (64-bit integers as strings). A request is validated as a whole first
+  /qos/queues/queue[name=Q], /qos/forwarding-groups/forwarding-group[name=Q]   (declarations:
+      every queue is declared once, and is the forwarding group of the same name, whose
+      output-queue it is; writing them changes nothing)
+
+Values follow RFC 7951: 64-bit integers are JSON strings, and a JSON number for one is
+refused, as a real target refuses it. A request is validated as a whole first
 (paths, types, bounds, references), then applied: buffer sizes as in-place netlink changes of
 the FIFOs (never a replace, which would flush the queue), queues and terms with tc. If the
 kernel refuses a step, the buffers are restored and what the request added is removed.
@@ -83,8 +88,16 @@ def format_path(elems: PathElems) -> str:
     return "/" + "/".join(parts)
 
 
-def _uint(value: Any, where: str) -> int:
-    """An RFC 7951 uint64: a JSON number or a string of digits."""
+def _uint(value: Any, where: str, bits: int = 64) -> int:
+    """An unsigned integer leaf. RFC 7951 writes a uint64 as a JSON string of digits ("625000")
+    and smaller ones as JSON numbers; XML (NETCONF) and gNMI's typed scalars give text, which
+    is taken for any width. A JSON number for a uint64 is refused, as a real target does."""
+    if bits == 64 and isinstance(value, int) and not isinstance(value, bool):
+        raise AgentError(
+            AgentError.INVALID,
+            f'{where}: a uint64 is a JSON string in RFC 7951 ("{value}"), got the JSON '
+            f"number {value}",
+        )
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise AgentError(
             AgentError.INVALID, f"{where}: expected an unsigned integer, got {value!r}"
@@ -95,8 +108,8 @@ def _uint(value: Any, where: str) -> int:
             AgentError.INVALID, f"{where}: expected an unsigned integer, got {value!r}"
         )
     number = int(text)
-    if number >= 2**64:
-        raise AgentError(AgentError.INVALID, f"{where}: {number} does not fit uint64")
+    if number >= 2**bits:
+        raise AgentError(AgentError.INVALID, f"{where}: {number} does not fit uint{bits}")
     return number
 
 
@@ -197,7 +210,17 @@ class RouterQos:
                     "terms": {"term": terms},
                 }
             )
+        # OpenConfig declares queues once under /qos/queues (a profile's and an interface's
+        # queues refer to them), and a classifier targets a forwarding group: here each queue
+        # name is one forwarding group into that queue.
+        names = sorted({q.name for q in queues}, key=lambda name: int(name[1:]))
         return {
+            "queues": {"queue": [{"name": n, "config": {"name": n}} for n in names]},
+            "forwarding-groups": {
+                "forwarding-group": [
+                    {"name": n, "config": {"name": n, "output-queue": n}} for n in names
+                ]
+            },
             "buffer-allocation-profiles": {"buffer-allocation-profile": profiles},
             "interfaces": {"interface": interfaces},
             "classifiers": {"classifier": classifiers},
@@ -252,6 +275,23 @@ class RouterQos:
         where = format_path(path)
         names = tuple(name for name, _ in path)
         keys = [k for _, k in path]
+        if names[:3] in (
+            ("qos", "queues", "queue"),
+            ("qos", "forwarding-groups", "forwarding-group"),
+        ):
+            # Declarations only: an interface's output queue makes the queue, and the
+            # forwarding group of a queue is the queue itself.
+            name = keys[2].get("name", "")
+            if name != DEFAULT_QUEUE and _queue_index(name) is None:
+                raise AgentError(
+                    AgentError.INVALID, f"{where}: queues are named q0..q{MAX_QUEUES - 1}"
+                )
+            if names[3:] not in (("config", "name"), ("config", "output-queue")) or (
+                names[1] == "queues" and names[4] != "name"
+            ):
+                raise AgentError(AgentError.NOT_FOUND, f"{where}: not a writable path")
+            _same(value, name, where)
+            return
         if names[:3] == ("qos", "interfaces", "interface"):
             interface = self._interface(keys[2].get("interface-id", ""), where)
             if names[3:] == ("config", "interface-id"):
@@ -476,10 +516,13 @@ class _Plan:
 
 
 def _term_tree(term_id: int, term: dict[str, Any]) -> dict[str, Any]:
-    ipv4 = {
-        k: str(term[k]) for k in ("source-address", "destination-address", "protocol") if k in term
+    # RFC 7951: the protocol (uint8) and ports (uint16) are JSON numbers.
+    ipv4: dict[str, Any] = {
+        k: str(term[k]) for k in ("source-address", "destination-address") if k in term
     }
-    transport = {k: str(term[k]) for k in ("source-port", "destination-port") if k in term}
+    if "protocol" in term:
+        ipv4["protocol"] = int(term["protocol"])
+    transport = {k: int(term[k]) for k in ("source-port", "destination-port") if k in term}
     return {
         "id": str(term_id),
         "config": {"id": str(term_id)},
@@ -523,12 +566,12 @@ def _term_value(field: str, value: Any, where: str) -> Any:
                 AgentError.INVALID, f"{where}: not an IPv4 prefix: {value!r}"
             ) from None
     if field == "protocol":
-        number = _uint(value, where)
+        number = _uint(value, where, bits=8)
         if number > 255:
             raise AgentError(AgentError.INVALID, f"{where}: protocol must be 0..255")
         return number
     if field in ("source-port", "destination-port"):
-        number = _uint(value, where)
+        number = _uint(value, where, bits=16)
         if number > 65535:
             raise AgentError(AgentError.INVALID, f"{where}: ports are 0..65535")
         return number
@@ -592,6 +635,7 @@ def _select(node: Any, path: PathElems, seen: PathElems) -> Iterator[tuple[PathE
 
 
 LIST_KEYS = {
+    "forwarding-group": "name",
     "buffer-allocation-profile": "name",
     "queue": "name",
     "interface": "interface-id",

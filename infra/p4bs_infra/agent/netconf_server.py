@@ -80,7 +80,7 @@ class QosMethods(ncserver.NetconfMethods):  # type: ignore[misc]
     def nc_append_capabilities(self, capabilities: etree._Element) -> None:
         ncutil.subelm(
             capabilities, "capability"
-        ).text = f"{OC_QOS_NS}?module=openconfig-qos&revision=2023-09-06"
+        ).text = f"{OC_QOS_NS}?module=openconfig-qos&revision=2026-04-30"
 
     def _data(self, rpc: etree._Element, filter_or_none: Any, config_only: bool) -> Any:
         data = ncutil.elm("nc:data")

@@ -4,12 +4,15 @@ A queue's buffer is its buffer-allocation-profile queue's `dedicated-buffer`, in
 profile is named like the interface and bound to its output (see p4bs_infra.agent.model):
 
   /qos/buffer-allocation-profiles/buffer-allocation-profile[name=IF]/queues/queue[name=qN]/
-      config/dedicated-buffer   set
+      config/dedicated-buffer   set (with config/name, the entry's key)
       state/dedicated-buffer    read back: what the router has in force
 
+Values go as RFC 7951 JSON (JSON_IETF): the uint64 buffer as a string ("625000").
+
 Classifier rules are terms of the classifier named like the interface, one exact 5-tuple
-match per flow with the target-group of its queue; queues the rules name are created under
-/qos/interfaces/interface[interface-id=IF]/output/queues. One Set request replaces all of
+match per flow with the target-group of its queue (the forwarding group of the queue's name);
+each queue the rules name is declared under /qos/queues, given that forwarding group and
+made under /qos/interfaces/interface[interface-id=IF]/output/queues. One Set request replaces all of
 the interface's terms, which the router applies as a whole or not at all.
 
 The router's certificate is verified against `ca_file` (required: without it pygnmi would
@@ -19,6 +22,7 @@ per-RPC metadata. One gRPC channel per router carries every call, concurrent one
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -47,6 +51,34 @@ STATUS_KINDS = {
     grpc.StatusCode.UNAUTHENTICATED: ErrorKind.AUTH,
     grpc.StatusCode.PERMISSION_DENIED: ErrorKind.AUTH,
 }
+
+
+def json_text(value: Any) -> str:
+    """A Set value as its JSON text. pygnmi sends a str as it is and JSON-encodes anything
+    else, so a string leaf given as a str would go unquoted (not JSON at all); as JSON text
+    every value goes as JSON_IETF wants it."""
+    return json.dumps(value)
+
+
+def uint64(value: int) -> str:
+    """RFC 7951 writes a 64-bit integer as a JSON string ("625000"): a JSON number for one is
+    refused by targets that check their schema (openconfig-qos's dedicated-buffer is uint64)."""
+    return str(value)
+
+
+def queue_declarations(interface: str, queue: int) -> list[tuple[str, str]]:
+    """What makes queue `queue` of `interface` in OpenConfig: the queue declared under
+    /qos/queues, a forwarding group into it (what a classifier term targets) and the
+    interface's output queue."""
+    name = f"q{queue}"
+    return [
+        (f"/qos/queues/queue[name={name}]", json_text({"config": {"name": name}})),
+        (
+            f"/qos/forwarding-groups/forwarding-group[name={name}]",
+            json_text({"config": {"name": name, "output-queue": name}}),
+        ),
+        (output_queue(interface, queue), json_text({"config": {"name": name}})),
+    ]
 
 
 def profile_queue(interface: str, queue: int) -> str:
@@ -186,8 +218,12 @@ class GnmiDriver(RouterDriver):
 
     def _set_buffer(self, attempt: Attempt, interface: str, queue: int, buffer_bytes: int) -> int:
         client = self._connected(attempt)
-        path = f"{profile_queue(interface, queue)}/config/dedicated-buffer"
-        client.set(update=[(path, buffer_bytes)], encoding=ENCODING)
+        # The entry's own name comes along: a profile's queue entry is keyed by it.
+        config = {"name": f"q{queue}", "dedicated-buffer": uint64(buffer_bytes)}
+        client.set(
+            update=[(profile_queue(interface, queue), json_text({"config": config}))],
+            encoding=ENCODING,
+        )
         reported = self._read_bytes(client, interface, queue)
         self._check_readback(interface, queue, buffer_bytes, reported)
         return reported
@@ -210,16 +246,14 @@ class GnmiDriver(RouterDriver):
         # Old terms are deleted in the same request: a term id written again afterwards
         # starts empty instead of keeping conditions of the old flow.
         old_ids = [str(term.get("id")) for term in self._terms(client, interface)]
-        updates: list[tuple[str, Any]] = [
-            (f"{output_queue(interface, queue)}/config/name", f"q{queue}") for queue in rules
-        ]
+        updates = [d for queue in rules for d in queue_declarations(interface, queue)]
         wanted = []
         term_id = 0
         for queue, flows in rules.items():
             for flow in flows:
                 term_id += 1  # the router's terms are numbered 1..n (their tc priorities)
                 term = term_tree(term_id, queue, flow)
-                updates.append((f"{terms_path}/term[id={term_id}]", term))
+                updates.append((f"{terms_path}/term[id={term_id}]", json_text(term)))
                 wanted.append(term_summary(term))
         client.set(
             delete=[f"{terms_path}/term[id={old}]" for old in old_ids] or None,

@@ -201,7 +201,8 @@ class NetconfDriver(RouterDriver):
         return (
             f'<config><qos xmlns="{OC_QOS_NS}"><buffer-allocation-profiles>'
             f"<buffer-allocation-profile><name>{escape(interface)}</name><queues><queue>"
-            f"<name>q{queue}</name><config><{self.LEAF}>{value}</{self.LEAF}></config>"
+            f"<name>q{queue}</name><config><name>q{queue}</name>"
+            f"<{self.LEAF}>{value}</{self.LEAF}></config>"
             f"</queue></queues></buffer-allocation-profile></buffer-allocation-profiles></qos>"
             f"</config>"
         )
