@@ -8,6 +8,7 @@ Credentials never appear in the file: a secret is `{ env = "VAR" }` or `{ file =
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 import tomllib
@@ -209,6 +210,30 @@ def tap_ports(tap: Tap) -> list[tuple[Port, str]]:
 
 
 @dataclass(frozen=True)
+class JunosLinkConfig:
+    """How a link's buffer is configured on a Junos router (the netconf-junos driver):
+    `class-of-service schedulers <scheduler> buffer-size temporal <µs>`, the scheduler-map
+    `<scheduler_map> forwarding-class <forwarding_class> scheduler <scheduler>`, and
+    `class-of-service interfaces <interface> scheduler-map <scheduler_map>`."""
+
+    interface: str  # the router's name for the link's interface ("et-0/0/0")
+    scheduler: str
+    scheduler_map: str
+    forwarding_class: str
+
+
+JUNOS_DEFAULT_FORWARDING_CLASS = "best-effort"  # Junos's default class of queue 0
+JUNOS_NAME_MAX = 64  # scheduler, scheduler-map and forwarding-class names (the Junos YANG)
+
+
+def junos_defaults(interface: str) -> JunosLinkConfig:
+    """A link's Junos names when the config gives none: p4bs-<interface> with '/', '.' and
+    ':' as '-' (et-0/0/0.0 -> p4bs-et-0-0-0-0), for both the scheduler and its map."""
+    name = "p4bs-" + "".join("-" if c in "/.:" else c for c in interface)
+    return JunosLinkConfig(interface, name, name, JUNOS_DEFAULT_FORWARDING_CLASS)
+
+
+@dataclass(frozen=True)
 class LinkConfig:
     router: str
     interface: str
@@ -230,6 +255,8 @@ class LinkConfig:
     # IPv4 prefixes reached through `interface`: on a tap carrying both directions, a packet
     # towards one of them is in the data (output) direction. Empty: every packet is.
     output_prefixes: tuple[str, ...] = ()
+    # Set for a link of a netconf-junos router (defaults from the interface's name).
+    junos: JunosLinkConfig | None = None
 
     @property
     def id(self) -> str:
@@ -690,9 +717,36 @@ def _buffer_value(capacity_bps: int | None) -> Callable[[Any], int]:
     return convert
 
 
+def _junos_name(value: Any) -> str:
+    """A Junos configuration name: 1..64 characters, no spaces or quotes."""
+    text = _text(value)
+    if len(text) > JUNOS_NAME_MAX or any(c.isspace() or c in "\"'" for c in text):
+        raise ValueError(
+            f"must be 1..{JUNOS_NAME_MAX} characters without spaces or quotes, got {value!r}"
+        )
+    return text
+
+
+def _read_junos(r: _Reader, data: dict[str, Any], interface: str | None) -> JunosLinkConfig | None:
+    """The link's `junos` table; every field optional (see junos_defaults)."""
+    with r.at("junos"):
+        table = r.table(data, "junos")
+        r.unknown(table, {"interface", "scheduler", "scheduler_map", "forwarding_class"})
+        given = {k: r.get(table, k, _junos_name) for k in table}
+    if interface is None:
+        return None
+    defaults = junos_defaults(str(given.get("interface") or interface))
+    return JunosLinkConfig(
+        interface=given.get("interface") or defaults.interface,
+        scheduler=given.get("scheduler") or defaults.scheduler,
+        scheduler_map=given.get("scheduler_map") or defaults.scheduler_map,
+        forwarding_class=given.get("forwarding_class") or defaults.forwarding_class,
+    )
+
+
 def _read_link(r: _Reader, data: dict[str, Any]) -> LinkConfig | None:
     known = {"router", "interface", "switch", "capacity", "taps", "sla", "weights", "buffer"}
-    r.unknown(data, known | {"policy", "policy_options", "output_prefixes"})
+    r.unknown(data, known | {"policy", "policy_options", "output_prefixes", "junos"})
     output_prefixes = r.get(data, "output_prefixes", _ipv4_prefixes)
     capacity = r.get(data, "capacity", _positive(parse_rate_bps, "the capacity"), required=True)
     with r.at("taps"):
@@ -731,6 +785,7 @@ def _read_link(r: _Reader, data: dict[str, Any]) -> LinkConfig | None:
         r.get(data, "policy", _text, required=True),
     )
     values = (capacity, before, after, d_hat, p_hat, w_loss, w_delay, low, high, safe)
+    junos = _read_junos(r, data, fields[1])
     if any(v is None for v in fields + values):
         return None
     router, interface, switch, policy = (str(v) for v in fields)
@@ -754,6 +809,7 @@ def _read_link(r: _Reader, data: dict[str, Any]) -> LinkConfig | None:
         policy=policy,
         policy_options=options,
         output_prefixes=output_prefixes or (),
+        junos=junos,
     )
 
 
@@ -808,6 +864,30 @@ def _read_testbed(
         base_rtt_ns=base_rtt,
         extra_delay_max_ns=extra,
         groups=tuple(groups) or (FlowGroup("all", 10, "cubic", 0, None),),
+    )
+
+
+def _junos_only_where_used(
+    r: _Reader,
+    links: tuple[LinkConfig, ...],
+    raw_links: list[dict[str, Any]],
+    routers: tuple[RouterConfig, ...],
+) -> tuple[LinkConfig, ...]:
+    """A link's Junos names belong to a netconf-junos router: a `junos` table elsewhere is a
+    mistake, and other links carry none."""
+    drivers = {router.name: router.driver for router in routers}
+    for i, raw in enumerate(raw_links):
+        driver = drivers.get(str(raw.get("router")))
+        if "junos" in raw and driver is not None and driver != "netconf-junos":
+            r.problem(
+                f"links[{i}].junos",
+                f"only for a netconf-junos router; router {raw.get('router')!r} uses {driver}",
+            )
+    return tuple(
+        link
+        if drivers.get(link.router) == "netconf-junos"
+        else dataclasses.replace(link, junos=None)
+        for link in links
     )
 
 
@@ -914,7 +994,8 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
     raw_links = tables["links"]
     if not raw_links:
         r.problem("links", "at least one [[links]] entry is required")
-    links = each("links", _read_link)
+    routers = each("routers", _read_router)
+    links = _junos_only_where_used(r, each("links", _read_link), raw_links, routers)
     testbed = None
     if "testbed" in data and raw_links:
         link_ids = {f"{x.get('router')}:{x.get('interface')}" for x in raw_links}
@@ -925,7 +1006,7 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
         influxdb=influx,
         flink=flink,
         switches=each("switches", _read_switch),
-        routers=each("routers", _read_router),
+        routers=routers,
         links=links,
         testbed=testbed,
         dataplane=dataplane,

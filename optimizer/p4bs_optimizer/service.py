@@ -329,10 +329,8 @@ class OptimizerService:
         self._decide_thread = ThreadPoolExecutor(DECIDE_THREADS, thread_name_prefix="decide")
 
     def _driver_for(self, router: RouterConfig) -> RouterDriver:
-        links = self.config.links
-        rates = {k.interface: k.capacity_bps for k in links if k.router == router.name}
         return driver_for(
-            router, line_rates_bps=rates, attempts=self.config.optimizer.apply_attempts
+            router, links=self.config.links, attempts=self.config.optimizer.apply_attempts
         )
 
     def driver_of(self, router: str) -> RouterDriver:

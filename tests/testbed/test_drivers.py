@@ -1,7 +1,8 @@
 """Router drivers against the real router agent in a testbed: gNMI (read back by gnmi_cli, a
-client nobody here wrote), NETCONF in bytes and Junos-style in microseconds, Linux tc in the
-router's namespace; and how they fail: by kind, retried only when it may help, never leaving
-a half-applied change, within the router's concurrency limit."""
+client nobody here wrote), NETCONF in bytes, Linux tc in the router's namespace (the Junos
+driver against the agent's Junos mode: test_junos.py); and how they fail: by kind, retried
+only when it may help, never leaving a half-applied change, within the router's concurrency
+limit."""
 
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ from yangcheck import Recorder, after_edit_config, after_gnmi_set
 
 from conftest import ROUTER_PASSWORD
 from p4bs.config import RouterConfig, SecretRef
-from p4bs.units import bytes_for_duration
 from p4bs.yang import yang_model
 from p4bs_infra.procs import free_port
 from p4bs_infra.testbed import NETCONF_PORT, Testbed, run
@@ -70,8 +70,6 @@ def _router(
 
 
 def _driver(router: RouterConfig, **options: Any) -> RouterDriver:
-    if router.driver == "netconf-junos":
-        options.setdefault("line_rates_bps", {"eth1": 100_000_000})
     return driver_for(router, **options)
 
 
@@ -188,29 +186,6 @@ def test_netconf_driver_payload_is_valid_openconfig(
     assert queue["config"]["dedicated-buffer"] == "430000"
 
 
-def test_netconf_junos_driver_sets_time_of_line_rate(testbed: Testbed, known_hosts: Path) -> None:
-    rate = testbed.plan.rate_bps
-
-    async def scenario() -> list[int]:
-        async with _driver(
-            _router(testbed, known_hosts, "netconf-junos"), line_rates_bps={"eth1": rate}
-        ) as driver:
-            exact = await driver.set_buffer("eth1", 0, 250_000)  # 20 ms of 100 Mbit/s
-            rounded = await driver.set_buffer("eth1", 0, 300_010)  # 24000.8 µs
-            return [exact, rounded, await driver.get_buffer("eth1", 0)]
-
-    exact, rounded, read = asyncio.run(scenario())
-    assert exact == 250_000
-    # Written as 24001 µs, which the router turned into bytes itself: proof that time went
-    # over the wire, not bytes. It keeps bytes and reports the time rounded down (24000 µs).
-    assert _kernel_limit(testbed) == bytes_for_duration(24_001_000, rate) == 300_012
-    assert rounded == read == bytes_for_duration(24_000_000, rate)
-    with _gnmi(testbed) as client:
-        temporal = BUFFER.replace("dedicated-buffer", "dedicated-buffer-temporal")
-        reply = client.get(path=[temporal], encoding="json_ietf")
-    assert int(reply["notification"][0]["update"][0]["val"]) == 24_000
-
-
 def test_linux_tc_driver_in_the_router_namespace(testbed: Testbed, known_hosts: Path) -> None:
     router = _router(testbed, known_hosts, "linux-tc", address=f"netns:{testbed.ns['rtr']}")
 
@@ -321,7 +296,7 @@ def test_netconf_refuses_a_router_with_another_host_key(
     assert (err.kind, err.attempts) == (ErrorKind.AUTH, 1)
 
 
-@pytest.mark.parametrize("driver", ["gnmi", "netconf", "netconf-junos"])
+@pytest.mark.parametrize("driver", ["gnmi", "netconf"])
 def test_rejected_values_are_not_retried_and_change_nothing(
     testbed: Testbed, known_hosts: Path, driver: str
 ) -> None:
@@ -425,7 +400,6 @@ def test_classifier_rules_where_drivers_cannot_and_bad_flow_keys(
     async def scenario() -> None:
         for driver, changes in (
             ("netconf", {}),
-            ("netconf-junos", {}),
             ("linux-tc", {"address": "netns:x"}),
         ):
             async with _driver(_router(testbed, known_hosts, driver, **changes)) as d:

@@ -13,6 +13,7 @@ import pytest
 from p4bs.config import (
     ROUTER_DRIVERS,
     ConfigError,
+    JunosLinkConfig,
     SecretRef,
     config_toml,
     load_config,
@@ -65,6 +66,17 @@ def _delete(path: str) -> Callable[[dict[str, Any]], None]:
     return mutate
 
 
+def _junos(**table: Any) -> Callable[[dict[str, Any]], None]:
+    """The example's router made a netconf-junos one, its link given `junos = table`."""
+
+    def mutate(data: dict[str, Any]) -> None:
+        data["routers"][0]["driver"] = "netconf-junos"
+        data["routers"][0]["address"] = "10.203.0.2:830"
+        data["links"][0]["junos"] = table
+
+    return mutate
+
+
 BAD = [
     (_set("links.0.capacity", "100 furlongs"), "links[0].capacity: unknown unit 'furlongs'"),
     (_set("links.0.capacity", "0Mbit"), "links[0].capacity: the capacity must be positive"),
@@ -109,6 +121,12 @@ BAD = [
     (_set("optimizer.dry", True), "optimizer.dry: unknown field"),
     (_set("routers.0.driver", "linux-tc"), "routers[0].address: a linux-tc router is local"),
     (_set("links", []), "links: at least one [[links]] entry is required"),
+    (_set("links.0.junos", {}), "links[0].junos: only for a netconf-junos router; router 'r1'"),
+    (_junos(scheduler="has space"), "links[0].junos.scheduler: must be 1..64 characters"),
+    (_junos(scheduler_map="m" * 65), "links[0].junos.scheduler_map: must be 1..64 characters"),
+    (_junos(forwarding_class=""), "links[0].junos.forwarding_class: must be a non-empty"),
+    (_junos(interface=7), "links[0].junos.interface: must be a non-empty string"),
+    (_junos(queue=0), "links[0].junos.queue: unknown field (known: forwarding_class,"),
 ]
 
 
@@ -232,6 +250,29 @@ def test_config_toml_writes_what_load_config_reads_back(example: dict[str, Any])
     example["links"][0]["policy_options"] = {"gamma": 0.2, "nested": {"on": True}}
     assert tomllib.loads(config_toml(example)) == example
     assert parse_config(tomllib.loads(config_toml(example))).optimizer.stale_after_ns == 2 * 10**9
+
+
+def test_junos_names_default_from_the_interface_and_only_on_junos_routers(
+    example: dict[str, Any],
+) -> None:
+    assert parse_config(example).links[0].junos is None  # a gnmi router
+    _junos()(example)
+    assert parse_config(example).links[0].junos == JunosLinkConfig(
+        interface="eth1",
+        scheduler="p4bs-eth1",
+        scheduler_map="p4bs-eth1",
+        forwarding_class="best-effort",
+    )
+    _junos(interface="et-0/0/0.0", forwarding_class="expedited-forwarding")(example)
+    assert parse_config(example).links[0].junos == JunosLinkConfig(
+        interface="et-0/0/0.0",
+        scheduler="p4bs-et-0-0-0-0",
+        scheduler_map="p4bs-et-0-0-0-0",
+        forwarding_class="expedited-forwarding",
+    )
+    _junos(scheduler="be-sched", scheduler_map="be-map")(example)
+    junos = parse_config(example).links[0].junos
+    assert junos is not None and (junos.scheduler, junos.scheduler_map) == ("be-sched", "be-map")
 
 
 def test_every_router_driver_the_config_accepts_has_a_driver() -> None:

@@ -1,19 +1,19 @@
 """Router drivers behind one interface (`base.RouterDriver`), one module each: gNMI, NETCONF
-(OpenConfig and Junos) and Linux tc. `driver_for` makes the one a router's config names
-(`driver`, one of `p4bs.config.ROUTER_DRIVERS`)."""
+(OpenConfig), Junos (NETCONF, class-of-service) and Linux tc. `driver_for` makes the one a
+router's config names (`driver`, one of `p4bs.config.ROUTER_DRIVERS`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Sequence
 
-from p4bs.config import RouterConfig
+from p4bs.config import LinkConfig, RouterConfig
 from p4bs_optimizer.drivers.base import DEFAULT_ATTEMPTS, DEFAULT_BACKOFF_NS, RouterDriver
 
 
 # Each maker imports its driver's module when called: a driver pulls in its own client
 # library (grpc, ncclient), and a process needs only the ones its routers use.
 def _gnmi(
-    router: RouterConfig, rates: Mapping[str, int], attempts: int, backoff: int
+    router: RouterConfig, links: Sequence[LinkConfig], attempts: int, backoff: int
 ) -> RouterDriver:
     from p4bs_optimizer.drivers.gnmi import GnmiDriver
 
@@ -21,7 +21,7 @@ def _gnmi(
 
 
 def _netconf(
-    router: RouterConfig, rates: Mapping[str, int], attempts: int, backoff: int
+    router: RouterConfig, links: Sequence[LinkConfig], attempts: int, backoff: int
 ) -> RouterDriver:
     from p4bs_optimizer.drivers.netconf import NetconfDriver
 
@@ -29,22 +29,23 @@ def _netconf(
 
 
 def _netconf_junos(
-    router: RouterConfig, rates: Mapping[str, int], attempts: int, backoff: int
+    router: RouterConfig, links: Sequence[LinkConfig], attempts: int, backoff: int
 ) -> RouterDriver:
-    from p4bs_optimizer.drivers.netconf import JunosNetconfDriver
+    from p4bs_optimizer.drivers.junos import JunosDriver
 
-    return JunosNetconfDriver(router, line_rates_bps=rates, attempts=attempts, backoff_ns=backoff)
+    junos = {k.interface: (k.junos, k.capacity_bps) for k in links if k.junos is not None}
+    return JunosDriver(router, links=junos, attempts=attempts, backoff_ns=backoff)
 
 
 def _linux_tc(
-    router: RouterConfig, rates: Mapping[str, int], attempts: int, backoff: int
+    router: RouterConfig, links: Sequence[LinkConfig], attempts: int, backoff: int
 ) -> RouterDriver:
     from p4bs_optimizer.drivers.linux_tc import LinuxTcDriver
 
     return LinuxTcDriver(router, attempts=attempts, backoff_ns=backoff)
 
 
-DriverMaker = Callable[[RouterConfig, Mapping[str, int], int, int], RouterDriver]
+DriverMaker = Callable[[RouterConfig, Sequence[LinkConfig], int, int], RouterDriver]
 DRIVERS: dict[str, DriverMaker] = {
     "gnmi": _gnmi,
     "netconf": _netconf,
@@ -56,14 +57,14 @@ DRIVERS: dict[str, DriverMaker] = {
 def driver_for(
     router: RouterConfig,
     *,
-    line_rates_bps: Mapping[str, int] | None = None,
+    links: Sequence[LinkConfig] = (),
     attempts: int = DEFAULT_ATTEMPTS,
     backoff_ns: int = DEFAULT_BACKOFF_NS,
 ) -> RouterDriver:
-    """The driver `router.driver` names. `line_rates_bps` (interface -> bit/s, the links'
-    capacities) is what the netconf-junos driver converts bytes to microseconds with."""
+    """The driver `router.driver` names. `links` (the router's) give the netconf-junos driver
+    each link's Junos names and the capacity it converts bytes to microseconds with."""
     try:
         make = DRIVERS[router.driver]
     except KeyError:
         raise ValueError(f"router {router.name}: no driver {router.driver!r}") from None
-    return make(router, line_rates_bps or {}, attempts, backoff_ns)
+    return make(router, [k for k in links if k.router == router.name], attempts, backoff_ns)

@@ -1,19 +1,9 @@
-"""NETCONF drivers (ncclient over SSH): OpenConfig QoS in bytes ("netconf") and a Junos-style
-variant that configures buffers as time of line rate ("netconf-junos").
+"""NETCONF driver (ncclient over SSH) for OpenConfig QoS in bytes ("netconf"); its sessions,
+host-key check and errors serve the Junos driver (junos.py) too.
 
 "netconf" edits a queue's `dedicated-buffer` (bytes) in the buffer-allocation-profile named
 like the interface (namespace http://openconfig.net/yang/qos, see p4bs_infra.agent.model)
 and reads back the queue's state/dedicated-buffer.
-
-"netconf-junos" sizes buffers the way Junos does, `class-of-service schedulers <s>
-buffer-size temporal <µs>`: bytes are converted at this edge to microseconds of the
-interface's line rate and back. The router agent speaks no Junos configuration (its server
-serves only the OpenConfig QoS namespace), so the microseconds go to the closest thing it
-has, the same queue's `dedicated-buffer-temporal` leaf, and are read back from its state. The
-agent keeps bytes and reports the time rounded down, so a read back 1 µs below what was
-written is the same setting. The agent counts those microseconds against the queue's
-guaranteed rate, which is the line rate while the interface has one queue: use this variant
-on single-queue interfaces.
 
 How a change is committed follows what the server offers. With :candidate and
 :confirmed-commit (Junos): lock the candidate, edit it, commit confirmed, read the running
@@ -34,7 +24,7 @@ import contextlib
 import math
 import socket
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from xml.sax.saxutils import escape
@@ -51,7 +41,6 @@ from ncclient.transport.errors import (
 )
 
 from p4bs.config import RouterConfig
-from p4bs.units import bytes_for_duration, duration_for_bytes
 from p4bs_optimizer.drivers.base import (
     DEFAULT_ATTEMPTS,
     DEFAULT_BACKOFF_NS,
@@ -92,7 +81,6 @@ class NetconfDriver(RouterDriver):
     """OpenConfig QoS over NETCONF: buffers in bytes."""
 
     LEAF = "dedicated-buffer"
-    UNIT = "B"
     classifier_unsupported = (
         "classifier rules are set by the gnmi driver only: replacing them needs deletes, "
         "which the router agent's NETCONF server does not take"
@@ -111,16 +99,6 @@ class NetconfDriver(RouterDriver):
         self._host, self._port = split_endpoint(router.address)
         self._idle: list[Session] = []
         self._idle_lock = threading.Lock()
-
-    # ---- units: what the router is configured in ------------------------------------------
-    def _to_router(self, interface: str, buffer_bytes: int) -> int:
-        return buffer_bytes
-
-    def _to_bytes(self, interface: str, value: int) -> int:
-        return value
-
-    def _same(self, written: int, reported: int) -> bool:
-        return written == reported
 
     # ---- sessions -----------------------------------------------------------------------------
     def _host_key(self) -> str | None:
@@ -232,22 +210,19 @@ class NetconfDriver(RouterDriver):
         return int(text)
 
     def _set_buffer(self, attempt: Attempt, interface: str, queue: int, buffer_bytes: int) -> int:
-        value = self._to_router(interface, buffer_bytes)
         with self._session(attempt) as session:
             capabilities = session.server_capabilities
             if CANDIDATE in capabilities and (
                 CONFIRMED_COMMIT in capabilities or CONFIRMED_COMMIT_11 in capabilities
             ):
-                reported = self._commit_confirmed(session, interface, queue, value)
-            else:
-                reported = self._edit_running(session, interface, queue, value)
-        return self._to_bytes(interface, reported)
+                return self._commit_confirmed(session, interface, queue, buffer_bytes)
+            return self._edit_running(session, interface, queue, buffer_bytes)
 
     def _edit_running(self, session: Any, interface: str, queue: int, value: int) -> int:
         previous = self._read(session, interface, queue)
         session.edit_config(target="running", config=self._edit(interface, queue, value))
         reported = self._read(session, interface, queue)
-        if not self._same(value, reported):
+        if value != reported:
             session.edit_config(target="running", config=self._edit(interface, queue, previous))
             raise self._mismatch(interface, queue, value, reported, "previous value restored")
         return reported
@@ -260,7 +235,7 @@ class NetconfDriver(RouterDriver):
             session.edit_config(target="candidate", config=self._edit(interface, queue, value))
             session.commit(confirmed=True, timeout=str(confirm_timeout_s))
             reported = self._read(session, interface, queue)
-            if not self._same(value, reported):
+            if value != reported:
                 if CONFIRMED_COMMIT_11 not in session.server_capabilities:
                     # 1.0 has no cancel-commit: a confirmed commit is rolled back when the
                     # session that made it ends, which _session does on this error.
@@ -275,13 +250,12 @@ class NetconfDriver(RouterDriver):
     ) -> DriverError:
         return self._error(
             ErrorKind.MISMATCH,
-            f"{interface} q{queue}: set to {written} {self.UNIT}, the router reports "
-            f"{reported} {self.UNIT}; {done}",
+            f"{interface} q{queue}: set to {written} B, the router reports {reported} B; {done}",
         )
 
     def _get_buffer(self, attempt: Attempt, interface: str, queue: int) -> int:
         with self._session(attempt) as session:
-            return self._to_bytes(interface, self._read(session, interface, queue))
+            return self._read(session, interface, queue)
 
     # ---- errors -----------------------------------------------------------------------------
     def _classify(self, error: Exception) -> ErrorKind | None:
@@ -296,44 +270,3 @@ class NetconfDriver(RouterDriver):
         if isinstance(error, OperationError):
             return ErrorKind.REJECTED
         return None
-
-
-class JunosNetconfDriver(NetconfDriver):
-    """Buffers as microseconds of the interface's line rate (`line_rates_bps`)."""
-
-    LEAF = "dedicated-buffer-temporal"
-    UNIT = "µs"
-    classifier_unsupported = (
-        "Junos classifies with firewall filters and forwarding classes, which the router "
-        "agent does not model; use the gnmi driver for flow separation"
-    )
-
-    def __init__(
-        self,
-        router: RouterConfig,
-        *,
-        line_rates_bps: Mapping[str, int],
-        attempts: int = DEFAULT_ATTEMPTS,
-        backoff_ns: int = DEFAULT_BACKOFF_NS,
-    ) -> None:
-        super().__init__(router, attempts=attempts, backoff_ns=backoff_ns)
-        self.line_rates_bps = dict(line_rates_bps)
-
-    def _rate(self, interface: str) -> int:
-        rate = self.line_rates_bps.get(interface)
-        if not rate:
-            raise ValueError(
-                f"router {self.router.name}: no line rate for {interface!r}; the "
-                "netconf-junos driver needs one per interface to convert bytes to time"
-            )
-        return rate
-
-    def _to_router(self, interface: str, buffer_bytes: int) -> int:
-        """Bytes -> µs of line rate, to the nearest µs."""
-        return (duration_for_bytes(buffer_bytes, self._rate(interface)) + 500) // 1000
-
-    def _to_bytes(self, interface: str, value: int) -> int:
-        return bytes_for_duration(value * 1000, self._rate(interface))
-
-    def _same(self, written: int, reported: int) -> bool:
-        return 0 <= written - reported <= 1
