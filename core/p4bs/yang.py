@@ -176,8 +176,8 @@ def _merge_object(
         qualified = (child.name, child.ns)
         existing = next((m for m in out if _qualified(m, ns) == qualified), member)
         case = _case_of(child)
-        if case is not None:  # the other cases of its choice go
-            for other in list(out):
+        if case is not None:  # the other cases of its choice go, unless the patch sets them
+            for other in [m for m in out if m not in patch]:
                 other_case = _case_of(_child(node, other, ns))
                 if (
                     other_case is not None

@@ -45,6 +45,9 @@ HTB_ROOT, HTB_LINK_CLASS = "1:", "1:1"
 DEFAULT_QUEUE_CLASS = f"1:{QUEUE_CLASS_BASE:x}"
 DEFAULT_QUEUE_QDISC = f"{QUEUE_CLASS_BASE:x}:"
 NETCONF_PORT = 830
+GNMI_PORT = 9339  # where a testbed driven over NETCONF serves gNMI
+# The router's driver in the config -> the NETCONF dialect the testbed's agent speaks.
+AGENT_DIALECTS = {"gnmi": "openconfig", "netconf-junos": "junos"}
 MANAGEMENT = "mgmt0"
 RPS_ALL_CPUS = format((1 << (os.cpu_count() or 1)) - 1, "x")
 # The wire is the emulated propagation delay: it must not wait for a CPU behind the traffic it
@@ -89,6 +92,9 @@ class TestbedPlan:
     gnmi_port: int
     username: SecretRef
     password: SecretRef
+    # The agent's NETCONF: "openconfig" (QoS on running) or "junos" (class-of-service with a
+    # candidate and confirmed commits).
+    netconf_dialect: str = "openconfig"
     # With a seed, the delay wire gives the k-th flow to appear the seed's k-th extra delay,
     # whatever its ports: runs of the same traffic under one seed give each flow the same RTT.
     # None: the extra comes from the flow's 5-tuple (its ephemeral port), new every run.
@@ -117,11 +123,18 @@ class TestbedPlan:
         if link.interface == ROUTER_INGRESS or len(link.interface) > 15:
             raise TestbedError(f"the router interface cannot be named {link.interface!r}")
         router = next(r for r in config.routers if r.name == link.router)
-        if router.driver != "gnmi" or router.address is None:
-            raise TestbedError(f"router {router.name}: the testbed's agent is driven over gnmi")
+        if router.driver not in AGENT_DIALECTS or router.address is None:
+            raise TestbedError(
+                f"router {router.name}: the testbed's agent is driven over "
+                f"{' or '.join(AGENT_DIALECTS)}"
+            )
         if router.username is None or router.password is None:
             raise TestbedError(f"router {router.name}: credentials are required")
         host, _, port = router.address.rpartition(":")
+        if router.driver != "gnmi" and int(port) != NETCONF_PORT:
+            raise TestbedError(
+                f"router {router.name}: the testbed's agent serves NETCONF on port {NETCONF_PORT}"
+            )
         return cls(
             name=tb.name,
             state_dir=state_dir or paths.home() / ".run" / "testbed" / tb.name,
@@ -135,9 +148,10 @@ class TestbedPlan:
             extra_delay_max_ns=tb.extra_delay_max_ns,
             groups=[sender_group(i, g) for i, g in enumerate(tb.groups)],
             router_address=_management_address(host),
-            gnmi_port=int(port),
+            gnmi_port=int(port) if router.driver == "gnmi" else GNMI_PORT,
             username=router.username,
             password=router.password,
+            netconf_dialect=AGENT_DIALECTS[router.driver],
         )
 
     @property
@@ -392,7 +406,7 @@ class Testbed:
             }
         except LookupError as exc:
             raise TestbedError(f"router agent credentials: {exc}") from exc
-        pki = make_test_pki(self.pki, p.router_address)
+        pki = make_test_pki(self.pki, p.router_address, NETCONF_PORT)
         argv = [
             sys.executable,
             "-m",
@@ -403,6 +417,8 @@ class Testbed:
             f"{p.router_address}:{p.gnmi_port}",
             "--netconf-port",
             str(NETCONF_PORT),
+            "--netconf-dialect",
+            p.netconf_dialect,
             "--tls-cert",
             str(pki["server.pem"]),
             "--tls-key",
@@ -520,7 +536,9 @@ class Testbed:
             "delay_wire_pid": procs.running_pid(self.wire_pidfile),
             "agent_pid": procs.running_pid(self.agent_pidfile),
             "agent": f"gNMI {self.plan.router_address}:{self.plan.gnmi_port} (TLS, CA "
-            f"{self.pki / 'ca.pem'}), NETCONF {self.plan.router_address}:{NETCONF_PORT}",
+            f"{self.pki / 'ca.pem'}), NETCONF ({self.plan.netconf_dialect}) "
+            f"{self.plan.router_address}:{NETCONF_PORT} (host key in "
+            f"{self.pki / 'known_hosts'})",
             "wire": self.wire_report(),
             "qdisc": qdisc,
         }

@@ -32,7 +32,7 @@ from p4bs.config import Config, FlowGroup, config_toml, parse_config
 from p4bs_exporter.model import ModelTarget, run_spec
 from p4bs_infra.procs import free_ports, wait_until
 from p4bs_infra.stack import Stack, StackSettings
-from p4bs_infra.testbed import Testbed, TestbedPlan, sender_group
+from p4bs_infra.testbed import NETCONF_PORT, Testbed, TestbedPlan, sender_group
 from p4bs_schemas.registry import STREAMS
 
 # Settings the loop changes from the base config, measured on this 2-core machine. The
@@ -136,8 +136,13 @@ def loop_config_data(
     link["policy"] = policy
     link["policy_options"] = dict(policy_options)
     router = next(r for r in data["routers"] if r["name"] == link["router"])
-    router["address"] = f"{plan.router_address}:{plan.gnmi_port}"
-    router["ca_file"] = str(testbed.pki / "ca.pem")
+    if plan.netconf_dialect == "junos":  # the agent plays a Junos router
+        router["driver"] = "netconf-junos"
+        router["address"] = f"{plan.router_address}:{NETCONF_PORT}"
+        router["ca_file"] = str(testbed.pki / "known_hosts")
+    else:
+        router["address"] = f"{plan.router_address}:{plan.gnmi_port}"
+        router["ca_file"] = str(testbed.pki / "ca.pem")
     data["optimizer"] = {
         **data.get("optimizer", {}),
         "group": f"optimizer-{uuid.uuid4().hex[:8]}",

@@ -1,8 +1,10 @@
 """The closed loop on the testbed: real TCP flows through the Linux router, the data plane model
-on the taps, Kafka, the metrics job and the optimizer driving the router agent over gNMI."""
+on the taps, Kafka, the metrics job and the optimizer driving the router agent over gNMI, or
+over NETCONF as a Junos router."""
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 import subprocess
@@ -13,14 +15,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_junos import _config as junos_config
+from test_junos import _temporal as junos_temporal
 
 from p4bs import paths
 from p4bs.bus import read_stream
 from p4bs.config import FlowGroup
+from p4bs.yang import yang_model
 from p4bs_infra.stack import Stack
 from p4bs_infra.testbed import Testbed, TestbedPlan, sender_group
 from p4bs_infra.traffic import Scenario, TrafficRun
 from p4bs_loop.closed_loop import ClosedLoop
+from p4bs_optimizer.drivers.junos import temporal_us
 
 RATE_BPS = 100_000_000
 JOIN_S = 150  # when the second group joins the P4BS test's flows
@@ -106,6 +112,51 @@ def test_globecom_brings_rtt_to_base_and_keeps_the_link_busy(
     probe = summary["probe"]
     assert probe["loaded_rtt_p50_ns"] <= 1.2 * probe["idle_rtt_ns"]
     assert summary["long_flows"]["flows_seen"] == 50
+
+
+@pytest.fixture
+def junos_testbed(unique_plan: Callable[..., TestbedPlan]) -> Iterator[Testbed]:
+    """50 Cubic flows; the router's agent plays a Junos router (NETCONF, candidate, commit
+    confirmed)."""
+    with cubic_testbed(functools.partial(unique_plan, netconf_dialect="junos"), (50, 0)) as built:
+        yield built
+
+
+def test_globecom_over_junos_netconf_sizes_the_scheduler_end_to_end(
+    junos_testbed: Testbed, stack: Stack, tmp_path: Path
+) -> None:
+    """The loop of the gNMI test above with the optimizer driving a Junos router: each
+    decision is a confirmed commit of `buffer-size temporal`, which the router's FIFO
+    follows; the RTT comes down and the link stays busy."""
+    testbed = junos_testbed
+    base = tomllib.loads((paths.default_config()).read_text())
+    loop = ClosedLoop(
+        base, testbed, tmp_path / "loop", bootstrap=stack.kafka.bootstrap, policy="globecom"
+    )
+    assert loop.config.routers[0].driver == "netconf-junos"
+    loop.start()
+    try:
+        scenario = Scenario(duration_s=45, warmup_s=30)
+        summary = TrafficRun(testbed, tmp_path / "run", scenario).run(progress=lambda _: None)
+    finally:
+        loop.stop()
+    decisions = _decisions(loop)
+    applied = [d for d in decisions if d["outcome"] == "applied"]
+    print(summary["router"], summary["probe"], [(d["phase"], d["buffer_bytes"]) for d in applied])
+    assert applied and all(d["phase"] == "recompute" for d in applied), decisions
+    limits = set(summary["router"]["limit_bytes"])
+    assert applied[-1]["buffer_bytes"] in limits
+    assert limits <= {d["buffer_bytes"] for d in applied}
+    # The router's running configuration holds the last decision as whole µs of the link.
+    running = junos_config(testbed)
+    yang_model("junos").validate(running)
+    assert junos_temporal(running) == str(temporal_us(applied[-1]["buffer_bytes"], RATE_BPS))
+    log = testbed.agent_log.read_text()
+    assert log.count("commit confirmed by session") >= len(applied)
+    assert "rolled back" not in log.replace("rolled back unless confirmed", "")
+    assert summary["router"]["throughput_bps"] >= 0.9 * RATE_BPS
+    probe = summary["probe"]
+    assert probe["loaded_rtt_p50_ns"] <= 1.2 * probe["idle_rtt_ns"]
 
 
 @pytest.fixture

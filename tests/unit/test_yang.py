@@ -114,6 +114,11 @@ def test_merge_follows_list_keys_and_replaces_the_other_case(junos: dict[str, An
         == junos[JUNOS_COS[0]][JUNOS_COS[1]]["interfaces"]
     )
     model.validate(merged)
+    # Two cases in one patch are the patch's mistake: kept, for validation to refuse.
+    both = {"percent": 20, "temporal": "100"}
+    patch[JUNOS_COS[0]][JUNOS_COS[1]]["schedulers"] = [{"name": "p4bs-be", "buffer-size": both}]
+    with pytest.raises(YangError, match="member-not-allowed"):
+        model.validate(model.merge(junos, patch))
     with pytest.raises(YangError, match="no member 'buffer'"):
         model.merge(junos, {JUNOS_COS[0]: {JUNOS_COS[1]: {"buffer": 1}}})
 

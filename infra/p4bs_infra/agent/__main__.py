@@ -17,8 +17,10 @@ from pathlib import Path
 import grpc
 from pygnmi.spec.v080 import gnmi_pb2_grpc as pb_grpc
 
+from p4bs.yang import YangError, YangModel
 from p4bs_infra.agent import netconf_server
 from p4bs_infra.agent.gnmi import Gnmi
+from p4bs_infra.agent.junos import JunosDatastores, JunosMethods
 from p4bs_infra.agent.model import AgentError, RouterQos
 
 
@@ -28,6 +30,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-buffer-bytes", type=int, default=256 * 1024 * 1024)
     parser.add_argument("--gnmi", default="0.0.0.0:9339", help="address:port for gNMI")
     parser.add_argument("--netconf-port", type=int, default=830)
+    parser.add_argument(
+        "--netconf-dialect",
+        choices=("openconfig", "junos"),
+        default="openconfig",
+        help="NETCONF serves OpenConfig QoS on running, or Junos class-of-service with a "
+        "candidate and confirmed commits (validated against Junos's YANG: shared/yang)",
+    )
     parser.add_argument("--tls-cert", required=True)
     parser.add_argument("--tls-key", required=True)
     parser.add_argument("--ssh-host-key", required=True)
@@ -50,7 +59,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         model = RouterQos(args.interface, args.max_buffer_bytes, args.state_file)
-    except AgentError as err:
+        methods = (
+            JunosMethods(JunosDatastores(model, YangModel("junos")))
+            if args.netconf_dialect == "junos"
+            else netconf_server.QosMethods(model)
+        )
+    except (AgentError, YangError) as err:
         log.error("%s", err)
         return 2
 
@@ -60,10 +74,13 @@ def main(argv: list[str] | None = None) -> int:
         credentials = grpc.ssl_server_credentials([(key.read(), cert.read())])
     server.add_secure_port(args.gnmi, credentials)
     server.start()
-    netconf = netconf_server.serve(model, args.netconf_port, args.ssh_host_key, username, password)
+    netconf = netconf_server.serve(
+        methods, args.netconf_port, args.ssh_host_key, username, password
+    )
     log.info(
-        "serving gNMI on %s (TLS) and NETCONF on port %d for %s",
+        "serving gNMI on %s (TLS) and NETCONF (%s) on port %d for %s",
         args.gnmi,
+        args.netconf_dialect,
         args.netconf_port,
         ", ".join(args.interface),
     )

@@ -138,10 +138,11 @@ class PasswordAuth(ncserver.SSHUserPassController):  # type: ignore[misc]
         return int(ncserver.ssh.AUTH_SUCCESSFUL if ok else ncserver.ssh.AUTH_FAILED)
 
 
-def serve(model: RouterQos, port: int, host_key: str, username: str, password: str) -> Any:
+def serve(methods: Any, port: int, host_key: str, username: str, password: str) -> Any:
+    """A NETCONF server over SSH answering with `methods` (QosMethods, or the Junos mode's)."""
     return ncserver.NetconfSSHServer(
         server_ctl=PasswordAuth(username, password),
-        server_methods=QosMethods(model),
+        server_methods=methods,
         port=port,
         host_key=host_key,
     )

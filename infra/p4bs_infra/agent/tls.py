@@ -27,8 +27,9 @@ def _write_key(
     path.chmod(0o600)
 
 
-def make_test_pki(folder: Path, address: str, days: int = 30) -> dict[str, Path]:
-    """ca.pem, server.pem, server-key.pem (gNMI TLS) and ssh-host-key (NETCONF) in `folder`."""
+def make_test_pki(folder: Path, address: str, netconf_port: int, days: int = 30) -> dict[str, Path]:
+    """ca.pem, server.pem, server-key.pem (gNMI TLS), ssh-host-key (NETCONF) and known_hosts
+    (the host key for [address]:netconf_port, what NETCONF drivers check) in `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -68,9 +69,11 @@ def make_test_pki(folder: Path, address: str, days: int = 30) -> dict[str, Path]
     paths["server.pem"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     _write_key(paths["server-key.pem"], key, serialization.PrivateFormat.PKCS8)
     # paramiko reads traditional OpenSSL-format RSA host keys.
-    _write_key(
-        paths["ssh-host-key"],
-        rsa.generate_private_key(65537, 2048),
-        serialization.PrivateFormat.TraditionalOpenSSL,
+    host_key = rsa.generate_private_key(65537, 2048)
+    _write_key(paths["ssh-host-key"], host_key, serialization.PrivateFormat.TraditionalOpenSSL)
+    public = host_key.public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
     )
+    paths["known_hosts"] = folder / "known_hosts"
+    paths["known_hosts"].write_text(f"[{address}]:{netconf_port} {public.decode()}\n")
     return paths
