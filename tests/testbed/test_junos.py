@@ -16,10 +16,9 @@ import pytest
 from lxml import etree
 from ncclient import manager
 from ncclient.operations.rpc import RPCError
-from test_agent import _kernel_limit
+from test_agent import _kernel_limit, _netconf
 from yangcheck import Recorder, after_edit_config
 
-from conftest import ROUTER_PASSWORD, ROUTER_USER
 from p4bs import paths
 from p4bs.config import RouterConfig, junos_defaults, load_config
 from p4bs.units import bytes_for_duration
@@ -69,19 +68,6 @@ def _driver(testbed: Testbed, **options: Any) -> RouterDriver:
     driver = driver_for(router, links=[link], **options)
     assert isinstance(driver, JunosDriver)
     return driver
-
-
-def _netconf(testbed: Testbed) -> manager.Manager:
-    return manager.connect(
-        host=testbed.plan.router_address,
-        port=NETCONF_PORT,
-        username=ROUTER_USER,
-        password=ROUTER_PASSWORD,
-        hostkey_verify=False,
-        look_for_keys=False,
-        allow_agent=False,
-        timeout=20,
-    )
 
 
 def _config(testbed: Testbed, source: str = "running") -> dict[str, Any]:

@@ -252,27 +252,29 @@ def test_config_toml_writes_what_load_config_reads_back(example: dict[str, Any])
     assert parse_config(tomllib.loads(config_toml(example))).optimizer.stale_after_ns == 2 * 10**9
 
 
-def test_junos_names_default_from_the_interface_and_only_on_junos_routers(
-    example: dict[str, Any],
+@pytest.mark.parametrize(
+    ("table", "names"),
+    [  # given fields -> (interface, scheduler, scheduler_map, forwarding_class)
+        ({}, ("eth1", "p4bs-eth1", "p4bs-eth1", "best-effort")),
+        (
+            {"interface": "et-0/0/0.0", "forwarding_class": "expedited-forwarding"},
+            ("et-0/0/0.0", "p4bs-et-0-0-0-0", "p4bs-et-0-0-0-0", "expedited-forwarding"),
+        ),
+        (
+            {"scheduler": "be-sched", "scheduler_map": "be-map"},
+            ("eth1", "be-sched", "be-map", "best-effort"),
+        ),
+    ],
+)
+def test_junos_names_default_from_the_interface(
+    example: dict[str, Any], table: dict[str, str], names: tuple[str, str, str, str]
 ) -> None:
+    _junos(**table)(example)
+    assert parse_config(example).links[0].junos == JunosLinkConfig(*names)
+
+
+def test_only_links_of_junos_routers_carry_junos_names(example: dict[str, Any]) -> None:
     assert parse_config(example).links[0].junos is None  # a gnmi router
-    _junos()(example)
-    assert parse_config(example).links[0].junos == JunosLinkConfig(
-        interface="eth1",
-        scheduler="p4bs-eth1",
-        scheduler_map="p4bs-eth1",
-        forwarding_class="best-effort",
-    )
-    _junos(interface="et-0/0/0.0", forwarding_class="expedited-forwarding")(example)
-    assert parse_config(example).links[0].junos == JunosLinkConfig(
-        interface="et-0/0/0.0",
-        scheduler="p4bs-et-0-0-0-0",
-        scheduler_map="p4bs-et-0-0-0-0",
-        forwarding_class="expedited-forwarding",
-    )
-    _junos(scheduler="be-sched", scheduler_map="be-map")(example)
-    junos = parse_config(example).links[0].junos
-    assert junos is not None and (junos.scheduler, junos.scheduler_map) == ("be-sched", "be-map")
 
 
 def test_every_router_driver_the_config_accepts_has_a_driver() -> None:

@@ -38,6 +38,7 @@ from netconf import util as ncutil
 
 from p4bs.yang import YangError, YangModel
 from p4bs_infra.agent.model import AgentError, PathElems, RouterQos
+from p4bs_infra.agent.netconf_server import ERROR_TAGS
 
 log = logging.getLogger(__name__)
 
@@ -63,12 +64,6 @@ FORWARDING_CLASS_QUEUES = {
 # Subtree filters name these prefixes' namespaces (the netconf package's registry).
 netconf.nsmap_add("junos-root", JUNOS_ROOT_NS)
 netconf.nsmap_add("junos-cos", JUNOS_COS_NS)
-ERROR_TAGS = {
-    AgentError.NOT_FOUND: "unknown-element",
-    AgentError.INVALID: "invalid-value",
-    AgentError.READ_ONLY: "operation-not-supported",
-    AgentError.FAILED: "operation-failed",
-}
 
 Buffers = dict[tuple[str, int], int]  # (interface, queue) -> µs, or bytes where so named
 
