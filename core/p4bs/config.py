@@ -181,6 +181,10 @@ class RouterConfig:
     ca_file: str | None
     timeout_ns: int
     max_concurrent_changes: int
+    # gNMI with mutual TLS: the certificate the client presents and its private key, files
+    # named by path (the key is a secret: it stays in its file). Both or neither.
+    client_cert: str | None = None
+    client_key: str | None = None
 
 
 Port = int | str  # a Tofino front-panel port, or an interface the software model captures
@@ -682,10 +686,19 @@ def _netns_address(value: Any) -> str:
 
 def _read_router(r: _Reader, data: dict[str, Any]) -> RouterConfig:
     known = {"name", "driver", "address", "username", "password", "ca_file", "timeout"}
-    r.unknown(data, known | {"max_concurrent_changes"})
+    r.unknown(data, known | {"max_concurrent_changes", "client_cert", "client_key"})
     driver = r.get(data, "driver", _one_of(ROUTER_DRIVERS), required=True) or "linux-tc"
     remote = driver != "linux-tc"
     timeout = _positive(parse_duration_ns, "the timeout")
+    client_cert = r.get(data, "client_cert", _text)
+    client_key = r.get(data, "client_key", _text)
+    for given, needed in (("client_cert", "client_key"), ("client_key", "client_cert")):
+        if given in data and needed not in data:
+            r.problem(needed, f"is required with {given}")
+    if "client_cert" in data and driver != "gnmi":
+        r.problem(
+            "client_cert", f"only the gnmi driver presents a client certificate, not {driver}"
+        )
     return RouterConfig(
         name=r.get(data, "name", _text, required=True) or "",
         driver=driver,
@@ -695,6 +708,8 @@ def _read_router(r: _Reader, data: dict[str, Any]) -> RouterConfig:
         ca_file=r.get(data, "ca_file", _text),
         timeout_ns=r.get(data, "timeout", timeout, 10_000_000_000) or 10_000_000_000,
         max_concurrent_changes=r.get(data, "max_concurrent_changes", _int_in(1, 64), 1) or 1,
+        client_cert=client_cert,
+        client_key=client_key,
     )
 
 

@@ -95,6 +95,9 @@ class TestbedPlan:
     # The agent's NETCONF: "openconfig" (QoS on running) or "junos" (class-of-service with a
     # candidate and confirmed commits).
     netconf_dialect: str = "openconfig"
+    # gNMI with mutual TLS: the agent requires a client certificate signed by the testbed's CA
+    # (pki/client.pem is one).
+    gnmi_mutual_tls: bool = False
     # With a seed, the delay wire gives the k-th flow to appear the seed's k-th extra delay,
     # whatever its ports: runs of the same traffic under one seed give each flow the same RTT.
     # None: the extra comes from the flow's 5-tuple (its ephemeral port), new every run.
@@ -428,6 +431,8 @@ class Testbed:
             "--state-file",
             str(p.state_dir / "agent-terms.json"),
         ]
+        if p.gnmi_mutual_tls:
+            argv += ["--tls-client-ca", str(pki["ca.pem"])]
         procs.start_detached(in_ns(self.ns["rtr"], *argv), self.agent_pidfile, self.agent_log, env)
 
         def serving() -> bool:

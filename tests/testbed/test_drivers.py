@@ -24,8 +24,9 @@ from yangcheck import Recorder, after_edit_config, after_gnmi_set
 from conftest import ROUTER_PASSWORD
 from p4bs.config import RouterConfig, SecretRef
 from p4bs.yang import yang_model
+from p4bs_infra.agent.tls import make_test_pki
 from p4bs_infra.procs import free_port
-from p4bs_infra.testbed import NETCONF_PORT, Testbed, run
+from p4bs_infra.testbed import NETCONF_PORT, Testbed, TestbedPlan, run
 from p4bs_optimizer.drivers import driver_for
 from p4bs_optimizer.drivers.base import Attempt, DriverError, ErrorKind, RouterDriver
 from p4bs_optimizer.drivers.gnmi import GnmiDriver
@@ -282,6 +283,48 @@ def test_wrong_password_is_an_auth_error_not_retried_nor_logged(
     assert "$P4BS_TEST_UNSET_X is not set" in str(err_unset)
     for text in (str(err), str(err_unset), caplog.text):
         assert "wrong-password-123" not in text and ROUTER_PASSWORD not in text
+
+
+@pytest.fixture
+def mtls_testbed(unique_plan: Callable[..., TestbedPlan]) -> Iterator[Testbed]:
+    """A testbed whose agent requires gNMI clients to present a certificate of its CA."""
+    built = Testbed(unique_plan(gnmi_mutual_tls=True))
+    built.up()
+    yield built
+    built.down()
+
+
+def test_gnmi_mutual_tls_refuses_clients_without_the_cas_certificate(
+    mtls_testbed: Testbed, tmp_path: Path
+) -> None:
+    testbed = mtls_testbed
+    before = _kernel_limit(testbed)
+    unused = testbed.pki / "known_hosts"
+    other = make_test_pki(tmp_path / "other", testbed.plan.router_address, NETCONF_PORT)
+    for client in (
+        {},  # no certificate
+        {"client_cert": str(other["client.pem"]), "client_key": str(other["client-key.pem"])},
+    ):
+        refused = _router(testbed, unused, **client)
+        err, _ = _fails(_driver(refused, attempts=1), lambda d: d.set_buffer("eth1", 0, 200_000))
+        # TLS 1.3 checks the client's certificate after the client's side of the handshake:
+        # the router closes the connection, which the client cannot tell from a lost one.
+        assert err.kind == ErrorKind.UNREACHABLE, err
+    assert _kernel_limit(testbed) == before
+    known = _router(
+        testbed,
+        unused,
+        client_cert=str(testbed.pki / "client.pem"),
+        client_key=str(testbed.pki / "client-key.pem"),
+    )
+
+    async def scenario() -> int:
+        async with _driver(known) as driver:
+            return await driver.set_buffer("eth1", 0, 200_000)
+
+    assert asyncio.run(scenario()) == 200_000
+    assert _kernel_limit(testbed) == 200_000
+    assert "client certificates required" in testbed.agent_log.read_text()
 
 
 def test_netconf_refuses_a_router_with_another_host_key(

@@ -126,6 +126,8 @@ BAD = [
     (_junos(scheduler_map="m" * 65), "links[0].junos.scheduler_map: must be 1..64 characters"),
     (_junos(forwarding_class=""), "links[0].junos.forwarding_class: must be a non-empty"),
     (_junos(interface=7), "links[0].junos.interface: must be a non-empty string"),
+    (_set("routers.0.client_cert", "/etc/p4bs/client.pem"), "routers[0].client_key: is required"),
+    (_set("routers.0.client_key", "/etc/p4bs/client.key"), "routers[0].client_cert: is required"),
     (_junos(queue=0), "links[0].junos.queue: unknown field (known: forwarding_class,"),
 ]
 
@@ -271,6 +273,22 @@ def test_junos_names_default_from_the_interface(
 ) -> None:
     _junos(**table)(example)
     assert parse_config(example).links[0].junos == JunosLinkConfig(*names)
+
+
+def test_client_certificates_by_path_for_gnmi_only(example: dict[str, Any]) -> None:
+    router = example["routers"][0]
+    router.update(client_cert="/etc/p4bs/client.pem", client_key="/etc/p4bs/client-key.pem")
+    parsed = parse_config(example).routers[0]
+    assert (parsed.client_cert, parsed.client_key) == (
+        "/etc/p4bs/client.pem",
+        "/etc/p4bs/client-key.pem",
+    )
+    router.update(driver="netconf", address="10.203.0.2:830")
+    with pytest.raises(ConfigError) as err:
+        parse_config(example)
+    assert err.value.problems == [
+        "routers[0].client_cert: only the gnmi driver presents a client certificate, not netconf"
+    ]
 
 
 def test_only_links_of_junos_routers_carry_junos_names(example: dict[str, Any]) -> None:

@@ -39,6 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--tls-cert", required=True)
     parser.add_argument("--tls-key", required=True)
+    parser.add_argument(
+        "--tls-client-ca",
+        help="require gNMI clients to present a certificate this CA signed (mutual TLS)",
+    )
     parser.add_argument("--ssh-host-key", required=True)
     parser.add_argument("--state-file", type=Path, help="where classifier terms are kept")
     parser.add_argument("--username-env", default="P4BS_ROUTER_USER")
@@ -71,15 +75,23 @@ def main(argv: list[str] | None = None) -> int:
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
     pb_grpc.add_gNMIServicer_to_server(Gnmi(model, username, password), server)
     with open(args.tls_key, "rb") as key, open(args.tls_cert, "rb") as cert:
-        credentials = grpc.ssl_server_credentials([(key.read(), cert.read())])
+        pair = (key.read(), cert.read())
+    if args.tls_client_ca:
+        with open(args.tls_client_ca, "rb") as ca:
+            credentials = grpc.ssl_server_credentials(
+                [pair], root_certificates=ca.read(), require_client_auth=True
+            )
+    else:
+        credentials = grpc.ssl_server_credentials([pair])
     server.add_secure_port(args.gnmi, credentials)
     server.start()
     netconf = netconf_server.serve(
         methods, args.netconf_port, args.ssh_host_key, username, password
     )
     log.info(
-        "serving gNMI on %s (TLS) and NETCONF (%s) on port %d for %s",
+        "serving gNMI on %s (TLS%s) and NETCONF (%s) on port %d for %s",
         args.gnmi,
+        ", client certificates required" if args.tls_client_ca else "",
         args.netconf_dialect,
         args.netconf_port,
         ", ".join(args.interface),

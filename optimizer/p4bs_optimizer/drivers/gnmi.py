@@ -16,8 +16,10 @@ made under /qos/interfaces/interface[interface-id=IF]/output/queues. One Set req
 the interface's terms, which the router applies as a whole or not at all.
 
 The router's certificate is verified against `ca_file` (required: without it pygnmi would
-trust whatever certificate the router presents). Username and password travel as the gNMI
-per-RPC metadata. One gRPC channel per router carries every call, concurrent ones included.
+trust whatever certificate the router presents). With `client_cert` and `client_key` the
+driver presents that certificate (mutual TLS, for routers that require one). Username and
+password travel as the gNMI per-RPC metadata. One gRPC channel per router carries every
+call, concurrent ones included.
 """
 
 from __future__ import annotations
@@ -166,11 +168,16 @@ class GnmiDriver(RouterDriver):
         if client is not None:
             attempt.on_abort(lambda: self._drop(client))
             return client
+        # With a client certificate pygnmi takes the CA as path_root (mutual TLS); without,
+        # path_cert is the CA the router's certificate is checked against.
+        mutual = self.router.client_cert is not None
         fresh = gNMIclient(
             target=self._target,
             username=self._secret(self.router.username, "username"),
             password=self._secret(self.router.password, "password"),
-            path_cert=self.router.ca_file,
+            path_cert=self.router.client_cert if mutual else self.router.ca_file,
+            path_key=self.router.client_key if mutual else None,
+            path_root=self.router.ca_file if mutual else None,
         )
         attempt.on_abort(lambda: self._drop(fresh))
         # timeout=0: no separate wait for the channel (whose fallback would also set
