@@ -15,7 +15,6 @@ import re
 import secrets
 import stat
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from pcapgen import write_taps
 from test_exporter import exporting, mixed_flows
+from test_jobs_cli import jobs_run_bounded
 
 from p4bs import paths
 from p4bs.bus import RecordProducer, ensure_topics, read_stream
@@ -261,15 +261,7 @@ def secured_run(secured: Secured) -> SecuredRun:
 
     # The embedded job's JVM logs into FLINK_LOG_DIR (by default PyFlink's own folder).
     env = {**os.environ, "FLINK_LOG_DIR": str(run / "flink-log")}
-    argv = ["jobs", "run", "--bounded", "--config", str(config_path), "--group", "secured"]
-    job = subprocess.run(
-        [sys.executable, "-m", "p4bs_cli", *argv, "--checkpoints", str(run / "checkpoints")],
-        capture_output=True,
-        text=True,
-        timeout=400,
-        check=False,
-        env=env,
-    )
+    job = jobs_run_bounded(config_path, "secured", run / "checkpoints", env)
     (run / "job.stdout").write_text(job.stdout)
     (run / "job.stderr").write_text(job.stderr)
     metrics = read_stream(config.kafka, "link_metrics", topics) if job.returncode == 0 else []
