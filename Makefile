@@ -17,7 +17,8 @@ CARGO   := CARGO_HOME=$(CURDIR)/$(CACHE)/cargo cargo
 WORKSPACE := --workspace --exclude p4bs-model-fuzz
 
 APT_PACKAGES := iproute2 iperf3 tshark tcpdump ethtool procps curl iputils-ping \
-                openjdk-17-jdk-headless maven python3-venv build-essential zlib1g-dev
+                openjdk-17-jdk-headless maven python3-venv build-essential zlib1g-dev \
+                libssl-dev pkg-config
 INFLUXDB_VERSION := v1.8.10
 GNMI_VERSION     := v0.14.1
 PYTHON_SOURCES   := core schemas linux-tc infra streaming-jobs exporter optimizer loop eval cli tests

@@ -4,6 +4,10 @@ Producers are idempotent with acks=all, so a broker restart neither loses nor du
 Consumers read committed data only, decode with the stream's codec, and send what they cannot
 decode to the dead-letter stream with the reason before moving past it: a bad record is
 counted and kept, never fatal.
+
+Every client connects as the config's [kafka] says (`client_settings`): in plaintext, or
+over TLS with a SASL/SCRAM login whose credentials are resolved from their references when
+the client is made and live in its memory only.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from p4bs.config import KafkaConfig, SecretRef
 from p4bs_schemas.codec import RecordError, codec
 from p4bs_schemas.registry import STREAMS
 
@@ -32,10 +37,41 @@ log = logging.getLogger(__name__)
 
 DEAD_LETTERS = "dead_letters"
 
+Cluster = KafkaConfig | str
+"""Where a client connects: the config's [kafka] with its security settings, or the bare
+bootstrap address of a plaintext cluster (local tools and tests)."""
 
-def producer_config(bootstrap: str, client_id: str) -> dict[str, Any]:
+
+def security_settings(kafka: KafkaConfig) -> dict[str, str]:
+    """librdkafka's settings for the cluster's security, its credentials left out."""
+    if kafka.security == "plaintext":
+        return {"security.protocol": "plaintext"}
+    settings = {"security.protocol": "sasl_ssl", "sasl.mechanisms": kafka.sasl_mechanism}
+    if kafka.ca_file is not None:
+        settings["ssl.ca.location"] = kafka.ca_file
+    return settings
+
+
+def credentials(kafka: KafkaConfig) -> dict[str, SecretRef]:
+    """librdkafka's credential settings, by reference (none for a plaintext cluster)."""
+    if kafka.security == "plaintext":
+        return {}
+    assert kafka.username is not None and kafka.password is not None  # the config checks
+    return {"sasl.username": kafka.username, "sasl.password": kafka.password}
+
+
+def client_settings(cluster: Cluster) -> dict[str, Any]:
+    """What a librdkafka client needs to reach and log in to the cluster. Raises
+    LookupError, naming the reference, when a credential is not where the config says."""
+    if isinstance(cluster, str):
+        return {"bootstrap.servers": cluster}
+    secret = {name: ref.resolve() for name, ref in credentials(cluster).items()}
+    return {"bootstrap.servers": cluster.bootstrap, **security_settings(cluster), **secret}
+
+
+def producer_config(cluster: Cluster, client_id: str) -> dict[str, Any]:
     return {
-        "bootstrap.servers": bootstrap,
+        **client_settings(cluster),
         "client.id": client_id,
         "enable.idempotence": True,
         "acks": "all",
@@ -57,10 +93,12 @@ class ProducerStats:
 class RecordProducer:
     """Produces records of any stream, encoded with the stream's schema, keyed by link id."""
 
-    def __init__(self, bootstrap: str, topics: Mapping[str, str], client_id: str = "p4bs") -> None:
+    def __init__(
+        self, cluster: Cluster, topics: Mapping[str, str], client_id: str = "p4bs"
+    ) -> None:
         self.topics = dict(topics)
         self.stats = ProducerStats()
-        self._producer = Producer(producer_config(bootstrap, client_id))
+        self._producer = Producer(producer_config(cluster, client_id))
 
     def _on_delivery(self, err: KafkaError | None, _msg: Message) -> None:
         if err is None:
@@ -133,7 +171,7 @@ class RecordConsumer:
 
     def __init__(
         self,
-        bootstrap: str,
+        cluster: Cluster,
         group: str,
         streams: Iterable[str],
         topics: Mapping[str, str],
@@ -152,7 +190,7 @@ class RecordConsumer:
         self._stream_of = {topics[s]: s for s in streams}
         self._consumer = Consumer(
             {
-                "bootstrap.servers": bootstrap,
+                **client_settings(cluster),
                 "group.id": group,
                 "isolation.level": "read_committed",
                 "auto.offset.reset": "earliest" if from_beginning else "latest",
@@ -179,7 +217,7 @@ class RecordConsumer:
             )
         else:
             self._consumer.subscribe(list(self._stream_of))
-        self._dead_letters = RecordProducer(bootstrap, topics, client_id=f"{group}-dlq")
+        self._dead_letters = RecordProducer(cluster, topics, client_id=f"{group}-dlq")
 
     def poll(self, timeout_s: float) -> Received | None:
         """The next well-formed record, or None when nothing arrived within the timeout."""
@@ -271,7 +309,7 @@ class RecordConsumer:
 
 
 def read_stream(
-    bootstrap: str,
+    cluster: Cluster,
     stream: str,
     topics: Mapping[str, str],
     *,
@@ -280,7 +318,7 @@ def read_stream(
     """Every committed record of a stream as it stands now, for streams nobody writes to any
     more: stops at the partitions' ends, or once nothing has arrived for `idle_s`."""
     consumer = RecordConsumer(
-        bootstrap, f"read-{stream}-{time.time_ns()}", [stream], topics, whole_topics=True
+        cluster, f"read-{stream}-{time.time_ns()}", [stream], topics, whole_topics=True
     )
     records = []
     try:
@@ -298,14 +336,14 @@ def read_stream(
 
 
 def ensure_topics(
-    bootstrap: str,
+    cluster: Cluster,
     topics: Iterable[str],
     partitions: int,
     replication_factor: int,
     timeout_s: float = 30.0,
 ) -> list[str]:
     """Creates the topics that do not exist yet; returns the ones it created."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(client_settings(cluster))
     existing = set(admin.list_topics(timeout=timeout_s).topics)
     wanted = [t for t in topics if t not in existing]
     if not wanted:

@@ -30,6 +30,8 @@ from p4bs_schemas.registry import STREAMS, default_topic
 ROUTER_DRIVERS = ("gnmi", "netconf", "netconf-junos", "linux-tc")
 SWITCH_TARGETS = ("model", "tofino")
 FLINK_MODES = ("embedded", "remote")
+KAFKA_SECURITY = ("plaintext", "sasl_ssl")
+SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
 CCAS = ("cubic", "bbr", "reno")
 TOFINO_MAX_PORT = 511
 
@@ -71,6 +73,11 @@ class KafkaConfig:
     partitions: int = 4
     replication_factor: int = 1
     topics: dict[str, str] = field(default_factory=lambda: {s: default_topic(s) for s in STREAMS})
+    # "sasl_ssl": TLS to the brokers, verified against `ca_file` (None: the system's trust
+    # store), and a SASL/SCRAM login as username/password. "plaintext": neither.
+    security: str = "plaintext"
+    sasl_mechanism: str = "SCRAM-SHA-512"
+    ca_file: str | None = None
     username: SecretRef | None = None
     password: SecretRef | None = None
 
@@ -491,8 +498,13 @@ def _tap(value: Any) -> Tap:
 
 def _read_kafka(r: _Reader, data: dict[str, Any]) -> KafkaConfig:
     d = KafkaConfig()
-    known = {"bootstrap", "partitions", "replication_factor", "topics", "username", "password"}
-    r.unknown(data, known)
+    known = {"bootstrap", "partitions", "replication_factor", "topics", "security"}
+    secured = {"sasl_mechanism", "ca_file", "username", "password"}
+    r.unknown(data, known | secured)
+    security = r.get(data, "security", _one_of(KAFKA_SECURITY), d.security) or d.security
+    for name in sorted(secured & set(data)):
+        if security == "plaintext":
+            r.problem(name, 'is used only with security = "sasl_ssl"')
     topics = dict(d.topics)
     with r.at("topics"):
         overrides = r.table(data, "topics") if "topics" in data else {}
@@ -508,8 +520,12 @@ def _read_kafka(r: _Reader, data: dict[str, Any]) -> KafkaConfig:
         partitions=r.get(data, "partitions", _int_in(1, 10_000), d.partitions) or d.partitions,
         replication_factor=r.get(data, "replication_factor", _int_in(1, 32), 1) or 1,
         topics=topics,
-        username=r.get(data, "username", _secret),
-        password=r.get(data, "password", _secret),
+        security=security,
+        sasl_mechanism=r.get(data, "sasl_mechanism", _one_of(SASL_MECHANISMS), d.sasl_mechanism)
+        or d.sasl_mechanism,
+        ca_file=r.get(data, "ca_file", _text),
+        username=r.get(data, "username", _secret, required=security == "sasl_ssl"),
+        password=r.get(data, "password", _secret, required=security == "sasl_ssl"),
     )
 
 

@@ -73,7 +73,7 @@ class PhaseClock:
 
 def dump_stream(loop: ClosedLoop, stream: str, path: Path) -> list[dict[str, Any]]:
     """Every committed record of one of the loop's topics, written as JSON lines."""
-    records = read_stream(loop.config.kafka.bootstrap, stream, loop.topics)
+    records = read_stream(loop.config.kafka, stream, loop.topics)
     with path.open("w") as out:
         for record in records:
             out.write(json.dumps(record) + "\n")

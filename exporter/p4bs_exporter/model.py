@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from p4bs import paths
+from p4bs.bus import credentials, security_settings
 from p4bs.config import Config, ConfigError, LinkConfig, SwitchConfig
 from p4bs_exporter import dataplane
 from p4bs_exporter.target import (
@@ -66,7 +67,9 @@ def run_spec(
     With `pcaps` ((port, file) pairs; ports `before` and `after`) the records come from
     capture files of one link (`link`, default the switch's first); without, from the
     switch's tap interfaces, captured live in network namespace `netns` (None: this one).
-    `topics` overrides the config's [kafka.topics] (tests use their own).
+    `topics` overrides the config's [kafka.topics] (tests use their own). The Kafka
+    credentials go in by reference (`secret_properties`, an environment variable or a file
+    the binary reads at start): the spec file never holds a secret.
     """
     chosen = choose_switch(config, switch)
     links = switch_links(config, chosen)
@@ -91,7 +94,11 @@ def run_spec(
         "kafka": {
             "bootstrap": config.kafka.bootstrap,
             "client_id": f"p4bs-exporter-{chosen.name}",
-            "properties": dict(kafka_properties or {}),
+            "properties": {**security_settings(config.kafka), **(kafka_properties or {})},
+            "secret_properties": {
+                name: {"env": ref.env} if ref.env is not None else {"file": ref.file}
+                for name, ref in credentials(config.kafka).items()
+            },
         },
         "streams": {s: stream_spec(s, names[s]) for s in EXPORTED_STREAMS},
         "rtt_batch": {

@@ -412,7 +412,7 @@ class TofinoTarget:
                 f"tofino {self.switch.name} ({self.switch.address}): {exc}"
             ) from exc
         self._producer = RecordProducer(
-            self.config.kafka.bootstrap,
+            self.config.kafka,
             {s: self.topics[s] for s in EXPORTED_STREAMS},
             client_id=f"p4bs-exporter-{self.switch.name}",
         )

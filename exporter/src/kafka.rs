@@ -28,7 +28,8 @@ pub enum Full {
     Drop,
 }
 
-/// The producer's defaults; the run spec's `kafka.properties` override them.
+/// The producer's defaults; the run spec's `kafka.properties` override them. The
+/// credential properties are added by `Sink::new`, so this list can be shown.
 pub fn producer_properties(spec: &RunSpec) -> Vec<(String, String)> {
     let mut props: Vec<(String, String)> = [
         ("bootstrap.servers", spec.bootstrap.as_str()),
@@ -175,6 +176,9 @@ impl Sink {
         let mut config = ClientConfig::new();
         for (k, v) in producer_properties(spec) {
             config.set(k, v);
+        }
+        for (k, v) in &spec.secret_properties {
+            config.set(k, &v.0);
         }
         let producer: BaseProducer<Context> = config
             .create_with_context(Context::default())

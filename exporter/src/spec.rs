@@ -52,6 +52,15 @@ impl Default for RttBatchSpec {
     }
 }
 
+/// A credential read from where the spec names it; never printed.
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(hidden)")
+    }
+}
+
 #[derive(Debug)]
 pub struct RunSpec {
     pub pipeline: PipelineConfig,
@@ -59,6 +68,9 @@ pub struct RunSpec {
     pub client_id: String,
     /// librdkafka properties that override the exporter's defaults.
     pub properties: Vec<(String, String)>,
+    /// librdkafka properties whose values are credentials (`sasl.password`), read at start
+    /// from the environment variable or the file the spec names, so the spec holds none.
+    pub secret_properties: Vec<(String, Secret)>,
     /// Indexed by `Stream as usize`.
     pub streams: Vec<StreamSpec>,
     pub rtt_batch: RttBatchSpec,
@@ -163,12 +175,42 @@ fn pipeline(r: &mut Reader, v: Option<&Value>) -> Option<PipelineConfig> {
     }
 }
 
-/// bootstrap, client id, librdkafka properties.
-type KafkaSpec = (String, String, Vec<(String, String)>);
+/// bootstrap, client id, librdkafka properties, the credential properties.
+type KafkaSpec = (String, String, Vec<(String, String)>, Vec<(String, Secret)>);
+
+/// A credential named `{"env": VAR}` or `{"file": PATH}` (its content, trimmed as the
+/// Python side's `SecretRef` trims it). A problem names where it was looked for, never a value.
+fn secret(r: &mut Reader, v: &Value, path: &str) -> Option<Secret> {
+    let source = match v {
+        Value::Object(m) if m.len() == 1 => m.iter().next(),
+        _ => None,
+    };
+    match source {
+        Some((kind, Value::String(name))) if kind == "env" => match std::env::var(name) {
+            Ok(value) => return Some(Secret(value)),
+            Err(_) => r.problem(path, format!("environment variable ${name} is not set")),
+        },
+        Some((kind, Value::String(name))) if kind == "file" => {
+            match std::fs::read_to_string(name) {
+                Ok(text) => return Some(Secret(text.trim().to_string())),
+                Err(e) => r.problem(path, format!("credential file {name}: {e}")),
+            }
+        }
+        _ => r.problem(
+            path,
+            r#"must be {"env": "VAR"} or {"file": "/path"}"#.to_string(),
+        ),
+    }
+    None
+}
 
 fn kafka(r: &mut Reader, v: Option<&Value>) -> Option<KafkaSpec> {
     let m = r.object(v, "kafka")?;
-    r.unknown(m, "kafka", &["bootstrap", "client_id", "properties"]);
+    r.unknown(
+        m,
+        "kafka",
+        &["bootstrap", "client_id", "properties", "secret_properties"],
+    );
     let bootstrap = r.text(m, "bootstrap", "kafka");
     let client_id = match m.get("client_id") {
         None => Some("p4bs-exporter".to_string()),
@@ -196,7 +238,22 @@ fn kafka(r: &mut Reader, v: Option<&Value>) -> Option<KafkaSpec> {
             ),
         }
     }
-    Some((bootstrap?, client_id?, properties))
+    let mut secrets = Vec::new();
+    match m.get("secret_properties") {
+        None => {}
+        Some(Value::Object(p)) => {
+            for (k, v) in p {
+                if let Some(value) = secret(r, v, &format!("kafka.secret_properties.{k}")) {
+                    secrets.push((k.clone(), value));
+                }
+            }
+        }
+        Some(other) => r.problem(
+            "kafka.secret_properties",
+            format!("must be an object, got {}", kind(other)),
+        ),
+    }
+    Some((bootstrap?, client_id?, properties, secrets))
 }
 
 fn streams(r: &mut Reader, v: Option<&Value>) -> Option<Vec<StreamSpec>> {
@@ -455,7 +512,7 @@ impl RunSpec {
         ) {
             (
                 Some(pipeline),
-                Some((bootstrap, client_id, properties)),
+                Some((bootstrap, client_id, properties, secret_properties)),
                 Some(streams),
                 Some(rtt_batch),
                 Some(source),
@@ -468,6 +525,7 @@ impl RunSpec {
                 bootstrap,
                 client_id,
                 properties,
+                secret_properties,
                 streams,
                 rtt_batch,
                 source,
@@ -576,6 +634,53 @@ mod tests {
             .iter()
             .any(|p| p.starts_with("pipeline: rtt.slots_log2")));
         assert!(problems.iter().any(|p| p.starts_with("pipeline: links")));
+    }
+
+    #[test]
+    fn credentials_are_read_from_where_the_spec_names_them_and_never_shown() {
+        let file = std::env::temp_dir().join(format!("p4bs-spec-secret-{}", std::process::id()));
+        std::fs::write(&file, "from-a-file\n").unwrap();
+        // The process's own environment: a variable every test run has.
+        let path_value = std::env::var("PATH").unwrap();
+        let mut v = good();
+        v["kafka"]["secret_properties"] = serde_json::json!({
+            "sasl.username": {"file": file.to_str().unwrap()},
+            "sasl.password": {"env": "PATH"},
+        });
+        let spec = RunSpec::parse(&v.to_string()).unwrap();
+        std::fs::remove_file(&file).unwrap();
+        let found: Vec<(&str, &str)> = spec
+            .secret_properties
+            .iter()
+            .map(|(k, s)| (k.as_str(), s.0.as_str()))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("sasl.password", path_value.as_str()),
+                ("sasl.username", "from-a-file")
+            ]
+        );
+        let shown = format!("{spec:?}");
+        assert!(!shown.contains("from-a-file") && !shown.contains(&path_value));
+
+        v["kafka"]["secret_properties"] = serde_json::json!({
+            "sasl.username": {"env": "P4BS_NO_SUCH_VARIABLE"},
+            "sasl.password": "inline",
+            "ssl.key.password": {"file": "/nonexistent/p4bs"},
+        });
+        let problems = RunSpec::parse(&v.to_string()).unwrap_err().join("\n");
+        for expected in [
+            "kafka.secret_properties.sasl.username: environment variable $P4BS_NO_SUCH_VARIABLE",
+            "kafka.secret_properties.sasl.password: must be {\"env\": \"VAR\"}",
+            "kafka.secret_properties.ssl.key.password: credential file /nonexistent/p4bs",
+        ] {
+            assert!(
+                problems.contains(expected),
+                "{expected:?} missing from\n{problems}"
+            );
+        }
+        assert!(!problems.contains("inline"));
     }
 
     #[test]

@@ -20,7 +20,13 @@ from p4bs_infra.traffic import Scenario, ShortFlows, TrafficRun, Voip
 def cmd_stack_up(args: argparse.Namespace) -> int:
     try:
         settings = StackSettings.from_config(load_config(args.config), args.state_dir)
-        overridable = ("kafka_port", "kafka_controller_port", "influx_port", "influx_rpc_port")
+        overridable = (
+            "kafka_port",
+            "kafka_controller_port",
+            "kafka_internal_port",
+            "influx_port",
+            "influx_rpc_port",
+        )
         for name in (*overridable, "flink_taskmanagers"):
             if getattr(args, name) is not None:
                 setattr(settings, name, getattr(args, name))
@@ -142,7 +148,13 @@ def add_parser(sub: Any, default_config: Path) -> None:
     up = stack_sub.add_parser("up", parents=[state], help="start and wait until ready")
     up.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for readiness")
-    for flag in ("kafka-port", "kafka-controller-port", "influx-port", "influx-rpc-port"):
+    for flag in (
+        "kafka-port",
+        "kafka-controller-port",
+        "kafka-internal-port",
+        "influx-port",
+        "influx-rpc-port",
+    ):
         up.add_argument(f"--{flag}", type=int, help="override the config's port")
     up.add_argument(
         "--flink-taskmanagers",

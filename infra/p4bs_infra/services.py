@@ -1,7 +1,8 @@
 """The local stack's servers: a single-node Kafka broker (KRaft) and InfluxDB 1.8.
 
 Each is a plain background process bound to 127.0.0.1 with its config, data, log and pid
-file under one state folder. A `Service` knows how to start itself, tell when it is ready,
+file under one state folder. The broker serves its clients in plaintext, or over TLS with a
+SASL/SCRAM login (`KafkaSecurity`). A `Service` knows how to start itself, tell when it is ready,
 report its health and stop exactly the process it started. A standalone Flink cluster joins
 the stack as one more Service (streaming-jobs' remote mode talks to its REST port).
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import secrets
 import shutil
 import urllib.error
 import urllib.parse
@@ -21,6 +23,7 @@ from typing import Any, Protocol
 
 from p4bs import paths
 from p4bs_infra import procs
+from p4bs_infra.pki import server_pki
 
 LOOPBACK = "127.0.0.1"
 
@@ -101,17 +104,104 @@ class _Process:
         )
 
 
+@dataclass(frozen=True)
+class KafkaSecurity:
+    """A broker whose clients connect over TLS and log in with SASL/SCRAM (`mechanism`).
+
+    The broker's own connections (to its controller, and between brokers) and the stack's
+    admin connection use mutual TLS with the broker's certificate on two more listeners
+    (controller port, `internal_port`): they need no password, and a client without a
+    certificate from the stack's CA cannot use them. SCRAM does not serve a KRaft
+    controller listener (its credentials live in the metadata the controller serves).
+    """
+
+    mechanism: str
+    internal_port: int
+
+
 class KafkaBroker(_Process):
     """Apache Kafka in KRaft mode: one process that is both broker and controller."""
 
     name = "kafka"
 
-    def __init__(self, state_dir: Path, port: int, controller_port: int, heap: str = "1g") -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        port: int,
+        controller_port: int,
+        heap: str = "1g",
+        security: KafkaSecurity | None = None,
+    ) -> None:
         super().__init__(state_dir)
         self.port = port
         self.controller_port = controller_port
         self.heap = heap
+        self.security = security
         self.bootstrap = f"{LOOPBACK}:{port}"
+        self.tls_dir = self.dir / "tls"
+
+    @property
+    def ca_file(self) -> Path | None:
+        """The CA that signed a secured broker's certificate, for its clients to trust."""
+        return None if self.security is None else self.tls_dir / "ca.pem"
+
+    @property
+    def _keystore(self) -> Path:
+        return self.tls_dir / "server.p12"
+
+    def _keystore_password(self) -> str:
+        """The password of the broker's keystore, made with the keystore."""
+        path = self.tls_dir / "keystore-password"
+        if not path.exists():
+            self.tls_dir.mkdir(parents=True, exist_ok=True)
+            path.touch(mode=0o600)
+            path.write_text(secrets.token_urlsafe(24))
+        return path.read_text()
+
+    def _make_pki(self) -> None:
+        """The CA and the broker's keystore, once: a restarted broker keeps them, so its
+        clients' trust in the CA stays valid."""
+        if not self._keystore.exists():
+            password = self._keystore_password()
+            server_pki(self.tls_dir, "p4bs stack CA", "localhost", [LOOPBACK], 365, password)
+
+    def admin_settings(self) -> dict[str, Any]:
+        """librdkafka settings of the stack's own admin connection (readiness, SCRAM users):
+        a plaintext broker's bootstrap, or a secured broker's internal listener with the
+        broker's certificate."""
+        if self.security is None:
+            return {"bootstrap.servers": self.bootstrap}
+        return {
+            "bootstrap.servers": f"{LOOPBACK}:{self.security.internal_port}",
+            "security.protocol": "ssl",
+            "ssl.ca.location": str(self.ca_file),
+            "ssl.keystore.location": str(self._keystore),
+            "ssl.keystore.password": self._keystore_password(),
+        }
+
+    def add_scram_user(self, username: str, password: str, timeout_s: float = 30.0) -> None:
+        """Creates or updates the SCRAM credential clients log in with (KRaft keeps it in the
+        cluster's metadata, salted and hashed)."""
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import (  # type: ignore[attr-defined]
+            AdminClient,
+            ScramCredentialInfo,
+            ScramMechanism,
+            UserScramCredentialUpsertion,
+        )
+
+        assert self.security is not None
+        mechanism = ScramMechanism[self.security.mechanism.replace("-", "_")]
+        # 8192: above SCRAM-SHA-512's minimum (4096) as Kafka's own tools default to.
+        upsert = UserScramCredentialUpsertion(
+            username, ScramCredentialInfo(mechanism, 8192), password.encode()
+        )
+        admin = AdminClient(self.admin_settings())
+        futures = admin.alter_user_scram_credentials([upsert], request_timeout=timeout_s)
+        try:
+            futures[username].result(timeout_s)
+        except KafkaException as exc:
+            raise StackError(f"kafka: SCRAM credential for {username!r}: {exc}") from exc
 
     @property
     def where(self) -> str:
@@ -135,18 +225,47 @@ class KafkaBroker(_Process):
             f"{jars}/*",
         ]
 
+    def _listeners(self) -> dict[str, str]:
+        """Listener settings: one plaintext listener for everything, or (secured) SASL_SSL
+        for clients and mutual TLS for the controller and the internal listener."""
+        controller = f"CONTROLLER://{LOOPBACK}:{self.controller_port}"
+        if self.security is None:
+            return {
+                "listeners": f"PLAINTEXT://{LOOPBACK}:{self.port},{controller}",
+                "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{self.port}",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "inter.broker.listener.name": "PLAINTEXT",
+            }
+        mechanism = self.security.mechanism
+        clients = f"SASL_SSL://{LOOPBACK}:{self.port}"
+        internal = f"INTERNAL://{LOOPBACK}:{self.security.internal_port}"
+        password = self._keystore_password()
+        scram_login = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        return {
+            "listeners": f"{clients},{controller},{internal}",
+            "advertised.listeners": f"{clients},{internal}",
+            "listener.security.protocol.map": "SASL_SSL:SASL_SSL,CONTROLLER:SSL,INTERNAL:SSL",
+            "inter.broker.listener.name": "INTERNAL",
+            "sasl.enabled.mechanisms": mechanism,
+            f"listener.name.sasl_ssl.{mechanism.lower()}.sasl.jaas.config": scram_login,
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.location": str(self._keystore),
+            "ssl.keystore.password": password,
+            "ssl.key.password": password,
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.ca_file),
+            "listener.name.controller.ssl.client.auth": "required",
+            "listener.name.internal.ssl.client.auth": "required",
+        }
+
     def _write_config(self) -> Path:
         data = self.dir / "data"
         props = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@{LOOPBACK}:{self.controller_port}",
-            "listeners": f"PLAINTEXT://{LOOPBACK}:{self.port},"
-            f"CONTROLLER://{LOOPBACK}:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{self.port}",
             "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "inter.broker.listener.name": "PLAINTEXT",
+            **self._listeners(),
             "log.dirs": str(data),
             # A single node: internal topics cannot have more replicas than brokers.
             "offsets.topic.replication.factor": "1",
@@ -159,6 +278,8 @@ class KafkaBroker(_Process):
             "num.partitions": "4",
         }
         config = self.dir / "server.properties"
+        config.touch(mode=0o600)  # a secured broker's holds its keystore password
+        config.chmod(0o600)
         config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         (self.dir / "log4j2.properties").write_text(
             "rootLogger.level = WARN\n"
@@ -179,6 +300,8 @@ class KafkaBroker(_Process):
             return
         self.dir.mkdir(parents=True, exist_ok=True)
         java = self._java()
+        if self.security is not None:
+            self._make_pki()
         config = self._write_config()
         if not (self.dir / "data" / "meta.properties").exists():
             # KRaft needs its log folder formatted once with a cluster id (22 chars, base64url).
@@ -196,7 +319,7 @@ class KafkaBroker(_Process):
         if not procs.port_open(LOOPBACK, self.port):
             return False
         try:
-            metadata = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=2)
+            metadata = AdminClient(self.admin_settings()).list_topics(timeout=2)
         except Exception:
             return False
         return len(metadata.brokers) > 0

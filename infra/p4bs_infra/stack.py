@@ -6,6 +6,11 @@ overridable on the command line; what was started is remembered in `<state>/stac
 PyFlink's embedded MiniCluster; with `flink.mode = "remote"` (or --flink-taskmanagers) the
 stack also runs a standalone Flink cluster from PyFlink's distribution: a JobManager at
 `flink.jobmanager` and its TaskManagers.
+
+With `kafka.security = "sasl_ssl"` the broker serves its clients over TLS with a SASL/SCRAM
+login: the stack makes a CA and the broker's certificate, creates the config's user with the
+config's password (both resolved from their references, kept nowhere), and writes the
+[kafka] settings its clients need to `<state>/kafka/client.toml`.
 """
 
 from __future__ import annotations
@@ -17,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from p4bs.bus import ensure_topics
-from p4bs.config import Config
+from p4bs.bus import Cluster, ensure_topics
+from p4bs.config import Config, KafkaConfig, SecretRef, config_toml
 from p4bs_infra import procs
 from p4bs_infra.services import (
     LOOPBACK,
@@ -27,6 +32,7 @@ from p4bs_infra.services import (
     Health,
     InfluxDB,
     KafkaBroker,
+    KafkaSecurity,
     Service,
     StackError,
     wait_ready,
@@ -40,6 +46,13 @@ class StackSettings:
     state_dir: Path
     kafka_port: int = 9092
     kafka_controller_port: int = 9093
+    # "sasl_ssl": TLS + SASL/SCRAM for clients, as the config's [kafka] says; the broker's
+    # own listener (mutual TLS) is on the internal port.
+    kafka_security: str = "plaintext"
+    kafka_sasl_mechanism: str = "SCRAM-SHA-512"
+    kafka_internal_port: int = 9094
+    kafka_username: SecretRef | None = None
+    kafka_password: SecretRef | None = None
     influx_port: int = 8086
     influx_rpc_port: int = 8088
     topics: list[str] = field(default_factory=list)
@@ -74,6 +87,11 @@ class StackSettings:
             flink_rpc_port=int(flink_port) + 42,
             kafka_port=int(kafka_port),
             kafka_controller_port=int(kafka_port) + 1,
+            kafka_security=config.kafka.security,
+            kafka_sasl_mechanism=config.kafka.sasl_mechanism,
+            kafka_internal_port=int(kafka_port) + 2,
+            kafka_username=config.kafka.username,
+            kafka_password=config.kafka.password,
             influx_port=influx.port or 8086,
             influx_rpc_port=(influx.port or 8086) + 2,
             topics=sorted(config.kafka.topics.values()),
@@ -87,7 +105,12 @@ class StackSettings:
 class Stack:
     def __init__(self, settings: StackSettings) -> None:
         s = self.settings = settings
-        self.kafka = KafkaBroker(s.state_dir, s.kafka_port, s.kafka_controller_port)
+        security = None
+        if s.kafka_security == "sasl_ssl":
+            security = KafkaSecurity(s.kafka_sasl_mechanism, s.kafka_internal_port)
+        self.kafka = KafkaBroker(
+            s.state_dir, s.kafka_port, s.kafka_controller_port, security=security
+        )
         self.influxdb = InfluxDB(
             s.state_dir, s.influx_port, s.influx_rpc_port, s.database, s.retention_ns
         )
@@ -107,13 +130,57 @@ class Stack:
         except OSError as exc:
             raise StackError(f"no stack was started in {state_dir} ({exc.strerror})") from exc
         saved["state_dir"] = Path(saved["state_dir"])
+        for name in ("kafka_username", "kafka_password"):
+            if saved.get(name) is not None:
+                saved[name] = SecretRef(**saved[name])
         return cls(StackSettings(**saved))
+
+    @property
+    def client(self) -> Cluster:
+        """How this stack's Kafka clients connect: the bootstrap of a plaintext broker, or
+        the [kafka] settings of a secured one (its CA, the user's credential references)."""
+        s = self.settings
+        if self.kafka.ca_file is None:
+            return self.kafka.bootstrap
+        return KafkaConfig(
+            bootstrap=self.kafka.bootstrap,
+            security="sasl_ssl",
+            sasl_mechanism=s.kafka_sasl_mechanism,
+            ca_file=str(self.kafka.ca_file),
+            username=s.kafka_username,
+            password=s.kafka_password,
+        )
+
+    def _add_kafka_user(self) -> None:
+        """The SCRAM user the config names, and the settings its clients need."""
+        client = self.client
+        assert isinstance(client, KafkaConfig)
+        if client.username is None or client.password is None:
+            raise StackError("a sasl_ssl broker needs kafka.username and kafka.password")
+        try:
+            username, password = client.username.resolve(), client.password.resolve()
+        except LookupError as exc:
+            raise StackError(f"kafka credentials: {exc}") from exc
+        self.kafka.add_scram_user(username, password)
+        section = {
+            "bootstrap": client.bootstrap,
+            "security": client.security,
+            "sasl_mechanism": client.sasl_mechanism,
+            "ca_file": client.ca_file,
+            "username": {k: v for k, v in asdict(client.username).items() if v is not None},
+            "password": {k: v for k, v in asdict(client.password).items() if v is not None},
+        }
+        self.client_file.write_text(
+            "# What a p4bs config's [kafka] needs to reach this stack's broker.\n"
+            + config_toml({"kafka": section})
+        )
 
     def _check_ports_free(self) -> None:
         s = self.settings
         for name, port in (
             ("kafka", s.kafka_port),
             ("kafka controller", s.kafka_controller_port),
+            *((("kafka internal", s.kafka_internal_port),) if self.kafka.security else ()),
             ("influxdb", s.influx_port),
             ("influxdb rpc", s.influx_rpc_port),
             *(
@@ -144,9 +211,10 @@ class Stack:
             for svc in self.services:
                 wait_ready(svc, deadline - time.monotonic())
                 progress(f"{svc.name} ready after {time.monotonic() - began:.1f} s")
-            created = ensure_topics(
-                self.kafka.bootstrap, s.topics, s.partitions, s.replication_factor
-            )
+            if self.kafka.security is not None:
+                self._add_kafka_user()
+                progress(f"kafka clients: TLS + {s.kafka_sasl_mechanism}, see {self.client_file}")
+            created = ensure_topics(self.client, s.topics, s.partitions, s.replication_factor)
             if created:
                 progress(f"created {len(created)} topics with {s.partitions} partitions each")
             self.influxdb.create_database()
@@ -154,6 +222,11 @@ class Stack:
             self.down()
             raise
         return time.monotonic() - began
+
+    @property
+    def client_file(self) -> Path:
+        """Where a secured stack writes its clients' [kafka] settings."""
+        return self.kafka.dir / "client.toml"
 
     def down(self) -> list[str]:
         """Stops exactly the processes this stack started; returns their names."""

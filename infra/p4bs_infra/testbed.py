@@ -34,7 +34,7 @@ from pathlib import Path
 from p4bs import paths
 from p4bs.config import Config, FlowGroup, SecretRef
 from p4bs_infra import procs
-from p4bs_infra.agent.tls import make_test_pki
+from p4bs_infra.pki import make_test_pki
 from p4bs_linux_tc.queues import QUEUE_CLASS_BASE, htb_shaping
 
 SENDER_NET = "10.201.1"

@@ -27,7 +27,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from p4bs.bus import ensure_topics
+from p4bs.bus import client_settings, ensure_topics
 from p4bs.config import Config, FlowGroup, config_toml, parse_config
 from p4bs_exporter.model import ModelTarget, run_spec
 from p4bs_infra.procs import free_ports, wait_until
@@ -218,7 +218,7 @@ class ClosedLoop:
         job takes tens of seconds from cold)."""
         config = self.config
         ensure_topics(
-            config.kafka.bootstrap,
+            config.kafka,
             self.topics.values(),
             config.kafka.partitions,
             config.kafka.replication_factor,
@@ -267,9 +267,7 @@ class ClosedLoop:
         for name, proc in self.processes.items():
             if proc.poll() is not None:
                 raise ClosedLoopError(f"{name} exited: {self.log_tail(name)}")
-        consumer = Consumer(
-            {"bootstrap.servers": self.config.kafka.bootstrap, "group.id": "loop-watch"}
-        )
+        consumer = Consumer({**client_settings(self.config.kafka), "group.id": "loop-watch"})
         try:
             topic = self.topics["link_metrics"]
             partitions = range(self.config.kafka.partitions)

@@ -49,7 +49,7 @@ class LiveView:
 
     def __init__(self, loop: ClosedLoop) -> None:
         self.consumer = RecordConsumer(
-            loop.config.kafka.bootstrap,
+            loop.config.kafka,
             f"demo-view-{uuid.uuid4().hex[:6]}",
             ["link_metrics", "buffer_decisions"],
             loop.topics,

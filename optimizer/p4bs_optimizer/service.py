@@ -322,7 +322,7 @@ class OptimizerService:
         self._drivers: dict[str, RouterDriver] = {}
         self._make_driver = make_driver or self._driver_for
         self._producer = RecordProducer(
-            config.kafka.bootstrap, config.kafka.topics, client_id=f"{config.optimizer.group}"
+            config.kafka, config.kafka.topics, client_id=f"{config.optimizer.group}"
         )
         self._stop = threading.Event()
         self._failure: Exception | None = None
@@ -446,7 +446,7 @@ class OptimizerService:
     async def run(self, on_tick: Callable[[OptimizerService], None] | None = None) -> None:
         """Consumes until `stop()`; `on_tick` is called about once a second (progress)."""
         consumer = RecordConsumer(
-            self.config.kafka.bootstrap,
+            self.config.kafka,
             self.config.optimizer.group,
             self._streams(),
             self.config.kafka.topics,

@@ -17,7 +17,7 @@ from typing import Any
 
 import requests
 
-from p4bs.bus import RecordConsumer
+from p4bs.bus import Cluster, RecordConsumer
 from p4bs.config import AlertsConfig
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ def post_with_retries(
 class AlertDispatcher:
     def __init__(
         self,
-        bootstrap: str,
+        cluster: Cluster,
         topics: Mapping[str, str],
         settings: AlertsConfig,
         group: str = "p4bs-alert-dispatcher",
@@ -106,7 +106,7 @@ class AlertDispatcher:
         self.webhook = settings.webhook
         self.settings = settings
         self.stats = DispatchStats()
-        self._consumer = RecordConsumer(bootstrap, group, ["sla_alerts"], topics)
+        self._consumer = RecordConsumer(cluster, group, ["sla_alerts"], topics)
 
     def run(
         self, stop: threading.Event, on_alert: Callable[[dict[str, Any], bool], None] | None = None

@@ -122,7 +122,7 @@ def cmd_influx(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"p4bs jobs influx: {exc}", file=sys.stderr)
         return 2
-    sink = InfluxSink(config.influxdb, config.kafka.bootstrap, config.kafka.topics)
+    sink = InfluxSink(config.influxdb, config.kafka, config.kafka.topics)
     influx = config.influxdb
     print(f"InfluxDB sink: {config.kafka.bootstrap} -> {influx.url}/{influx.database}")
 
@@ -140,7 +140,7 @@ def cmd_alerts(args: argparse.Namespace) -> int:
 
     try:
         config = load_config(args.config)
-        dispatcher = AlertDispatcher(config.kafka.bootstrap, config.kafka.topics, config.alerts)
+        dispatcher = AlertDispatcher(config.kafka, config.kafka.topics, config.alerts)
     except (ConfigError, ValueError) as exc:
         print(f"p4bs jobs alerts: {exc}", file=sys.stderr)
         return 2

@@ -3,7 +3,8 @@
 `table_environment` runs jobs in PyFlink's embedded MiniCluster (mode "embedded", the
 default) or submits them to a standalone cluster's REST endpoint (mode "remote"): the one
 switch between the two. `kafka_table_ddl` derives each table from the stream's Avro schema,
-so the bytes Flink's `avro` format reads and writes are exactly the p4bs codec's.
+so the bytes Flink's `avro` format reads and writes are exactly the p4bs codec's, and connects
+it as the config's [kafka] says (`kafka_properties`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ from pyflink.java_gateway import get_gateway
 from pyflink.table import EnvironmentSettings, StreamTableEnvironment, TableEnvironment
 
 from p4bs import paths
+from p4bs.bus import Cluster
 from p4bs_schemas.registry import STREAMS, current_schema
+
+# The Kafka connector jar shades the Kafka client: its SCRAM login module has this name.
+SCRAM_LOGIN_MODULE = (
+    "org.apache.flink.kafka.shaded.org.apache.kafka.common.security.scram.ScramLoginModule"
+)
 
 _SQL_TYPES = {
     "string": "STRING",
@@ -140,11 +147,42 @@ def sql_columns(schema_name: str) -> list[str]:
     return _sql_fields(schema_name, current_schema(schema_name)["fields"])
 
 
+def _jaas_quoted(value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+def kafka_properties(cluster: Cluster) -> dict[str, str]:
+    """The Kafka connector's client properties for the cluster: its bootstrap, and for a
+    secured one TLS trusting the config's CA and a SCRAM login, the credentials resolved
+    now. Flink hides option values whose key holds "jaas.config" wherever it shows options
+    (errors, plans); the Kafka client logs that property as [hidden]."""
+    if isinstance(cluster, str):
+        return {"properties.bootstrap.servers": cluster}
+    properties = {"properties.bootstrap.servers": cluster.bootstrap}
+    if cluster.security == "plaintext":
+        return properties
+    assert cluster.username is not None and cluster.password is not None  # the config checks
+    login = (
+        f"{SCRAM_LOGIN_MODULE} required username={_jaas_quoted(cluster.username.resolve())} "
+        f"password={_jaas_quoted(cluster.password.resolve())};"
+    )
+    properties |= {
+        "properties.security.protocol": "SASL_SSL",
+        "properties.sasl.mechanism": cluster.sasl_mechanism,
+        "properties.sasl.jaas.config": login,
+    }
+    if cluster.ca_file is not None:
+        properties["properties.ssl.truststore.type"] = "PEM"
+        properties["properties.ssl.truststore.location"] = cluster.ca_file
+    return properties
+
+
 def kafka_table_ddl(
     table: str,
     stream: str,
     topic: str,
-    bootstrap: str,
+    cluster: Cluster,
     *,
     raw_value: str | None = None,
     extra_columns: tuple[str, ...] = (),
@@ -163,7 +201,7 @@ def kafka_table_ddl(
     settings = {
         "connector": "kafka",
         "topic": topic,
-        "properties.bootstrap.servers": bootstrap,
+        **kafka_properties(cluster),
         "properties.isolation.level": "read_committed",
         "key.format": "raw",
         "key.fields": "link_id",
@@ -171,5 +209,8 @@ def kafka_table_ddl(
         **(options or {}),
     }
     column_list = ",\n  ".join(columns)
-    with_clause = ",\n  ".join(f"'{k}' = '{v}'" for k, v in settings.items())
+    # A quote inside a SQL string literal is doubled (a password may hold one).
+    with_clause = ",\n  ".join(
+        "'{}' = '{}'".format(k, v.replace("'", "''")) for k, v in settings.items()
+    )
     return f"CREATE TABLE `{table}` (\n  {column_list}\n) WITH (\n  {with_clause}\n)"

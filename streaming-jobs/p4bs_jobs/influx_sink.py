@@ -27,7 +27,7 @@ from typing import Any
 
 import requests
 
-from p4bs.bus import Received, RecordConsumer
+from p4bs.bus import Cluster, Received, RecordConsumer
 from p4bs.config import InfluxConfig
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ class InfluxSink:
     def __init__(
         self,
         settings: InfluxConfig,
-        bootstrap: str,
+        cluster: Cluster,
         topics: Mapping[str, str],
         *,
         group: str = "p4bs-influx-sink",
@@ -103,7 +103,7 @@ class InfluxSink:
         self._session = requests.Session()
         if settings.username is not None and settings.password is not None:
             self._session.auth = (settings.username.resolve(), settings.password.resolve())
-        self._consumer = RecordConsumer(bootstrap, group, STREAMS, topics, store_on_poll=False)
+        self._consumer = RecordConsumer(cluster, group, STREAMS, topics, store_on_poll=False)
 
     def _write_batch(self, batch: list[Received], stop: threading.Event) -> bool:
         """Writes until InfluxDB takes the batch or rejects it for good; False if stopped."""

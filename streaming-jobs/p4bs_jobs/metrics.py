@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pyflink.common import Configuration
 from pyflink.table import StatementSet, StreamTableEnvironment, TableResult
 
+from p4bs.bus import Cluster
 from p4bs.config import Config, MetricsConfig
 from p4bs_jobs.flink_env import kafka_table_ddl, stream_table_environment
 from p4bs_schemas.registry import STREAMS, current_schema
@@ -56,7 +57,7 @@ def _ns_to_ms(column_ns: str) -> str:
 def create_sources(
     env: StreamTableEnvironment,
     topics: Mapping[str, str],
-    bootstrap: str,
+    cluster: Cluster,
     metrics: MetricsConfig,
     source_options: Mapping[str, str],
     stop_offsets: Mapping[str, Mapping[int, int]] | None = None,
@@ -81,7 +82,7 @@ def create_sources(
                 table,
                 stream,
                 topics[stream],
-                bootstrap,
+                cluster,
                 raw_value=raw_value,
                 extra_columns=_rowtime(time_ms, lag),
                 options={**source_options, **stop_at(stop_offsets.get(stream))},
@@ -207,12 +208,13 @@ def build_metrics_job(
     the statements to execute as one Flink job (the planner shares the views between the
     two sinks)."""
     env.get_config().set("table.local-time-zone", "UTC")
-    bootstrap = config.kafka.bootstrap
-    create_sources(env, topics, bootstrap, config.metrics, source_options, stop_offsets)
+    create_sources(env, topics, config.kafka, config.metrics, source_options, stop_offsets)
     for table, stream in (("metrics_out", "link_metrics"), ("alerts_out", "sla_alerts")):
         # Each sink's transactions need their own ids.
         options = exactly_once_sink_options(f"{transactional_id_prefix}.{stream}")
-        env.execute_sql(kafka_table_ddl(table, stream, topics[stream], bootstrap, options=options))
+        env.execute_sql(
+            kafka_table_ddl(table, stream, topics[stream], config.kafka, options=options)
+        )
     declare_link_windows(env, config.flink.window_ns)
     declare_link_metrics(env, config)
     metrics_columns = ", ".join(

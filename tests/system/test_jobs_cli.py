@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from replay import consume
@@ -12,6 +13,21 @@ from test_sla import DELAYS_MS, _counters
 
 from p4bs.bus import RecordProducer
 from p4bs_infra.stack import Stack
+
+
+def jobs_run_bounded(
+    config: Path, group: str, checkpoints: Path, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`p4bs jobs run --bounded` in a process of its own, its output captured."""
+    argv = ["jobs", "run", "--bounded", "--config", str(config), "--group", group]
+    return subprocess.run(
+        [sys.executable, "-m", "p4bs_cli", *argv, "--checkpoints", str(checkpoints)],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+        env=env,
+    )
 
 
 def test_jobs_run_bounded_writes_every_window(
@@ -29,14 +45,7 @@ def test_jobs_run_bounded_writes_every_window(
         .replace("127.0.0.1:9092", stack.kafka.bootstrap)
         + f"\n[kafka.topics]\n{names}"
     )
-    argv = ["jobs", "run", "--bounded", "--config", str(config), "--group", "cli-test"]
-    run = subprocess.run(
-        [sys.executable, "-m", "p4bs_cli", *argv, "--checkpoints", str(tmp_path / "ckpt")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    run = jobs_run_bounded(config, "cli-test", tmp_path / "ckpt")
     assert run.returncode == 0, run.stderr[-2000:]
     assert "metrics + SLA job (embedded) started" in run.stdout
     assert run.stdout.rstrip().endswith("job finished")

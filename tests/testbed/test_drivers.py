@@ -24,7 +24,7 @@ from yangcheck import Recorder, after_edit_config, after_gnmi_set
 from conftest import ROUTER_PASSWORD
 from p4bs.config import RouterConfig, SecretRef
 from p4bs.yang import yang_model
-from p4bs_infra.agent.tls import make_test_pki
+from p4bs_infra.pki import make_test_pki
 from p4bs_infra.procs import free_port
 from p4bs_infra.testbed import NETCONF_PORT, Testbed, TestbedPlan, run
 from p4bs_optimizer.drivers import driver_for

@@ -77,6 +77,12 @@ def _junos(**table: Any) -> Callable[[dict[str, Any]], None]:
     return mutate
 
 
+_SCRAM = {
+    "security": "sasl_ssl",
+    "username": {"env": "P4BS_KAFKA_USER"},
+    "password": {"file": "/etc/p4bs/kafka-password"},
+}
+
 BAD = [
     (_set("links.0.capacity", "100 furlongs"), "links[0].capacity: unknown unit 'furlongs'"),
     (_set("links.0.capacity", "0Mbit"), "links[0].capacity: the capacity must be positive"),
@@ -104,6 +110,12 @@ BAD = [
     (_set("kafka.bootstrap", "localhost"), "kafka.bootstrap: must be host:port"),
     (_set("kafka.partitions", 0), "kafka.partitions: must be an integer in [1, 10000]"),
     (_set("kafka.topics", {"rtt": "x"}), "kafka.topics.rtt: unknown stream"),
+    (_set("kafka.security", "ssl"), "kafka.security: must be one of plaintext, sasl_ssl"),
+    (_set("kafka.ca_file", "/ca.pem"), 'kafka.ca_file: is used only with security = "sasl_ssl"'),
+    (_set("kafka.security", "sasl_ssl"), "kafka.username: is required"),
+    (_set("kafka.security", "sasl_ssl"), "kafka.password: is required"),
+    (_set("kafka", _SCRAM | {"password": "hunter22"}), "kafka.password: credentials are never"),
+    (_set("kafka", _SCRAM | {"sasl_mechanism": "PLAIN"}), "kafka.sasl_mechanism: must be one"),
     (_set("influxdb.url", "influx:8086"), "influxdb.url: must be an http:// or https:// URL"),
     (_set("influxdb.retention", "10min"), "influxdb.retention: InfluxDB keeps data at least 1h"),
     (_set("flink.mode", "yarn"), "flink.mode: must be one of embedded, remote"),
