@@ -81,7 +81,7 @@ class LossDelayFitOptions:
     first_stride: float = 4.0
     # Measured loss over the Mathis prediction above which the flows are taken as
     # loss-insensitive. On the Fig. 11 surfaces the ratio at the first guess is 1.1-1.6 for
-    # Cubic and Reno and 11-25 for BBR.
+    # Cubic and Reno and 11-26 for BBR (live: 1.2-1.5 and 24-26).
     loss_insensitive_ratio: float = 4.0
     search_max_ns: int | None = None  # ns of line rate; None: the link's buffer.max
     min_utilisation: float = 0.95  # no search before a window shows the link this busy (P4BS's)
