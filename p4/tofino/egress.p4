@@ -114,6 +114,37 @@ control Egress(inout eg_headers_t hdr,
         }
     };
 
+    /* The sample in an action of its own table: the low-pass filter reads its input from the
+     * PHV, and an assignment in the same block would be propagated into its argument as an
+     * expression, which the filter cannot take. */
+    action compute_sample() {
+        md.sample = hdr.bridge.ts - md.qd_ts;
+        md.sample_inv = md.qd_ts + md.ts_inv;   /* = ~(ts - qd_ts) */
+    }
+
+    table qdelay_sample {
+        actions = { compute_sample; }
+        const default_action = compute_sample;
+        size = 1;
+    }
+
+    /* sample <= QDELAY_MAX_AGE_NS, a range match (HIGH12/LOW20; a gateway compares at most
+     * 4 bytes + 12 bits). */
+    table qdelay_fresh {
+        key = {
+            md.sample[31:20] : range @name("sample_high12");
+            md.sample[19:0] : range @name("sample_low20");
+        }
+        actions = { NoAction; }
+        const default_action = NoAction;
+        const entries = {
+            (0 .. HIGH12(QDELAY_MAX_AGE_NS) - 1, 0 .. 0xFFFFF) : NoAction();
+            (HIGH12(QDELAY_MAX_AGE_NS) .. HIGH12(QDELAY_MAX_AGE_NS),
+             0 .. LOW20(QDELAY_MAX_AGE_NS)) : NoAction();
+        }
+        size = 2;
+    }
+
     apply {
         eg_dprsr_md.drop_ctl = 1;
 
@@ -145,9 +176,8 @@ control Egress(inout eg_headers_t hdr,
                 if (md.qd_ts == 0) {
                     qdelay_stats.count(QD_UNMATCHED);
                 } else {
-                    md.sample = hdr.bridge.ts - md.qd_ts;
-                    md.sample_inv = md.qd_ts + md.ts_inv;   /* = ~(ts - qd_ts) */
-                    if (md.sample > QDELAY_MAX_AGE_NS) {
+                    qdelay_sample.apply();
+                    if (!qdelay_fresh.apply().hit) {
                         qdelay_stats.count(QD_EXPIRED);
                     } else {
                         qdelay_stats.count(QD_SAMPLE);

@@ -84,6 +84,15 @@
 #endif
 #define QDELAY_EWMA_SHIFT 3
 
+/* An age limit as range-match entries: p4c takes at most 20 bits (5 nibbles) in one range
+ * key, so a 32-bit age is matched as (bits 31..20, bits 19..0), and "age <= LIMIT" is
+ * (high < LIMIT_HI, any low) or (high = LIMIT_HI, low <= LIMIT_LO). */
+#define HIGH12(X) ((X) >> 20)
+#define LOW20(X) ((X) & 0xFFFFF)
+#if HIGH12(QDELAY_MAX_AGE_NS) < 1
+#error "the queueing-delay age limit's range entries assume QDELAY_MAX_AGE_NS >= 1.05 ms"
+#endif
+
 /* [2] Hashes: reflected CRC-32 variants, final XOR 0xFFFFFFFF, differing in polynomial and
  * initial value. Polynomials in their usual MSB-first form, as CRCPolynomial takes them. */
 #define CRC32_POLY  32w0x04C11DB7   /* CRC-32: RTT stage 0, CMS row 0, loss, qdelay */
@@ -156,10 +165,18 @@ const bit<2> RTT_OP_NONE = 0;
 const bit<2> RTT_OP_RECORD = 1;    /* out-direction data segment: (flow, eACK) */
 const bit<2> RTT_OP_LOOKUP = 2;    /* back-direction ACK: (reverse flow, ack) */
 
-/* What a record action did in one stage. */
-const bit<2> RTT_REC_BUSY = 0;     /* live record of another key: try the next stage */
-const bit<2> RTT_REC_STORED = 1;
-const bit<2> RTT_REC_DUPLICATE = 2;
+/* What a record action did in one stage: the stateful ALU's one-hot predicate, bit
+ * (live + 2 * same signature). Tofino 1 outputs at most one non-zero constant per register
+ * action, so the three outcomes come out as the predicate itself. */
+const bit<4> RTT_REC_STORED_EMPTY = 1;  /* not live: stored */
+const bit<4> RTT_REC_BUSY = 2;          /* live record of another key: try the next stage */
+const bit<4> RTT_REC_STORED_OLD = 4;    /* not live, same signature: stored */
+const bit<4> RTT_REC_DUPLICATE = 8;     /* live, same signature: cleared (Karn) */
+
+/* What the sampling limit said of a sample, its predicate (fresh + 2 * interval passed);
+ * the other two values are expired samples. */
+const bit<4> RTT_LIMIT_HELD = 2;        /* fresh, within the interval: not emitted */
+const bit<4> RTT_LIMIT_SAMPLE = 8;      /* fresh, interval passed: emitted */
 
 const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<16> ETHERTYPE_IPV6 = 0x86DD;
@@ -331,7 +348,10 @@ struct flow_digest_t {
 
 struct ig_md_t {
     /* parser */
-    bit<4> skip;                /* SKIP_*: reason the parse stopped, SKIP_NONE = TCP/IPv4 */
+    bit<4> skip;                /* SKIP_*: reason the parse stopped, SKIP_NONE = TCP/IPv4;
+                                 * not set when the parser stops on an error */
+    bit<1> reached_ipv4;        /* the parse committed to IPv4: a cut is bad_ipv4 */
+    bit<1> reached_tcp;         /* the parse committed to TCP: a cut is bad_tcp */
     bit<32> synfin;             /* SYN + FIN, from the parser's select on the flags */
     /* port -> link */
     link_index_t link;
@@ -374,13 +394,16 @@ struct ig_md_t {
     bit<32> rtt_idx1;
     bit<32> rtt_sig;
     bit<32> rtt_flow_crc32;     /* CRC-32 of the data-direction flow key: sampling limit */
-    bit<2> rtt_result;          /* RTT_REC_* of the last stage visited by a record */
+    bit<4> rtt_result;          /* RTT_REC_* of the last stage visited by a record */
     bit<32> rtt_ts;             /* slot time taken by a lookup, 0 = miss */
     bit<32> rtt_units;          /* sample in 64 ns units */
+    bit<32> rtt_now_m1;         /* rtt_now - 1 */
+    bit<32> rtt_age_m1;         /* rtt_units - 1: 0 < age <= max in one unsigned comparison */
     bit<32> rtt;                /* sample, ns */
-    bit<1> rtt_allowed;
+    bit<4> rtt_verdict;         /* RTT_LIMIT_*: the sampling limit's predicate */
     /* long flows */
     bit<1> lf_hit;
+    bit<1> long_enough;         /* the flow's packet count reached the long-flow threshold */
     bit<16> count0;
     bit<16> count1;
     bit<16> count2;

@@ -12,8 +12,9 @@
 #ifndef _P4BS_INGRESS_P4_
 #define _P4BS_INGRESS_P4_
 
-/* Header lengths for every legal (IHL, data offset): 11 x 11 const entries. */
-#define HL_ENTRY(I, D) (I, D) : set_lengths(4 * I, 4 * (I + D));
+/* Header lengths for every legal (IHL, data offset): 11 x 11 const entries, negated (mod
+ * 2^32) because an ALU subtraction cannot take its second operand from action data. */
+#define HL_ENTRY(I, D) (I, D) : set_lengths(32w0 - 4 * I, 32w0 - 4 * (I + D));
 #define HL_ROW(I) HL_ENTRY(I, 5) HL_ENTRY(I, 6) HL_ENTRY(I, 7) HL_ENTRY(I, 8) \
     HL_ENTRY(I, 9) HL_ENTRY(I, 10) HL_ENTRY(I, 11) HL_ENTRY(I, 12) HL_ENTRY(I, 13) \
     HL_ENTRY(I, 14) HL_ENTRY(I, 15)
@@ -115,9 +116,22 @@ control Ingress(inout ig_headers_t hdr,
      * length (Ethernet pads short frames). 32-bit arithmetic so that a header longer than
      * the total length shows as bit 31.
      * ------------------------------------------------------------------------------- */
-    action set_lengths(bit<32> ip_hl, bit<32> hl) {
-        md.l4_len = (bit<32>)hdr.ipv4.total_len - ip_hl;
-        md.payload = (bit<32>)hdr.ipv4.total_len - hl;
+    action set_lengths(bit<32> minus_ip_hl, bit<32> minus_hl) {
+        md.l4_len = (bit<32>)hdr.ipv4.total_len + minus_ip_hl;
+        md.payload = (bit<32>)hdr.ipv4.total_len + minus_hl;
+    }
+
+    /* eACK = seq + SYN + FIN + payload. In a table's action so that the compiler does not
+     * fold seq_sf into a three-operand sum, which one stage's ALU cannot do. */
+    action set_sequence_ends() {
+        md.eack = md.seq_sf + md.payload;
+        md.seg_end = hdr.tcp.seq_no + md.payload;
+    }
+
+    table sequence_ends {
+        actions = { set_sequence_ends; }
+        const default_action = set_sequence_ends;
+        size = 1;
     }
 
     table header_lengths {
@@ -190,20 +204,18 @@ control Ingress(inout ig_headers_t hdr,
     Register<sig_ts_t, rtt_index_t>(RTT_SLOTS) rtt_stage0;
     Register<sig_ts_t, rtt_index_t>(RTT_SLOTS) rtt_stage1;
 
-    RegisterAction<sig_ts_t, rtt_index_t, bit<2>>(rtt_stage0) rtt0_record = {
-        void apply(inout sig_ts_t s, out bit<2> result) {
+    RegisterAction<sig_ts_t, rtt_index_t, bit<4>>(rtt_stage0) rtt0_record = {
+        void apply(inout sig_ts_t s, out bit<4> result) {
+            result = this.predicate(md.rtt_now - s.ts <= RTT_MAX_AGE_UNITS,
+                                    s.sig == md.rtt_sig);
             if (md.rtt_now - s.ts <= RTT_MAX_AGE_UNITS) {
                 if (s.sig == md.rtt_sig) {
                     s.sig = 0;
                     s.ts = 0;
-                    result = RTT_REC_DUPLICATE;
-                } else {
-                    result = RTT_REC_BUSY;
                 }
             } else {
                 s.sig = md.rtt_sig;
                 s.ts = md.rtt_now;
-                result = RTT_REC_STORED;
             }
         }
     };
@@ -219,20 +231,18 @@ control Ingress(inout ig_headers_t hdr,
         }
     };
 
-    RegisterAction<sig_ts_t, rtt_index_t, bit<2>>(rtt_stage1) rtt1_record = {
-        void apply(inout sig_ts_t s, out bit<2> result) {
+    RegisterAction<sig_ts_t, rtt_index_t, bit<4>>(rtt_stage1) rtt1_record = {
+        void apply(inout sig_ts_t s, out bit<4> result) {
+            result = this.predicate(md.rtt_now - s.ts <= RTT_MAX_AGE_UNITS,
+                                    s.sig == md.rtt_sig);
             if (md.rtt_now - s.ts <= RTT_MAX_AGE_UNITS) {
                 if (s.sig == md.rtt_sig) {
                     s.sig = 0;
                     s.ts = 0;
-                    result = RTT_REC_DUPLICATE;
-                } else {
-                    result = RTT_REC_BUSY;
                 }
             } else {
                 s.sig = md.rtt_sig;
                 s.ts = md.rtt_now;
-                result = RTT_REC_STORED;
             }
         }
     };
@@ -250,19 +260,46 @@ control Ingress(inout ig_headers_t hdr,
 
     /* Sampling limit: last emission per flow in 1.024 us units (32 bits span 73 min). The
      * limit is a run-time parameter in the same units; 0 (the default) lets every sample
-     * through. */
+     * through. The same access judges the sample's age (0 < age <= RTT_MAX_AGE_UNITS, one
+     * unsigned comparison of age - 1, which wraps for 0), so that expiry costs no stage of
+     * its own: the result is the predicate, bit (fresh + 2 * interval passed). */
     RegisterParam<bit<32>>(RTT_MIN_INTERVAL_DEFAULT) rtt_min_interval;
     Register<bit<32>, rtt_limit_index_t>(RTT_LIMIT_SLOTS) rtt_last_emit;
 
-    RegisterAction<bit<32>, rtt_limit_index_t, bit<1>>(rtt_last_emit) rtt_limit = {
-        void apply(inout bit<32> last, out bit<1> allowed) {
-            allowed = 0;
-            if (md.now_us - last >= rtt_min_interval.read()) {
-                last = md.now_us;
-                allowed = 1;
+    RegisterAction<bit<32>, rtt_limit_index_t, bit<4>>(rtt_last_emit) rtt_limit = {
+        void apply(inout bit<32> last, out bit<4> verdict) {
+            if (md.rtt_age_m1 <= RTT_MAX_AGE_UNITS - 1) {
+                if (md.now_us - last >= rtt_min_interval.read()) {
+                    last = md.now_us;
+                }
             }
+            verdict = this.predicate();
         }
     };
+
+    /* The age of the slot taken (and age - 1, for the sampling limit), in a table's action:
+     * in the control body the compiler would fold rtt_now's own computation into the
+     * subtraction (two ALU operations). rtt_now - 1 is computed stages before. */
+    action set_rtt_age() {
+        md.rtt_units = md.rtt_now - md.rtt_ts;
+        md.rtt_age_m1 = md.rtt_now_m1 - md.rtt_ts;
+    }
+
+    table rtt_age {
+        actions = { set_rtt_age; }
+        const default_action = set_rtt_age;
+        size = 1;
+    }
+
+    action set_rtt_now_m1() {
+        md.rtt_now_m1 = md.rtt_now - 1;
+    }
+
+    table rtt_clock_m1 {
+        actions = { set_rtt_now_m1; }
+        const default_action = set_rtt_now_m1;
+        size = 1;
+    }
 
     action rtt_key_data() {
         md.k_src = hdr.ipv4.src_addr;
@@ -280,16 +317,55 @@ control Ingress(inout ig_headers_t hdr,
         md.k_num = hdr.tcp.ack_no;
     }
 
-    action rtt_hash() {
+    /* One hash per action: an action takes at most 32 bits from the hash unit. */
+    action rtt_hash_idx0() {
         md.rtt_idx0 = hash_rtt_idx0.get({md.k_src, md.k_dst, md.k_sport, md.k_dport,
                                         hdr.ipv4.protocol, md.k_num});
+    }
+
+    action rtt_hash_idx1() {
         md.rtt_idx1 = hash_rtt_idx1.get({md.k_src, md.k_dst, md.k_sport, md.k_dport,
                                         hdr.ipv4.protocol, md.k_num});
+    }
+
+    action rtt_hash_sig() {
         md.rtt_sig = hash_rtt_sig.get({md.k_src, md.k_dst, md.k_sport, md.k_dport,
                                       hdr.ipv4.protocol, md.k_num});
+    }
+
+    action rtt_hash_flow() {
         md.rtt_flow_crc32 = hash_rtt_flow.get({md.k_src, md.k_dst, md.k_sport, md.k_dport,
                                               hdr.ipv4.protocol});
     }
+
+    action flow_hash_index() {
+        md.flow_crc32 = hash_flow.get({hdr.ipv4.src_addr, hdr.ipv4.dst_addr,
+                                       hdr.tcp.src_port, hdr.tcp.dst_port,
+                                       hdr.ipv4.protocol});
+    }
+
+    action flow_hash_sig() {
+        md.flow_sig = hash_flow_sig.get({hdr.ipv4.src_addr, hdr.ipv4.dst_addr,
+                                         hdr.tcp.src_port, hdr.tcp.dst_port,
+                                         hdr.ipv4.protocol});
+    }
+#ifndef LONG_FLOW_WINDOW
+
+    action cms_hash_row1() {
+        md.cms_idx1 = hash_cms1.get({hdr.ipv4.src_addr, hdr.ipv4.dst_addr,
+                                     hdr.tcp.src_port, hdr.tcp.dst_port, hdr.ipv4.protocol});
+    }
+
+    action cms_hash_row2() {
+        md.cms_idx2 = hash_cms2.get({hdr.ipv4.src_addr, hdr.ipv4.dst_addr,
+                                     hdr.tcp.src_port, hdr.tcp.dst_port, hdr.ipv4.protocol});
+    }
+
+    action cms_hash_row3() {
+        md.cms_idx3 = hash_cms3.get({hdr.ipv4.src_addr, hdr.ipv4.dst_addr,
+                                     hdr.tcp.src_port, hdr.tcp.dst_port, hdr.ipv4.protocol});
+    }
+#endif
 
     /* ---------------------------------------------------------------------------------
      * Section 4: long flows
@@ -299,6 +375,10 @@ control Ingress(inout ig_headers_t hdr,
      * when a start digest arrives (with $ENTRY_TTL = LONG_FLOW_TTL_MS) and deletes it on an
      * end digest or an idle notification. A hit refreshes the entry. The protocol is not in
      * the key: only TCP gets here. */
+    action set_long_enough() {
+        md.long_enough = 1;
+    }
+
     action long_flow_hit() {
         md.lf_hit = 1;
     }
@@ -457,6 +537,91 @@ control Ingress(inout ig_headers_t hdr,
     };
 #endif
 
+#ifndef LONG_FLOW_WINDOW
+    /* A data segment whose every sketch row reaches CMS_THRESHOLD (a range match: a gateway
+     * cannot compare 4 x 16 bits with a constant). */
+    table cms_threshold {
+        key = {
+            md.has_payload : exact;
+            md.count0 : range;
+            md.count1 : range;
+            md.count2 : range;
+            md.count3 : range;
+        }
+        actions = { set_long_enough; @defaultonly NoAction; }
+        const default_action = NoAction;
+        const entries = {
+            (1, CMS_THRESHOLD .. 0xFFFF, CMS_THRESHOLD .. 0xFFFF, CMS_THRESHOLD .. 0xFFFF,
+             CMS_THRESHOLD .. 0xFFFF) : set_long_enough();
+        }
+        size = 1;
+    }
+#else
+    table window_threshold {
+        key = { md.window_count : range; }
+        actions = { set_long_enough; @defaultonly NoAction; }
+        const default_action = NoAction;
+        const entries = { WINDOW_C_THRESH .. 0xFFFFFFFF : set_long_enough(); }
+        size = 1;
+    }
+#endif
+
+    /* ---------------------------------------------------------------------------------
+     * The bridge header's flags. All from action data in one action: the flags share a
+     * container, and Tofino cannot fill one container from constants and several metadata
+     * fields at other offsets at once.
+     *   before tap: count what went in (count_traffic), record data for queueing delay;
+     *   after tap:  count what the link carried, pure ACKs too (count_after), match data.
+     * ------------------------------------------------------------------------------- */
+    action set_bridge_flags(bit<1> count_traffic, bit<1> count_after, bit<1> is_data,
+                            bit<1> retx, bit<1> qd_write, bit<1> qd_read) {
+        hdr.bridge.link = (bit<16>)md.link;
+        hdr.bridge.count_traffic = count_traffic;
+        hdr.bridge.count_after = count_after;
+        hdr.bridge.is_data = is_data;
+        hdr.bridge.retx = retx;
+        hdr.bridge.qd_write = qd_write;
+        hdr.bridge.qd_read = qd_read;
+        hdr.bridge._pad = 0;
+    }
+
+    /* The queue key's hashes for egress. ip_len goes through the hash unit too: it shares
+     * a container with qd_index, and one action cannot fill a container from hash data and
+     * a header field at once. */
+    action bridge_queue_index() {
+        @in_hash { hdr.bridge.ip_len = hdr.ipv4.total_len; }
+        hdr.bridge.qd_index = (bit<16>)hash_qdelay_idx.get(
+            {hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.tcp.src_port,
+             hdr.tcp.dst_port, hdr.ipv4.protocol, hdr.tcp.seq_no,
+             hdr.ipv4.identification});
+    }
+
+    action bridge_queue_sig() {
+        hdr.bridge.qd_sig = hash_qdelay_sig.get(
+            {hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.tcp.src_port,
+             hdr.tcp.dst_port, hdr.ipv4.protocol, hdr.tcp.seq_no,
+             hdr.ipv4.identification});
+    }
+
+    /* BRIDGE_FLAGS(tap, has_payload, retx): a retransmission is only judged before the tap. */
+#define BRIDGE_BEFORE(P, R) (TAP_BEFORE, P, R) : set_bridge_flags(1, 0, P, R, P, 0);
+#define BRIDGE_AFTER(P) (TAP_AFTER, P, 0) : set_bridge_flags(0, 1, P, 0, 0, P);
+
+    table bridge_flags {
+        key = {
+            md.tap : exact;
+            md.has_payload : exact;
+            md.retx : exact;
+        }
+        actions = { set_bridge_flags; @defaultonly NoAction; }
+        const default_action = NoAction;
+        const entries = {
+            BRIDGE_BEFORE(0, 0) BRIDGE_BEFORE(1, 0) BRIDGE_BEFORE(1, 1)
+            BRIDGE_AFTER(0) BRIDGE_AFTER(1)
+        }
+        size = 8;
+    }
+
     /* ---------------------------------------------------------------------------------
      * The pipeline
      * ------------------------------------------------------------------------------- */
@@ -466,9 +631,11 @@ control Ingress(inout ig_headers_t hdr,
          * out of the verdict's branch keeps the dependency chain within 12 stages. */
         md.ts48 = ig_intr_md.ingress_mac_tstamp;
         md.now = ig_intr_md.ingress_mac_tstamp[31:0] | 32w1;
-        md.now_us = ig_intr_md.ingress_mac_tstamp[41:10];
-        md.rtt_now = ig_intr_md.ingress_mac_tstamp[RTT_TS_SHIFT + 31:RTT_TS_SHIFT]
-                     | 32w0x80000000;
+        /* Shifted slices of the timestamp come from the hash unit: in an ALU they would
+         * need the timestamp at two alignments at once. */
+        @in_hash { md.now_us = ig_intr_md.ingress_mac_tstamp[41:10]; }
+        @in_hash { md.rtt_now = ig_intr_md.ingress_mac_tstamp[RTT_TS_SHIFT + 31:RTT_TS_SHIFT]
+                                | 32w0x80000000; }
         port_packets.count(ig_intr_md.ingress_port);
         config.apply();
         output_prefixes.apply();
@@ -485,35 +652,34 @@ control Ingress(inout ig_headers_t hdr,
 
         /* Lengths and sequence arithmetic (mod 2^32), and the hashes of the own flow key. */
         md.seq_sf = hdr.tcp.seq_no + md.synfin;
-        md.eack = md.seq_sf + md.payload;
-        md.seg_end = hdr.tcp.seq_no + md.payload;
+        sequence_ends.apply();
+        rtt_clock_m1.apply();
         if (md.payload != 0) {
             md.has_payload = 1;
             md.is_data = 1;
         } else if (md.synfin != 0) {
             md.is_data = 1;
         }
-        md.flow_crc32 = hash_flow.get({hdr.ipv4.src_addr, hdr.ipv4.dst_addr,
-                                       hdr.tcp.src_port, hdr.tcp.dst_port,
-                                       hdr.ipv4.protocol});
-        md.flow_sig = hash_flow_sig.get({hdr.ipv4.src_addr, hdr.ipv4.dst_addr,
-                                         hdr.tcp.src_port, hdr.tcp.dst_port,
-                                         hdr.ipv4.protocol});
+        flow_hash_index();
+        flow_hash_sig();
 #ifndef LONG_FLOW_WINDOW
-        md.cms_idx1 = hash_cms1.get({hdr.ipv4.src_addr, hdr.ipv4.dst_addr,
-                                     hdr.tcp.src_port, hdr.tcp.dst_port, hdr.ipv4.protocol});
-        md.cms_idx2 = hash_cms2.get({hdr.ipv4.src_addr, hdr.ipv4.dst_addr,
-                                     hdr.tcp.src_port, hdr.tcp.dst_port, hdr.ipv4.protocol});
-        md.cms_idx3 = hash_cms3.get({hdr.ipv4.src_addr, hdr.ipv4.dst_addr,
-                                     hdr.tcp.src_port, hdr.tcp.dst_port, hdr.ipv4.protocol});
+        cms_hash_row1();
+        cms_hash_row2();
+        cms_hash_row3();
 #endif
 
         /* Section 2: the parser's verdict, then the two length checks it cannot make. */
         bit<4> verdict = md.skip;
-        if (md.skip == SKIP_NONE) {
-            if (ig_prsr_md.parser_err != PARSER_ERROR_OK) {
+        if (ig_prsr_md.parser_err != PARSER_ERROR_OK) {
+            if (md.reached_tcp == 1) {
+                verdict = SKIP_BAD_TCP;
+            } else if (md.reached_ipv4 == 1) {
+                verdict = SKIP_BAD_IPV4;
+            } else {
                 verdict = SKIP_TRUNCATED;
-            } else if (md.l4_len[31:31] == 1) {
+            }
+        } else if (md.skip == SKIP_NONE) {
+            if (md.l4_len[31:31] == 1) {
                 verdict = SKIP_BAD_IPV4;    /* total length < 4 * IHL */
             } else if (md.payload[31:31] == 1) {
                 verdict = SKIP_BAD_TCP;     /* TCP header runs past the total length */
@@ -558,11 +724,7 @@ control Ingress(inout ig_headers_t hdr,
                 }
                 /* The estimate (min of the rows) reaches the threshold iff every row does;
                  * the control plane takes the min from the digest. */
-                bit<1> long_enough = 0;
-                if (md.count0 >= CMS_THRESHOLD && md.count1 >= CMS_THRESHOLD &&
-                        md.count2 >= CMS_THRESHOLD && md.count3 >= CMS_THRESHOLD) {
-                    long_enough = md.has_payload;
-                }
+                cms_threshold.apply();
 #else
                 md.window_continues = window_touch.execute((window_index_t)md.flow_crc32);
                 if (md.window_continues == 1) {
@@ -574,13 +736,10 @@ control Ingress(inout ig_headers_t hdr,
                 md.count1 = (bit<16>)md.window_count;
                 md.count2 = (bit<16>)md.window_count;
                 md.count3 = (bit<16>)md.window_count;
-                bit<1> long_enough = 0;
-                if (md.window_count >= WINDOW_C_THRESH) {
-                    long_enough = 1;
-                }
+                window_threshold.apply();
 #endif
                 /* A flow that is long only as it closes is not listed (nothing to end). */
-                if (long_enough == 1 && md.lf_hit == 0 && hdr.tcp.fin == 0 && hdr.tcp.rst == 0) {
+                if (md.long_enough == 1 && md.lf_hit == 0 && hdr.tcp.fin == 0 && hdr.tcp.rst == 0) {
                     count_flow_stat = 1;
                     md.lf_report_ok = lf_report.execute((lf_report_index_t)md.flow_crc32);
                     if (md.lf_report_ok == 1) {
@@ -618,7 +777,11 @@ control Ingress(inout ig_headers_t hdr,
                     rtt_key_ack();
                     md.rtt_op = RTT_OP_LOOKUP;
                 }
-                rtt_hash();   /* unconditional: runs in the stage that decides the op */
+                /* unconditional: runs in the stage that decides the op */
+                rtt_hash_idx0();
+                rtt_hash_idx1();
+                rtt_hash_sig();
+                rtt_hash_flow();
 
                 if (md.rtt_op == RTT_OP_RECORD) {
                     md.rtt_result = rtt0_record.execute((rtt_index_t)md.rtt_idx0);
@@ -638,19 +801,17 @@ control Ingress(inout ig_headers_t hdr,
                     }
                     if (md.rtt_ts != 0) {
                         count_rtt_stat = 1;
-                        md.rtt_units = md.rtt_now - md.rtt_ts;
-                        md.rtt = md.rtt_units << RTT_TS_SHIFT;
-                        if (md.rtt_units == 0 || md.rtt_units > RTT_MAX_AGE_UNITS) {
-                            rtt_stat = RTT_EXPIRED;
+                        rtt_age.apply();
+                        md.rtt_verdict = rtt_limit.execute((rtt_limit_index_t)md.rtt_flow_crc32);
+                        if (md.rtt_verdict == RTT_LIMIT_SAMPLE) {
+                            rtt_stat = RTT_SAMPLE;
+                            /* ns in a later stage than the difference */
+                            md.rtt = md.rtt_units << RTT_TS_SHIFT;
+                            ig_dprsr_md.digest_type = DIGEST_RTT;
+                        } else if (md.rtt_verdict == RTT_LIMIT_HELD) {
+                            rtt_stat = RTT_RATE_LIMITED;
                         } else {
-                            md.rtt_allowed = rtt_limit.execute(
-                                (rtt_limit_index_t)md.rtt_flow_crc32);
-                            if (md.rtt_allowed == 1) {
-                                rtt_stat = RTT_SAMPLE;
-                                ig_dprsr_md.digest_type = DIGEST_RTT;
-                            } else {
-                                rtt_stat = RTT_RATE_LIMITED;
-                            }
+                            rtt_stat = RTT_EXPIRED;
                         }
                     }
                 }
@@ -666,31 +827,10 @@ control Ingress(inout ig_headers_t hdr,
              * queueing-delay table (both taps, out, payload > 0). Everything else stops. */
             if (md.is_out == 1) {
                 hdr.bridge.setValid();
-                hdr.bridge.link = (bit<16>)md.link;
-                hdr.bridge.count_traffic = 0;
-                hdr.bridge.count_after = 0;
-                hdr.bridge.is_data = md.has_payload;
-                hdr.bridge.retx = md.retx;
-                hdr.bridge.qd_write = 0;
-                hdr.bridge.qd_read = 0;
-                hdr.bridge._pad = 0;
+                bridge_flags.apply();
                 hdr.bridge.ts = md.now;
-                hdr.bridge.ip_len = hdr.ipv4.total_len;
-                hdr.bridge.qd_index = (bit<16>)hash_qdelay_idx.get(
-                    {hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.tcp.src_port,
-                     hdr.tcp.dst_port, hdr.ipv4.protocol, hdr.tcp.seq_no,
-                     hdr.ipv4.identification});
-                hdr.bridge.qd_sig = hash_qdelay_sig.get(
-                    {hdr.ipv4.src_addr, hdr.ipv4.dst_addr, hdr.tcp.src_port,
-                     hdr.tcp.dst_port, hdr.ipv4.protocol, hdr.tcp.seq_no,
-                     hdr.ipv4.identification});
-                if (md.tap == TAP_BEFORE) {
-                    hdr.bridge.count_traffic = 1;
-                    hdr.bridge.qd_write = md.has_payload;
-                } else {
-                    hdr.bridge.count_after = 1;   /* what the link carried, pure ACKs too */
-                    hdr.bridge.qd_read = md.has_payload;
-                }
+                bridge_queue_index();
+                bridge_queue_sig();
                 /* Back out of the port it came in on: a tap port's transmit side is idle,
                  * and the egress pipe is then the one holding this link's registers. */
                 ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;

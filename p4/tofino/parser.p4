@@ -1,10 +1,12 @@
 /* p4bs for Tofino (TNA): parsers and deparsers (SPEC section 2).
  *
  * The ingress parser never drops: every way a frame can stop being a TCP/IPv4 packet leaves
- * its reason in md.skip, and Ingress counts it in parse_stats. md.skip is set *before* each
- * extraction to the reason that applies if that extraction runs past the end of the frame
- * (a parser error), and overwritten once the next layer is known; Ingress reads parser_err
- * (which also tells bf-p4c not to drop errored packets before the match-action stages).
+ * its reason in md.skip, and Ingress counts it in parse_stats. A Tofino parser cannot
+ * overwrite a field it has set on the same path, so md.skip is written once, in the state
+ * that ends the parse. An extraction that runs past the end of the frame ends it with a
+ * parser error instead; md.reached_ipv4 / md.reached_tcp (set when the parse commits to a
+ * layer) then tell Ingress which layer was cut short. Ingress reads parser_err (which also
+ * tells bf-p4c not to drop errored packets before the match-action stages).
  */
 #ifndef _P4BS_PARSER_P4_
 #define _P4BS_PARSER_P4_
@@ -27,7 +29,8 @@ parser IngressParser(packet_in pkt,
         pkt.advance(PORT_METADATA_SIZE);
         /* Metadata that the controls read before (or without) writing it starts at zero:
          * bf-p4c does not guarantee zeroed metadata. */
-        md.skip = SKIP_TRUNCATED;          /* until a whole Ethernet header is in */
+        md.reached_ipv4 = 0;
+        md.reached_tcp = 0;
         md.synfin = 0;
         md.l4_len = 0;
         md.payload = 0;
@@ -42,8 +45,9 @@ parser IngressParser(packet_in pkt,
         md.rtt_op = RTT_OP_NONE;
         md.rtt_result = RTT_REC_BUSY;
         md.rtt_ts = 0;
-        md.rtt_allowed = 0;
+        md.rtt_verdict = 0;
         md.lf_hit = 0;
+        md.long_enough = 0;
         md.count0 = 0;
         md.count1 = 0;
         md.count2 = 0;
@@ -93,17 +97,17 @@ parser IngressParser(packet_in pkt,
 
     /* From here on, a header (or its options) that does not fit in the frame is bad_ipv4. */
     state pre_ipv4 {
-        md.skip = SKIP_BAD_IPV4;
+        md.reached_ipv4 = 1;
         transition parse_ipv4;
     }
 
     state parse_ipv4 {
         pkt.extract(hdr.ipv4);
         transition select(hdr.ipv4.version, hdr.ipv4.ihl) {
-            (4w4, 4w0 &&& 4w0xC): accept;   /* IHL 0..3: bad_ipv4 */
-            (4w4, 4w4): accept;             /* IHL 4: bad_ipv4 */
+            (4w4, 4w0 &&& 4w0xC): skip_bad_ipv4;   /* IHL 0..3 */
+            (4w4, 4w4): skip_bad_ipv4;             /* IHL 4 */
             (4w4, _): check_fragment;
-            default: accept;                /* not version 4: bad_ipv4 */
+            default: skip_bad_ipv4;                /* not version 4 */
         }
     }
 
@@ -153,7 +157,7 @@ parser IngressParser(packet_in pkt,
     /* From here on, a TCP header that does not fit in the frame is bad_tcp. Whether it fits
      * in the IP packet (total length) is checked by Ingress, which has the lengths. */
     state pre_tcp {
-        md.skip = SKIP_BAD_TCP;
+        md.reached_tcp = 1;
         transition parse_tcp;
     }
 
@@ -162,8 +166,8 @@ parser IngressParser(packet_in pkt,
     state parse_tcp {
         pkt.extract(hdr.tcp);
         transition select(hdr.tcp.data_offset, hdr.tcp.syn, hdr.tcp.fin) {
-            (4w0 &&& 4w0xC, _, _): accept;  /* data offset 0..3: bad_tcp */
-            (4w4, _, _): accept;            /* data offset 4: bad_tcp */
+            (4w0 &&& 4w0xC, _, _): skip_bad_tcp;  /* data offset 0..3 */
+            (4w4, _, _): skip_bad_tcp;            /* data offset 4 */
             (_, 1w0, 1w0): tcp_ok_synfin_0;
             (_, 1w1, 1w1): tcp_ok_synfin_2;
             default: tcp_ok_synfin_1;
@@ -200,6 +204,16 @@ parser IngressParser(packet_in pkt,
 
     state skip_other_l3 {
         md.skip = SKIP_OTHER_L3;
+        transition accept;
+    }
+
+    state skip_bad_ipv4 {
+        md.skip = SKIP_BAD_IPV4;
+        transition accept;
+    }
+
+    state skip_bad_tcp {
+        md.skip = SKIP_BAD_TCP;
         transition accept;
     }
 

@@ -417,6 +417,8 @@ def test_register_cells_fit_a_stateful_alu() -> None:
 
 
 def test_register_actions_stay_within_stateful_alu_limits() -> None:
+    operand = r"[\w.]+(?:\(\))?"
+    side = rf"{operand}(?:\s*[-+]\s*{operand})?"
     per_register: dict[str, list[str]] = {}
     for action, register in register_actions().items():
         assert register in registers(), f"{action} acts on undeclared {register}"
@@ -426,8 +428,12 @@ def test_register_actions_stay_within_stateful_alu_limits() -> None:
     for action in register_actions():
         body = register_action_body(action)
         code = re.sub(r"\b(?:int|bit)<\d+>", "", body)  # casts are not comparisons
-        comparisons = re.findall(r"==|!=|<=|>=|(?<![<>])[<>](?![<>=])", code)
-        assert len(comparisons) <= 2, f"{action}: {len(comparisons)} comparisons (Tofino 1: 2)"
+        # A comparison repeated (in this.predicate(...) and an if) uses the same unit.
+        comparisons = {
+            " ".join(m.group(0).split())
+            for m in re.finditer(rf"{side}\s*(?:==|!=|<=|>=|(?<![<>])[<>](?![<>=]))\s*{side}", code)
+        }
+        assert len(comparisons) <= 2, f"{action}: comparisons {comparisons} (Tofino 1: 2)"
         assert "<<" not in body and ">>" not in body, f"{action}: stateful ALUs cannot shift"
 
 
@@ -477,11 +483,46 @@ def test_each_measurement_runs_at_the_spec_tap() -> None:
     positions = [text.find(marker) for marker in order]
     assert all(p >= 0 for p in positions), dict(zip(order, positions, strict=True))
     assert positions == sorted(positions), "the measurements are not under the right taps"
-    assert re.search(r"hdr\.bridge\.count_traffic = 1;\s*hdr\.bridge\.qd_write", text)
-    # What the link carried: every out-direction packet of the after tap reaches egress
-    # (none dropped in ingress for want of a payload) and counts in link_after.
-    after = text[text.find("hdr.bridge.count_traffic = 1;") :]
-    assert re.search(r"\}\s*else\s*\{\s*hdr\.bridge\.count_after = 1;", after)
+    # The bridge flags, per (tap, payload, retransmission): before the tap, count what went
+    # in and record data for queueing delay; after it, count what the link carried and
+    # match data. Every out-direction packet of the after tap reaches egress (none dropped
+    # in ingress for want of a payload) and counts in link_after.
+    assert re.search(
+        r"if \(md\.is_out == 1\) \{\s*hdr\.bridge\.setValid\(\);\s*bridge_flags\.apply", text
+    )
+    params = re.search(r"action set_bridge_flags\(([^)]*)\)", text)
+    assert params
+    names = [p.split()[-1] for p in params.group(1).split(",")]
+    entries = re.findall(
+        r"\((TAP_\w+), (\d), (\d)\) : set_bridge_flags\(([^)]*)\);", preprocessed(False)
+    )
+    flags = {
+        (tap, int(p), int(r)): dict(zip(names, map(int, args.split(",")), strict=True))
+        for tap, p, r, args in entries
+    }
+    before = {
+        ("TAP_BEFORE", p, r): {
+            "count_traffic": 1,
+            "count_after": 0,
+            "is_data": p,
+            "retx": r,
+            "qd_write": p,
+            "qd_read": 0,
+        }
+        for p, r in [(0, 0), (1, 0), (1, 1)]  # a retransmission always has a payload
+    }
+    after = {
+        ("TAP_AFTER", p, 0): {
+            "count_traffic": 0,
+            "count_after": 1,
+            "is_data": p,
+            "retx": 0,
+            "qd_write": 0,
+            "qd_read": p,
+        }
+        for p in (0, 1)
+    }
+    assert flags == before | after
     assert "TAP_AFTER && md.has_payload == 0" not in text
     assert re.search(
         r"else if \(hdr\.bridge\.count_after == 1\) \{\s*link_after_add\.execute\(link\);", text
@@ -549,11 +590,16 @@ def test_parser_states_form_a_closed_graph(window_mode: bool) -> None:
 @pytest.mark.parametrize("window_mode", [False, True], ids=["sketch", "window"])
 def test_preprocessed_program_is_complete(window_mode: bool) -> None:
     text = preprocessed(window_mode)
-    # The lengths table covers every legal (IHL, data offset): 11 x 11.
-    entries = re.findall(r"\((\d+), (\d+)\) : set_lengths\(4 \* \d+, 4 \* \(\d+ \+ \d+\)\);", text)
-    assert sorted({(int(i), int(d)) for i, d in entries}) == [
+    # The lengths table covers every legal (IHL, data offset): 11 x 11, each giving minus the
+    # IP header length and minus both header lengths, in 32-bit words of 4 bytes.
+    entries = re.findall(
+        r"\((\d+), (\d+)\) : set_lengths\(32w0 - 4 \* (\d+), 32w0 - 4 \* \((\d+) \+ (\d+)\)\);",
+        text,
+    )
+    assert sorted({(int(i), int(d)) for i, d, *_ in entries}) == [
         (i, d) for i in range(5, 16) for d in range(5, 16)
     ]
+    assert all((i, i, d) == (ip, i2, d2) for i, d, ip, i2, d2 in entries)
     # One skip state per IHL with options, advancing 32 bits per option word.
     skips = re.findall(r"state skip_ipv4_options_(\d+) \{ pkt\.advance\(32w32 \* (\d+)\);", text)
     assert [(int(a), int(b)) for a, b in skips] == [(w, w) for w in range(1, 11)]
@@ -604,6 +650,6 @@ def test_readme_names_every_control_plane_object() -> None:
     # Every code the control plane sees (action parameters, counter indices, digest
     # values) is documented.
     for name in re.findall(rf"\bconst\s+[\w<>]+\s+({NAME})\s*=", source()):
-        if name.startswith(("RTT_OP_", "RTT_REC_", "ETHERTYPE_", "IP_PROTO_")):
+        if name.startswith(("RTT_OP_", "RTT_REC_", "RTT_LIMIT_", "ETHERTYPE_", "IP_PROTO_")):
             continue
         assert name in readme, f"README.md does not document {name}"
