@@ -155,7 +155,7 @@ class DataplaneConfig:
     rtt_min_interval_ns: int = 0  # per-flow sampling limit; 0 = off
     long_flows: str = "sketch"  # P4BS count-min sketch, or GLOBECOM's packet "window"
     cms_rows: int = 4
-    cms_width: int = 131_072
+    cms_width: int = 65_536
     cms_reset_ns: int = 10_000_000_000
     long_flow_threshold: int = 2000  # packets within one sketch period
     long_flow_ttl_ns: int = 2_000_000_000

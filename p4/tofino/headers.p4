@@ -39,9 +39,9 @@
 #define RTT_LIMIT_SLOTS (1 << RTT_LIMIT_SLOTS_LOG2)
 #define RTT_MIN_INTERVAL_DEFAULT 0
 
-/* [4] Count-min sketch: 4 rows x 2^17 cells, reset every 10 s, threshold 2000 packets. */
+/* [4] Count-min sketch: 4 rows x 2^16 cells, reset every 10 s, threshold 2000 packets. */
 #define CMS_ROWS 4
-#define CMS_WIDTH_LOG2 17
+#define CMS_WIDTH_LOG2 16
 #define CMS_WIDTH (1 << CMS_WIDTH_LOG2)
 #ifndef CMS_THRESHOLD
 #define CMS_THRESHOLD 2000
@@ -84,13 +84,17 @@
 #endif
 #define QDELAY_EWMA_SHIFT 3
 
-/* An age limit as range-match entries: p4c takes at most 20 bits (5 nibbles) in one range
- * key, so a 32-bit age is matched as (bits 31..20, bits 19..0), and "age <= LIMIT" is
- * (high < LIMIT_HI, any low) or (high = LIMIT_HI, low <= LIMIT_LO). */
+/* A 32-bit value against a constant as range-match entries: p4c takes at most 20 bits (5
+ * nibbles) in one range key, so the value is matched as (bits 31..20, bits 19..0); e.g.
+ * "age <= LIMIT" is (high < HIGH12(LIMIT), any low) or (high = HIGH12(LIMIT), low <=
+ * LOW20(LIMIT)). */
 #define HIGH12(X) ((X) >> 20)
 #define LOW20(X) ((X) & 0xFFFFF)
 #if HIGH12(QDELAY_MAX_AGE_NS) < 1
 #error "the queueing-delay age limit's range entries assume QDELAY_MAX_AGE_NS >= 1.05 ms"
+#endif
+#if WINDOW_C_THRESH < 1 || HIGH12(WINDOW_C_THRESH) > 0
+#error "the window threshold's range entries assume 1 <= WINDOW_C_THRESH < 2^20"
 #endif
 
 /* [2] Hashes: reflected CRC-32 variants, final XOR 0xFFFFFFFF, differing in polynomial and

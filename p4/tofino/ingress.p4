@@ -557,12 +557,19 @@ control Ingress(inout ig_headers_t hdr,
         size = 1;
     }
 #else
+    /* window_count >= WINDOW_C_THRESH, split like the age limits (HIGH12/LOW20). */
     table window_threshold {
-        key = { md.window_count : range; }
+        key = {
+            md.window_count[31:20] : range @name("window_count_high12");
+            md.window_count[19:0] : range @name("window_count_low20");
+        }
         actions = { set_long_enough; @defaultonly NoAction; }
         const default_action = NoAction;
-        const entries = { WINDOW_C_THRESH .. 0xFFFFFFFF : set_long_enough(); }
-        size = 1;
+        const entries = {
+            (0 .. 0, WINDOW_C_THRESH .. 0xFFFFF) : set_long_enough();
+            (1 .. 0xFFF, 0 .. 0xFFFFF) : set_long_enough();
+        }
+        size = 2;
     }
 #endif
 

@@ -188,7 +188,7 @@ def test_count_min_sketch_rows_width_threshold_and_reset() -> None:
     assert rows == [f"cms_row{i}" for i in range(const("CMS_ROWS"))]
     for name in rows:
         cell, _, size = registers()[name]
-        assert size == cms_width == const("CMS_WIDTH") == 2**17
+        assert size == cms_width == const("CMS_WIDTH") == 2**16
         # SPEC's cells are 32 bits: here a 16-bit saturating count and a 16-bit epoch.
         assert sum(width(t) for t, _ in structs()[cell]) == 32
     assert (

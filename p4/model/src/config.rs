@@ -95,7 +95,7 @@ impl Default for LongFlowConfig {
         LongFlowConfig {
             mode: LongFlowMode::Sketch,
             cms_rows: 4,
-            cms_width_log2: 17,
+            cms_width_log2: 16,
             cms_reset_ns: 10_000_000_000,
             threshold: 2000,
             ttl_ns: 2_000_000_000,
@@ -299,7 +299,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.rtt.slots_log2, 16);
-        assert_eq!(c.long_flows.cms_width_log2, 17);
+        assert_eq!(c.long_flows.cms_width_log2, 16);
         assert_eq!(c.long_flows.threshold, 2000);
         assert_eq!(c.export.interval_ns, 100_000_000);
         assert_eq!(c.ports[0].direction, Direction::Both);

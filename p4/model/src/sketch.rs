@@ -14,7 +14,7 @@ pub struct CountMinSketch {
 }
 
 impl CountMinSketch {
-    /// SPEC defaults: 4 rows, width 2^17, reset every 10 s.
+    /// SPEC defaults: 4 rows, width 2^16, reset every 10 s.
     pub fn new(rows: usize, width_log2: u32, reset_ns: u64) -> CountMinSketch {
         assert!((1..=ROW_HASHES.len()).contains(&rows), "1..=4 rows");
         let width = 1usize << width_log2;
