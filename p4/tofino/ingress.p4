@@ -610,7 +610,8 @@ control Ingress(inout ig_headers_t hdr,
              hdr.ipv4.identification});
     }
 
-    /* BRIDGE_FLAGS(tap, has_payload, retx): a retransmission is only judged before the tap. */
+    /* One entry per (tap, has_payload, retx) that occurs: a retransmission is only judged
+     * before the tap, and only for a segment with a payload. */
 #define BRIDGE_BEFORE(P, R) (TAP_BEFORE, P, R) : set_bridge_flags(1, 0, P, R, P, 0);
 #define BRIDGE_AFTER(P) (TAP_AFTER, P, 0) : set_bridge_flags(0, 1, P, 0, 0, P);
 
