@@ -171,10 +171,9 @@ const bit<2> RTT_OP_LOOKUP = 2;    /* back-direction ACK: (reverse flow, ack) */
 
 /* What a record action did in one stage: the stateful ALU's one-hot predicate, bit
  * (live + 2 * same signature). Tofino 1 outputs at most one non-zero constant per register
- * action, so the three outcomes come out as the predicate itself. */
-const bit<4> RTT_REC_STORED_EMPTY = 1;  /* not live: stored */
+ * action, so the three outcomes come out as the predicate itself; the two values not named
+ * here (1, 4: not live) mean stored. */
 const bit<4> RTT_REC_BUSY = 2;          /* live record of another key: try the next stage */
-const bit<4> RTT_REC_STORED_OLD = 4;    /* not live, same signature: stored */
 const bit<4> RTT_REC_DUPLICATE = 8;     /* live, same signature: cleared (Karn) */
 
 /* What the sampling limit said of a sample, its predicate (fresh + 2 * interval passed);
