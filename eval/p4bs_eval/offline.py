@@ -283,8 +283,9 @@ def simulate(
             window_end_ns=end,
             zscore=zscore,
             change=change,
-            # The metrics job knows a buffer from the applied decisions only.
-            buffer_bytes=buffer if result.decisions else None,
+            # The metrics job knows a buffer from the applied decisions; before the first,
+            # the service fills in the router's, read when it took the link.
+            buffer_bytes=buffer,
             **metrics_now,
         )
         result.buffers.append(buffer)

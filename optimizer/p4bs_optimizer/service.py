@@ -18,6 +18,9 @@ replaces it); when no window has come for `optimizer.stale_after`, the link's sa
 applied (phase "fallback") until metrics return, and then the policy's buffer again; every
 change is read back from the router; `dry_run` decides and records without applying. Every
 decision is a BufferDecision record on the decisions topic (the InfluxDB sink stores them).
+The router's buffer is read when the service takes a link: until the first change it applies,
+the windows (which know a buffer from the applied decisions only) carry that one, so a policy
+can measure where the link is before it moves it.
 
 State (the policy's snapshot, what is in force) is saved per link (`state.StateStore`) with
 every decision, before it is applied, and otherwise every `PERSIST_INTERVAL_NS` when it
@@ -37,7 +40,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +129,7 @@ class LinkController:
         self.received = 0
         self.done = 0
         self.saved_through = 0
+        self.reading: asyncio.Task[None] | None = None  # the router's buffer, read once
 
     # ---- windows in --------------------------------------------------------------------
     def on_window(self, window: Window) -> int:
@@ -133,6 +137,9 @@ class LinkController:
         once the saved state covers it."""
         self.last_window_wall_ns = time.monotonic_ns()
         self.received += 1
+        if self.reading is None and not self.service.dry_run and 0 not in self.state.in_force:
+            self.reading = asyncio.get_running_loop().create_task(self._read_buffer_in_force())
+        window = self._with_buffer_in_force(window)
         if self.decide_thread is None:
             self._decide_here(window)
         else:
@@ -140,6 +147,25 @@ class LinkController:
             if self.deciding is None:
                 self.deciding = asyncio.get_running_loop().create_task(self._decide_inbox())
         return self.received
+
+    async def _read_buffer_in_force(self) -> None:
+        """Reads the router's buffer when the service takes the link, for the windows before
+        its first change (and as the first change's previous buffer)."""
+        driver = self.service.driver_of(self.link.router)
+        try:
+            buffer = await driver.get_buffer(self.link.interface, 0)
+        except DriverError as exc:
+            log.warning("link %s: the buffer in force could not be read: %s", self.link.id, exc)
+            return
+        self.state.in_force.setdefault(0, buffer)
+
+    def _with_buffer_in_force(self, window: Window) -> Window:
+        """The metrics job knows a window's buffer from the applied decisions only; until the
+        first change the service applies, it is the router's own, as read."""
+        initial = self.state.in_force.get(0)
+        if window.buffer_bytes is not None or initial is None or self.state.last_change_ns:
+            return window
+        return replace(window, buffer_bytes=initial)
 
     def _decide_here(self, window: Window) -> None:
         decisions = self.policy.decide(window) if self._accept(window) else None
@@ -489,7 +515,12 @@ class OptimizerService:
             deciding = [c.deciding for c in self.controllers.values() if c.deciding]
             if deciding:  # each stops after the decision in the thread
                 await asyncio.wait(deciding, timeout=STOP_DECIDING_TIMEOUT_S)
-            in_flight = [c.applying for c in self.controllers.values() if c.applying]
+            in_flight = [
+                task
+                for c in self.controllers.values()
+                for task in (c.applying, c.reading)
+                if task is not None
+            ]
             if in_flight:
                 await asyncio.wait(in_flight, timeout=10)
             for controller in self.controllers.values():

@@ -398,3 +398,77 @@ def test_a_blocking_policy_decides_in_its_thread_in_order_while_other_links_go_o
     assert saved is not None and saved.last_window_end_ns == ends[-1]
     fast = service.store.load(fast_link.id)
     assert fast is not None and fast.last_window_end_ns == ends[0]
+
+
+class RecordingPolicy(Policy):
+    """Notes the buffer each window it sees says is in force; decides `decide_at` (bytes) on
+    the window numbered `decide_on`, nothing otherwise."""
+
+    name = "recording"
+
+    def __init__(self, link: LinkConfig, decide_on: int, decide_at: int) -> None:
+        super().__init__(link, {})
+        self.decide_on, self.decide_at = decide_on, decide_at
+        self.buffers: list[int | None] = []
+
+    def decide(self, window: Window) -> list[Decision]:
+        self.buffers.append(window.buffer_bytes)
+        if len(self.buffers) == self.decide_on:
+            return [Decision(self.decide_at, "recording", "test")]
+        return []
+
+    def snapshot(self) -> dict[str, Any]:
+        return {}
+
+
+def test_windows_before_the_first_change_carry_the_buffer_read_from_the_router(
+    stack: Stack, topics: dict[str, str], testbed: Testbed, tmp_path: Path
+) -> None:
+    """The metrics job knows a buffer from the applied decisions only (windows before any
+    say none). The service reads the router's buffer over gNMI when it takes the link, and
+    until its first change the windows the policy sees carry that one; after it, a window
+    without a buffer is left as it is (the metrics job has not seen the change yet)."""
+    path = write_config(tmp_path, stack.kafka.bootstrap, topics, testbed, "static")
+    base = load_config(path)
+    link = base.links[0]
+    patient = dataclasses.replace(base.optimizer, stale_after_ns=600_000_000_000)
+    config = dataclasses.replace(base, optimizer=patient)
+    start = _kernel_limit(testbed)
+    changed_to = 96 * 1024 if start != 96 * 1024 else 128 * 1024  # within the link's bounds
+    producer = RecordProducer(config.kafka.bootstrap, topics, client_id="windows")
+    model = LinkModel()
+    ends = iter((time.time_ns() // WINDOW_NS + i) * WINDOW_NS for i in range(1, 10))
+
+    def send() -> None:
+        window = model.window(link, 100_000, next(ends)) | {"buffer_bytes": None}
+        producer.produce("link_metrics", window)
+        assert producer.flush(10) == 0
+
+    async def until(condition: Callable[[], bool], timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            assert time.monotonic() < deadline, "timed out"
+            await asyncio.sleep(0.01)
+
+    async def scenario() -> tuple[RecordingPolicy, OptimizerService]:
+        service = OptimizerService(config, state_dir=tmp_path / "state")
+        controller = service.controller(link.id)
+        assert controller is not None
+        policy = controller.policy = RecordingPolicy(link, decide_on=3, decide_at=changed_to)
+        running = asyncio.get_running_loop().create_task(service.run())
+        send()
+        await until(lambda: 0 in controller.state.in_force)  # joined, and read
+        for _ in range(3):
+            send()
+        await until(lambda: controller.state.last_change_ns > 0)  # the third one's change
+        send()
+        await until(lambda: len(policy.buffers) == 5)
+        service.stop()
+        await running
+        return policy, service
+
+    policy, service = asyncio.run(scenario())
+    assert policy.buffers[1:] == [start, start, start, None]
+    assert policy.buffers[0] in (None, start)  # read while (or before) it was decided
+    assert _kernel_limit(testbed) == changed_to
+    assert service.stats.applied == 1 and service.stats.decisions == 1  # a read records nothing

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 from policylink import BDP_BYTES, CAPACITY_BPS, FakeLink, make_link, run, settled
@@ -93,23 +95,65 @@ def test_it_settles_within_close_enough_of_the_optimum_in_few_steps() -> None:
     assert not any("probes the top" in d.reason for d in decisions)
 
 
-def test_flows_that_lose_far_more_than_loss_based_ones_get_the_top_probed() -> None:
-    """BBR-like: 15% loss in any buffer below its standing queue (60 ms), none above, and a
-    queue that never grows past it. Step 1 loses 40 times what 16 loss-based flows would,
-    so step 2 is the search max; f is higher there, and the search settles on it."""
-    standing_ns = 60_000_000
+STANDING_NS = 60_000_000  # the queue BBR-like flows keep of their own
 
-    def bbr_loss(buffer: int) -> float:
-        return 0.15 if buffer < standing_ns * BYTES_PER_NS * 1.2 else 0.0
 
-    def bbr_delay(buffer: int) -> float:
-        return min(buffer / BYTES_PER_NS, standing_ns)
+def bbr_loss(buffer: int) -> float:
+    """BBR-like: 15% loss in any buffer below its standing queue (with a margin), none above."""
+    return 0.15 if buffer < STANDING_NS * BYTES_PER_NS * 1.2 else 0.0
 
-    def bbr_f(buffer: int) -> float:
-        return -(0.5 * bbr_loss(buffer) / 0.01 + 0.5 * bbr_delay(buffer) / D_HAT_NS)
+
+def bbr_f(delay_of: Callable[[int], float]) -> Callable[[int], float]:
+    return lambda buffer: -(0.5 * bbr_loss(buffer) / 0.01 + 0.5 * delay_of(buffer) / D_HAT_NS)
+
+
+def test_flows_that_do_not_fill_the_buffer_in_force_are_left_there() -> None:
+    """Step 0 measures the buffer in force (5 MB, 400 ms) without changing it: a queue of
+    60 ms, 15% of it, means the flows keep their own standing queue; a smaller buffer could
+    only add loss. The search settles there, without a trial elsewhere."""
+
+    def standing(buffer: int) -> float:
+        return min(buffer / BYTES_PER_NS, STANDING_NS)
 
     policy = LossDelayFitPolicy(LINK, {})
-    link = FakeLink(f_of=bbr_f, loss_of=bbr_loss, delay_of=bbr_delay)
+    link = FakeLink(f_of=bbr_f(standing), loss_of=bbr_loss, delay_of=standing)
+    decisions = run(policy, link, settled, limit=2000)
+    assert [(d.phase, d.buffer_bytes) for d in decisions] == [("settled", 5_000_000)]
+    assert "step 0: at 5000000 B" in decisions[0].reason
+    assert "a mean queue of 15% of the buffer: the flows do not fill it" in decisions[0].reason
+
+
+def test_heavy_loss_in_the_buffer_in_force_has_the_top_probed_first() -> None:
+    """From 300 kB, below the flows' standing queue: 15% loss, 56 times what 16 loss-based
+    flows would lose there and the larger term of f. Step 1 is the search max; f is higher
+    there, and the search settles on it."""
+
+    def standing(buffer: int) -> float:
+        return min(buffer / BYTES_PER_NS, STANDING_NS)
+
+    policy = LossDelayFitPolicy(LINK, {})
+    link = FakeLink(f_of=bbr_f(standing), loss_of=bbr_loss, delay_of=standing, buffer=300_000)
+    decisions = run(policy, link, settled, limit=2000)
+    assert [(d.phase, d.trial, d.buffer_bytes) for d in decisions] == [
+        ("search", 1, LINK.max_buffer_bytes),
+        ("settled", None, LINK.max_buffer_bytes),
+    ]
+    assert "flows that do not back off on loss; step 1 probes the top" in decisions[0].reason
+    assert "f higher at the top than at 300000 B" in decisions[1].reason
+
+
+def test_flows_that_lose_far_more_than_loss_based_ones_at_the_first_guess_get_the_top_probed() -> (
+    None
+):
+    """Step 0 shows nothing unusual (a full queue, no loss: the flows' start-up), so step 1
+    is the first guess; there the flows lose 40 times what 16 loss-based flows would, so
+    step 2 is the search max; f is higher there, and the search settles on it."""
+
+    def full(buffer: int) -> float:
+        return buffer / BYTES_PER_NS
+
+    policy = LossDelayFitPolicy(LINK, {})
+    link = FakeLink(f_of=bbr_f(full), loss_of=bbr_loss, delay_of=full)
     decisions = run(policy, link, settled, limit=2000)
     assert [(d.phase, d.trial) for d in decisions] == [
         ("search", 1),
@@ -118,7 +162,20 @@ def test_flows_that_lose_far_more_than_loss_based_ones_get_the_top_probed() -> N
     ]
     assert decisions[1].buffer_bytes == decisions[2].buffer_bytes == LINK.max_buffer_bytes
     assert "flows that do not back off on loss" in decisions[1].reason
-    assert "f higher at the top than at step 1" in decisions[2].reason
+    assert "f higher at the top than at" in decisions[2].reason
+
+
+def test_an_unknown_buffer_in_force_makes_step_0_the_search_max() -> None:
+    """Before any decision the metrics job cannot say which buffer is in force: step 0 is
+    then a decision for the search max, measured once in force."""
+    policy = LossDelayFitPolicy(LINK, {})
+    link = power_law_link()
+    first = replace(link.window(), buffer_bytes=None)
+    [step0] = policy.decide(first)
+    assert (step0.phase, step0.trial, step0.buffer_bytes) == ("search", 0, LINK.max_buffer_bytes)
+    assert "the buffer in force is unknown" in step0.reason
+    decisions = run(policy, link, settled, limit=2000)
+    assert decisions[0].trial == 1 and "step 0: at 5000000 B" in decisions[0].reason
 
 
 def test_a_change_restarts_the_search_from_the_settled_buffer() -> None:

@@ -31,7 +31,11 @@ RATE_BPS = 100_000_000
 WINDOW_NS = 500_000_000
 BUFFERS = (25_000, 50_000, 100_000, 200_000, 400_000, 800_000)
 CONFIG = load_config(paths.default_config())
-LINK = dataclasses.replace(CONFIG.links[0], max_queue_delay_ns=50_000_000, max_loss=0.01)
+# The surface's largest buffer is the link's buffer.max and the initial buffer: a simulated
+# buffer above the measured ones would get the largest one's windows.
+LINK = dataclasses.replace(
+    CONFIG.links[0], max_queue_delay_ns=50_000_000, max_loss=0.01, max_buffer_bytes=BUFFERS[-1]
+)
 TIMING = LoopTiming(duration_ns=40_000_000_000, warmup_ns=5_000_000_000)
 
 
@@ -106,14 +110,14 @@ def test_a_search_settles_near_the_surface_optimum_and_p4bs_runs_deterministical
     surface = known_surface(n=160)
     timing = dataclasses.replace(TIMING, duration_ns=80_000_000_000)
     run = simulate(
-        POLICIES["loss-delay-fit"](LINK, {}), surface, LINK, CONFIG.metrics, 2_500_000, timing, 1
+        POLICIES["loss-delay-fit"](LINK, {}), surface, LINK, CONFIG.metrics, BUFFERS[-1], timing, 1
     )
     assert run.settled_ns is not None and run.f_after_settling is not None
     settled = next(d for _, d in run.decisions if d.phase == "settled").buffer_bytes
     assert 100_000 <= settled <= 400_000, run.decisions
     assert run.f_after_settling >= surface.oracle()[1] - 0.1
     runs = [
-        simulate(POLICIES["p4bs"](LINK, {}), surface, LINK, CONFIG.metrics, 2_500_000, timing, s)
+        simulate(POLICIES["p4bs"](LINK, {}), surface, LINK, CONFIG.metrics, BUFFERS[-1], timing, s)
         for s in (1, 1)
     ]
     assert [r.decisions for r in runs[:1]] == [r.decisions for r in runs[1:]]  # deterministic

@@ -8,7 +8,16 @@ a power of the buffer over a factor of a few (loss falls with the flows' window,
 B^-1 to B^-2 for loss-based congestion control; delay grows with how full the queue stays,
 about B^1). Two measured buffers already place the optimum of the fitted sum.
 
-- "search": the first step is where a model of a full queue of N loss-based flows puts the
+- "search" begins where it is: the buffer in force (the router's, before any decision) is
+  measured as step 0, without a change, from the first busy window on. Two things measured
+  there end the search at once, on that buffer: a mean queue below `unfilled_fraction` of
+  the buffer (the flows keep a standing queue of their own, as BBR does with few flows: a
+  smaller buffer cannot lower it and may cause loss), or loss that is both the larger of
+  f's terms and `loss_insensitive_ratio` times what loss-based flows would lose there (the
+  flows do not back off on loss; a smaller buffer only loses more): if the buffer in force
+  is below the search max, the top is probed first, as below. Step 0 costs no traffic at
+  another buffer, and mostly falls in the flows' start-up.
+- Otherwise the first step is where a model of a full queue of N loss-based flows puts the
   optimum: each flow's window is (C * RTT_min + B) / N, loss follows Mathis et al.'s
   p = 1.5 / window^2 (in packets), delay is B / C (`first_guess_bytes`); N is the larger of
   the window's long flows and its flows with RTT samples. From one point, the next goes
@@ -83,6 +92,10 @@ class LossDelayFitOptions:
     # loss-insensitive. On the Fig. 11 surfaces the ratio at the first guess is 1.1-1.6 for
     # Cubic and Reno and 11-26 for BBR (live: 1.2-1.5 and 24-26).
     loss_insensitive_ratio: float = 4.0
+    # Step 0: a mean queue below this fraction of the buffer in force (at the busy link the
+    # search needs) means the flows do not fill it. On the Fig. 11 surfaces at 200 ms: BBR
+    # with 25 flows 0.29, every other cell 0.84-0.95.
+    unfilled_fraction: float = 0.5
     search_max_ns: int | None = None  # ns of line rate; None: the link's buffer.max
     min_utilisation: float = 0.95  # no search before a window shows the link this busy (P4BS's)
     reissue_after_ns: int = 30_000_000_000  # as P4BS's
@@ -102,6 +115,9 @@ class LossDelayFitOptions:
             first_stride=r.number("first_stride", d.first_stride, low=1, low_open=True),
             loss_insensitive_ratio=r.number(
                 "loss_insensitive_ratio", d.loss_insensitive_ratio, low=1, low_open=True
+            ),
+            unfilled_fraction=r.number(
+                "unfilled_fraction", d.unfilled_fraction, low=0, low_open=True, high=1
             ),
             search_max_ns=r.duration_ns("search_max_ns", 0) or None,
             min_utilisation=r.number("min_utilisation", d.min_utilisation, low=0),
@@ -190,15 +206,33 @@ class LossDelayFitPolicy(SteppedPolicy):
         rtt_ns = window.rtt_min_ns if window.rtt_min_ns is not None else window.srtt_ns
         if rtt_ns is None:
             return []  # no RTT yet: nothing to size a window from
+        if window.buffer_bytes is None:
+            top = self._search_max()
+            reason = f"{prefix}step 0 at the search max, {top} B: the buffer in force is unknown"
+            return [self._new_step(window, top, SEARCH, 0, reason)]
+        self.step = Step(
+            window.buffer_bytes,
+            SEARCH,
+            0,
+            None,
+            decided_ns=window.window_end_ns,
+            in_force_ns=window.window_end_ns,
+        )
+        return []
+
+    @staticmethod
+    def _flows(window: Window | Step) -> int:
         # The long-flow detector needs seconds to count flows that just started (6 s at
         # N = 100 on the testbed), while every flow sends an RTT sample in a window.
-        flows = max(window.long_flows, window.rtt_flows, 1)
+        return max(window.long_flows, window.rtt_flows, 1)
+
+    def _first_guess(self, window: Window, rtt_ns: int, flows: int, prefix: str) -> Decision:
         buffer = self._bounded(first_guess_bytes(self.link, rtt_ns, flows))
         reason = (
             f"{prefix}first step at the optimum of f for {flows} loss-based flows filling the "
             f"queue (RTT_min {rtt_ns / 1e6:.1f} ms): {buffer} B"
         )
-        return [self._new_step(window, buffer, SEARCH, 1, reason)]
+        return self._new_step(window, buffer, SEARCH, 1, reason)
 
     def _restart(self, window: Window, prefix: str) -> list[Decision]:
         self.phase, self.points, self.edge_steps, self.probing = SEARCH, [], 0, False
@@ -227,19 +261,23 @@ class LossDelayFitPolicy(SteppedPolicy):
             max(step.mean_delay_ns(), DELAY_FLOOR_NS),
             step.observation().mean,
         )
-        self.points.append(point)
         seen = (
             f"{self.note}step {step.trial}: at {point.buffer_bytes} B loss "
             f"{step.mean_loss():.3%}, delay {step.mean_delay_ns() / 1e6:.2f} ms, f {point.f:.4f}"
         )
         self.note = ""
+        if step.trial == 0:
+            return self._after_step_zero(window, step, point, seen)
+        self.points.append(point)
         if len(self.points) == 1:
             return self._second_step(window, step, point, seen)
         if self.probing:
             self.probing = False
             first = self.points[0]
             if point.f > first.f:
-                reason = f"{seen}; f higher at the top than at step 1 ({first.f:.4f})"
+                reason = (
+                    f"{seen}; f higher at the top than at {first.buffer_bytes} B ({first.f:.4f})"
+                )
                 return self._settle(window, point.buffer_bytes, reason, point.f)
         best, predicted, note, at_edge = self._fitted_optimum()
         nearest = min(self.points, key=lambda p: abs(math.log(p.buffer_bytes / best)))
@@ -254,7 +292,39 @@ class LossDelayFitPolicy(SteppedPolicy):
         reason = f"{seen}; {note}: next step at the fitted optimum {best} B (f {predicted:.4f})"
         if at_edge:
             reason += ", the edge of this step's reach"
-        return [self._new_step(window, best, SEARCH, len(self.points) + 1, reason, f=point.f)]
+        assert step.trial is not None  # a search step's
+        return [self._new_step(window, best, SEARCH, step.trial + 1, reason, f=point.f)]
+
+    def _after_step_zero(
+        self, window: Window, step: Step, point: Point, seen: str
+    ) -> list[Decision]:
+        """Settles on the buffer in force when the flows do not fill it or do not back off on
+        loss there (probing the top first if it is higher); else the first guess."""
+        buffer, top = point.buffer_bytes, self._search_max()
+        drain_ns = buffer * 8e9 / self.link.capacity_bps
+        if step.mean_delay_ns() < self.config.unfilled_fraction * drain_ns:
+            reason = (
+                f"{seen}; a mean queue of {step.mean_delay_ns() / drain_ns:.0%} of the buffer: "
+                f"the flows do not fill it"
+            )
+            return self._settle(window, buffer, reason, point.f)
+        rtt_ns = step.rtt_min_ns if step.rtt_min_ns is not None else window.srtt_ns
+        if rtt_ns is None:
+            return []  # no RTT in step 0 or now: wait for a window with one
+        flows = self._flows(step)
+        loss_term, delay_term = self._terms(point.loss, point.delay_ns)
+        expected = mathis_loss(self.link, rtt_ns, flows, buffer)
+        if loss_term > delay_term and point.loss > self.config.loss_insensitive_ratio * expected:
+            reason = (
+                f"{seen}; {point.loss / expected:.1f} times the loss of {flows} loss-based flows "
+                f"there, and the larger term of f: flows that do not back off on loss"
+            )
+            if buffer >= top:
+                return self._settle(window, buffer, reason, point.f)
+            self.points, self.probing = [point], True
+            reason += f"; step 1 probes the top, {top} B"
+            return [self._new_step(window, top, SEARCH, 1, reason, f=point.f)]
+        return [self._first_guess(window, rtt_ns, flows, f"{seen}; ")]
 
     def _second_step(self, window: Window, step: Step, point: Point, seen: str) -> list[Decision]:
         """With loss ~ 1/B and delay ~ B, f = -(L B1 / B + D B / B1) from the terms L and
@@ -263,7 +333,7 @@ class LossDelayFitPolicy(SteppedPolicy):
         flows would lose at B1 sends it to the search max instead."""
         top = self._search_max()
         if step.rtt_min_ns is not None and point.buffer_bytes < top:
-            flows = max(step.long_flows, step.rtt_flows, 1)
+            flows = self._flows(step)
             expected = mathis_loss(self.link, step.rtt_min_ns, flows, point.buffer_bytes)
             if step.mean_loss() > self.config.loss_insensitive_ratio * expected:
                 self.probing = True
