@@ -310,6 +310,14 @@ def test_a_killed_optimizer_resumes_its_p4bs_search_from_saved_state(
     assert model.f(spec, settled["buffer_bytes"]) > best_bound
 
 
+async def until(condition: Callable[[], bool], timeout_s: float = 10) -> None:
+    """Polls `condition` on the loop (the service under test runs on it) until it holds."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
 class GatedPolicy(Policy):
     """Stands in for P4BS fitting its GP: `decide` waits until `gate` is set, noting each
     window's end and the thread it ran in; a decision for every window. `snapshot` notes
@@ -360,12 +368,6 @@ def test_a_blocking_policy_decides_in_its_thread_in_order_while_other_links_go_o
     def send(link: LinkConfig, end_ns: int) -> None:
         producer.produce("link_metrics", model.window(link, 100_000, end_ns))
         assert producer.flush(10) == 0
-
-    async def until(condition: Callable[[], bool], timeout_s: float = 10) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not condition():
-            assert time.monotonic() < deadline, "timed out"
-            await asyncio.sleep(0.01)
 
     async def scenario() -> tuple[OptimizerService, GatedPolicy]:
         service = OptimizerService(config, dry_run=True, state_dir=tmp_path / "state")
@@ -444,12 +446,6 @@ def test_windows_before_the_first_change_carry_the_buffer_read_from_the_router(
         producer.produce("link_metrics", window)
         assert producer.flush(10) == 0
 
-    async def until(condition: Callable[[], bool], timeout_s: float = 60) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not condition():
-            assert time.monotonic() < deadline, "timed out"
-            await asyncio.sleep(0.01)
-
     async def scenario() -> tuple[RecordingPolicy, OptimizerService]:
         service = OptimizerService(config, state_dir=tmp_path / "state")
         controller = service.controller(link.id)
@@ -457,12 +453,12 @@ def test_windows_before_the_first_change_carry_the_buffer_read_from_the_router(
         policy = controller.policy = RecordingPolicy(link, decide_on=3, decide_at=changed_to)
         running = asyncio.get_running_loop().create_task(service.run())
         send()
-        await until(lambda: 0 in controller.state.in_force)  # joined, and read
+        await until(lambda: 0 in controller.state.in_force, 60)  # joined, and read
         for _ in range(3):
             send()
-        await until(lambda: controller.state.last_change_ns > 0)  # the third one's change
+        await until(lambda: controller.state.last_change_ns > 0, 60)  # the third one's change
         send()
-        await until(lambda: len(policy.buffers) == 5)
+        await until(lambda: len(policy.buffers) == 5, 60)
         service.stop()
         await running
         return policy, service
