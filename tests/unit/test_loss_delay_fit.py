@@ -103,6 +103,11 @@ def bbr_loss(buffer: int) -> float:
     return 0.15 if buffer < STANDING_NS * BYTES_PER_NS * 1.2 else 0.0
 
 
+def standing(buffer: int) -> float:
+    """A full queue up to the standing one, which it never grows past."""
+    return min(buffer / BYTES_PER_NS, STANDING_NS)
+
+
 def bbr_f(delay_of: Callable[[int], float]) -> Callable[[int], float]:
     return lambda buffer: -(0.5 * bbr_loss(buffer) / 0.01 + 0.5 * delay_of(buffer) / D_HAT_NS)
 
@@ -111,9 +116,6 @@ def test_flows_that_do_not_fill_the_buffer_in_force_are_left_there() -> None:
     """Step 0 measures the buffer in force (5 MB, 400 ms) without changing it: a queue of
     60 ms, 15% of it, means the flows keep their own standing queue; a smaller buffer could
     only add loss. The search settles there, without a trial elsewhere."""
-
-    def standing(buffer: int) -> float:
-        return min(buffer / BYTES_PER_NS, STANDING_NS)
 
     policy = LossDelayFitPolicy(LINK, {})
     link = FakeLink(f_of=bbr_f(standing), loss_of=bbr_loss, delay_of=standing)
@@ -127,9 +129,6 @@ def test_heavy_loss_in_the_buffer_in_force_has_the_top_probed_first() -> None:
     """From 300 kB, below the flows' standing queue: 15% loss, 56 times what 16 loss-based
     flows would lose there and the larger term of f. Step 1 is the search max; f is higher
     there, and the search settles on it."""
-
-    def standing(buffer: int) -> float:
-        return min(buffer / BYTES_PER_NS, STANDING_NS)
 
     policy = LossDelayFitPolicy(LINK, {})
     link = FakeLink(f_of=bbr_f(standing), loss_of=bbr_loss, delay_of=standing, buffer=300_000)

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
 from p4bs.config import LinkConfig
-from p4bs.units import bytes_for_duration
+from p4bs.units import bytes_for_duration, duration_for_bytes
 from p4bs_optimizer.policies.base import Decision, Window
 from p4bs_optimizer.policies.baselines import OptionReader
 from p4bs_optimizer.policies.stepped import SETTLED, Step, SteppedPolicy
@@ -210,15 +210,7 @@ class LossDelayFitPolicy(SteppedPolicy):
             top = self._search_max()
             reason = f"{prefix}step 0 at the search max, {top} B: the buffer in force is unknown"
             return [self._new_step(window, top, SEARCH, 0, reason)]
-        self.step = Step(
-            window.buffer_bytes,
-            SEARCH,
-            0,
-            None,
-            decided_ns=window.window_end_ns,
-            in_force_ns=window.window_end_ns,
-        )
-        return []
+        return self._measure_in_force(window, window.buffer_bytes, 0)
 
     @staticmethod
     def _flows(window: Window | Step) -> int:
@@ -237,16 +229,16 @@ class LossDelayFitPolicy(SteppedPolicy):
     def _restart(self, window: Window, prefix: str) -> list[Decision]:
         self.phase, self.points, self.edge_steps, self.probing = SEARCH, [], 0, False
         self.note = prefix + "new search from the settled buffer; "
-        return self._measure_in_force(window)
-
-    def _measure_in_force(self, window: Window) -> list[Decision]:
-        """Step 1 of a new search is the settled buffer, in force: measured without a
-        change."""
         assert self.step is not None
+        return self._measure_in_force(window, self.step.buffer_bytes, 1)
+
+    def _measure_in_force(self, window: Window, buffer: int, trial: int) -> list[Decision]:
+        """A search step at the buffer in force (step 0 of the first search, step 1 of one
+        after a change: the settled buffer): measured without a change."""
         self.step = Step(
-            self.step.buffer_bytes,
+            buffer,
             SEARCH,
-            1,
+            trial,
             None,
             decided_ns=window.window_end_ns,
             in_force_ns=window.window_end_ns,
@@ -301,7 +293,7 @@ class LossDelayFitPolicy(SteppedPolicy):
         """Settles on the buffer in force when the flows do not fill it or do not back off on
         loss there (probing the top first if it is higher); else the first guess."""
         buffer, top = point.buffer_bytes, self._search_max()
-        drain_ns = buffer * 8e9 / self.link.capacity_bps
+        drain_ns = duration_for_bytes(buffer, self.link.capacity_bps)
         if step.mean_delay_ns() < self.config.unfilled_fraction * drain_ns:
             reason = (
                 f"{seen}; a mean queue of {step.mean_delay_ns() / drain_ns:.0%} of the buffer: "
