@@ -2,15 +2,15 @@
 from a measured response surface, with the closed loop's timing, in seconds per run.
 
 A surface is one cell's (CCA, N, RTT) LinkMetrics windows measured at fixed buffers: runs of
-a buffer sweep (policy `none`), each the sequence of its windows after the warm-up. A
-simulated run steps through windows of the loop's length. Each window's metrics come from
-the runs measured at the two buffers around the one in force (log-interpolated, field by
-field, at the same position in time, so the measured noise and its autocorrelation come
-along), from one measured run per buffer drawn by the run's seed; the change detector is run
-again on the simulated f, as the metrics job would. The policy sees a window `metrics_lag`
-after it ended; what it decides is in force from the first window that starts at least
-`apply` after the decision, no sooner than `min_change_interval` after the previous change
-(the service's guard).
+a buffer sweep (policy `none`), each the sequence of its windows from the start of its
+traffic to its end: simulated time 0 is the traffic's start. A simulated run steps through
+windows of the loop's length. Each window's metrics come from the runs measured at the two
+buffers around the one in force (log-interpolated, field by field, at the same position in
+time, so the measured noise and its autocorrelation come along), from one measured run per
+buffer drawn by the run's seed; the change detector is run again on the simulated f, as the
+metrics job would. The policy sees a window `metrics_lag` after it ended; what it decides is
+in force from the first window that starts at least `apply` after the decision, no sooner
+than `min_change_interval` after the previous change (the service's guard).
 
 What it reports per run: the whole-run mean f (after the warm-up, as the live evaluation
 does), the mean f after the policy settled and when, and the regret to the oracle, the best
@@ -91,7 +91,8 @@ class Surface:
 
 def surfaces(run_dir: Path) -> dict[str, Surface]:
     """The surfaces of a buffer sweep's run folder (policy `none`, `buffer` swept), one per
-    cell (the point's other values), from each run's link_metrics.jsonl after the warm-up."""
+    cell (the point's other values), from each run's link_metrics.jsonl: the windows of its
+    traffic (traffic/timeline.json), warm-up included, as a simulated run has them."""
     try:
         scenario, rows = load_results(run_dir)
     except OSError as exc:
@@ -100,7 +101,6 @@ def surfaces(run_dir: Path) -> dict[str, Surface]:
         ) from None
     if "buffer" not in scenario["sweep_keys"]:
         raise SurfaceError(f"{run_dir}: not a buffer sweep (sweep keys {scenario['sweep_keys']})")
-    warmup_ns = round(scenario["warmup_s"] * 1e9)
     cells: dict[str, dict[int, list[list[WindowRecord]]]] = {}
     for row in rows:
         if row["policy"] != "none" or "error" in row:
@@ -109,13 +109,22 @@ def surfaces(run_dir: Path) -> dict[str, Surface]:
         buffer_ns = values.pop("buffer")
         cell = ",".join(f"{k}={v}" for k, v in values.items()) or "base"
         buffer = round(row.get("rate_bps", 100_000_000) / 8 * buffer_ns / 1e9)
-        windows = [
-            json.loads(line) for line in (run_dir / row["run_dir"] / "link_metrics.jsonl").open()
+        run = run_dir / row["run_dir"]
+        try:
+            windows = [json.loads(line) for line in (run / "link_metrics.jsonl").open()]
+            # The traffic's own start and end: the metrics job's windows begin seconds
+            # earlier (the testbed's idle RTT probe) and go on while the queue drains.
+            timeline = json.loads((run / "traffic" / "timeline.json").read_text())
+        except OSError as exc:
+            raise SurfaceError(
+                f"{run}: an unfinished run ({exc.strerror}: {exc.filename})"
+            ) from None
+        start, end = timeline["traffic_start_ns"], timeline["end_ns"]
+        kept = [
+            w
+            for w in windows
+            if start <= w["window_start_ns"] and w["window_end_ns"] <= end and w["f"] is not None
         ]
-        if not windows:
-            continue
-        start = windows[0]["window_start_ns"] + warmup_ns
-        kept = [w for w in windows if w["window_start_ns"] >= start and w["f"] is not None]
         if kept:
             cells.setdefault(cell, {}).setdefault(buffer, []).append(kept)
     if not cells:
@@ -250,6 +259,17 @@ def _blend(low: WindowRecord, high: WindowRecord, weight: float) -> dict[str, An
     return out
 
 
+def _window_at(run: Sequence[WindowRecord], k: int, steady: int) -> WindowRecord:
+    """A measured run's k-th window; past its end, the run again from its `steady`-th (a
+    measured run is a window or two shorter than a simulated one, or much shorter when the
+    simulation runs longer: its start-up is not repeated)."""
+    if k < len(run):
+        return run[k]
+    if steady >= len(run):
+        return run[k % len(run)]
+    return run[steady + (k - steady) % (len(run) - steady)]
+
+
 def simulate(
     policy: Policy,
     surface: Surface,
@@ -264,7 +284,8 @@ def simulate(
     chosen = {b: rng.randrange(len(runs)) for b, runs in surface.runs.items()}
     detect = ChangeDetector(metrics)
     w = timing.window_ns
-    result = SimRun(seed, window_ns=w, warmup_windows=timing.warmup_ns // w)
+    steady = timing.warmup_ns // w
+    result = SimRun(seed, window_ns=w, warmup_windows=steady)
     in_flight: deque[tuple[int, Window]] = deque()  # (delivered at, window)
     pending: tuple[int, int] | None = None  # (in force from, buffer)
     buffer, last_change = initial_buffer, -timing.min_change_interval_ns
@@ -275,7 +296,9 @@ def simulate(
         low, high, weight = surface.neighbours(buffer)
         run_low = surface.runs[low][chosen[low]]
         run_high = surface.runs[high][chosen[high]]
-        metrics_now = _blend(run_low[k % len(run_low)], run_high[k % len(run_high)], weight)
+        metrics_now = _blend(
+            _window_at(run_low, k, steady), _window_at(run_high, k, steady), weight
+        )
         zscore, change = detect(metrics_now["f"])
         window = Window(
             link_id=link.id,

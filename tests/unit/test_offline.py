@@ -140,10 +140,21 @@ def sweep_folder(run_dir: Path, buffers_ms: tuple[int, ...], windows_per_run: in
         run = run_dir / "runs" / f"b{ms}"
         run.mkdir(parents=True)
         buffer = RATE_BPS // 8 * ms // 1000
+        first = 1_700_000_000_000_000_000
         with (run / "link_metrics.jsonl").open("w") as out:
             for k, w in enumerate(windows(LINK, buffer, windows_per_run, rng)):
-                start = 1_700_000_000_000_000_000 + k * WINDOW_NS
-                out.write(json.dumps({**w, "window_start_ns": start}) + "\n")
+                start = first + k * WINDOW_NS
+                out.write(
+                    json.dumps({**w, "window_start_ns": start, "window_end_ns": start + WINDOW_NS})
+                    + "\n"
+                )
+        # The metrics job's windows begin a second before the traffic and end one after it.
+        (run / "traffic").mkdir()
+        timeline = {
+            "traffic_start_ns": first + 2 * WINDOW_NS,
+            "end_ns": first + (windows_per_run - 2) * WINDOW_NS,
+        }
+        (run / "traffic" / "timeline.json").write_text(json.dumps(timeline))
         rows.append(
             {"point": f"flows=50,buffer={ms}ms", "values": {"flows": 50, "buffer": ms * 10**6},
              "policy": "none", "repeat": 1, "run_dir": f"runs/b{ms}", "rate_bps": RATE_BPS}
@@ -156,7 +167,11 @@ def sweep_folder(run_dir: Path, buffers_ms: tuple[int, ...], windows_per_run: in
 def test_surfaces_are_read_from_a_buffer_sweeps_run_folder(tmp_path: Path) -> None:
     (cell, surface), *_ = surfaces(sweep_folder(tmp_path / "s", (2, 16), 20)).items()
     assert cell == "flows=50" and surface.buffers == [25_000, 200_000]
-    assert [len(r) for r in surface.runs[25_000]] == [18]  # the first second left out
+    # Only the traffic's windows, from its start (the simulator leaves out the warm-up).
+    assert [len(r) for r in surface.runs[25_000]] == [16]
+    (tmp_path / "s" / "runs" / "b2" / "traffic" / "timeline.json").unlink()
+    with pytest.raises(SurfaceError, match="an unfinished run"):
+        surfaces(tmp_path / "s")
     with pytest.raises(SurfaceError, match="not a run folder"):
         surfaces(tmp_path / "nothing")
 
@@ -176,7 +191,7 @@ def test_eval_offline_reports_each_policy_against_the_oracle(
     # run f -1.31 here); 800 kB, the largest buffer measured, stands for the 200 ms one (f
     # -0.64): bloated is best of the two.
     assert "| stanford | 3 |" in report and "| bloated | 3 | -0.640" in report
-    assert "| bloated | 3 | -0.640 [-0.640, -0.640] | 0.453 " in report
+    assert "| bloated | 3 | -0.640 [-0.640, -0.640] | 0.452 " in report
     assert report.count("| best |") == 1 and report.count("| worse |") == 1
     cell = json.loads((run_dir / "offline.json").read_text())["cells"]["flows=50"]
     assert cell["oracle"]["buffer_bytes"] == 200_000

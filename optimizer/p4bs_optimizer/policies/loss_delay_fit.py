@@ -28,10 +28,14 @@ about B^1). Two measured buffers already place the optimum of the fitted sum.
   it), and the second step probes the search max; if f is higher there, the search settles
   on it. From two or more, loss and delay are each fitted as a
   power of the buffer (least squares in log-log, exponents clamped to [-4, 0] and [0, 2]),
-  and the fitted f is maximised within reach of the measured range: `max_stride`, widened
-  by that factor for each step in a row that went to the edge of its reach. A maximiser
-  within `close_enough` of a measured buffer is where the search settles, else it is the
-  next step. After `max_steps` steps it settles on the best measured buffer.
+  and the fitted f is maximised between the measured neighbours of the best measured buffer
+  (f taken as unimodal), or past it within reach when it is the smallest or the largest:
+  `max_stride`, widened by that factor for each step in a row that went to the edge of its
+  reach. A maximiser within `close_enough` of a measured buffer settles the search on that
+  buffer (measured, where the maximiser is a prediction); one at a measured neighbour means
+  the fit disagrees with the measured f, and the search settles on the best measured
+  buffer; else the maximiser is the next step. After `max_steps` steps it settles on the
+  best measured buffer.
 - "settled": the buffer stays until the change detector flags f; the search then starts
   again with the settled buffer, in force, as its first step (measured without a change).
 
@@ -77,7 +81,10 @@ class LossDelayFitOptions:
     """The policy's options (the link's `policy_options`), in the system's units."""
 
     settle_ns: int = 1_000_000_000  # wait after a buffer is in force before measuring
-    measure_ns: int = 1_000_000_000  # windows measured per step
+    # Windows measured per step. Two windows (1 s) were too noisy to rank steps 15-50%
+    # apart: offline, Cubic 25 -0.633 with 1 s, -0.607 with 2 s, -0.604 with 3 s (whose
+    # longer search costs Cubic 100).
+    measure_ns: int = 2_000_000_000
     max_steps: int = 6
     # Settle when the fitted optimum is this near a measured buffer; how far past the
     # measured range a step may go. Tuned offline on the measured Fig. 11 surfaces
@@ -272,12 +279,18 @@ class LossDelayFitPolicy(SteppedPolicy):
                 )
                 return self._settle(window, point.buffer_bytes, reason, point.f)
         best, predicted, note, at_edge = self._fitted_optimum()
+        top = max(self.points, key=lambda p: p.f)
+        if best != top.buffer_bytes and any(p.buffer_bytes == best for p in self.points):
+            reason = (
+                f"{seen}; {note}: the fitted f rises towards {best} B, measured lower than "
+                f"{top.buffer_bytes} B (f {top.f:.4f}): the fit disagrees with the measurements"
+            )
+            return self._settle(window, top.buffer_bytes, reason, point.f)
         nearest = min(self.points, key=lambda p: abs(math.log(p.buffer_bytes / best)))
         if abs(math.log(nearest.buffer_bytes / best)) <= math.log(self.config.close_enough):
-            reason = f"{seen}; {note}: fitted optimum {best} B (f {predicted:.4f}), measured"
-            return self._settle(window, best, f"{reason} nearby", point.f)
+            reason = f"{seen}; {note}: fitted optimum {best} B (f {predicted:.4f}), measured nearby"
+            return self._settle(window, nearest.buffer_bytes, reason, point.f)
         if len(self.points) >= self.config.max_steps:
-            top = max(self.points, key=lambda p: p.f)
             reason = f"{seen}; {len(self.points)} steps made (max_steps): best measured"
             return self._settle(window, top.buffer_bytes, reason, point.f)
         self.edge_steps = self.edge_steps + 1 if at_edge else 0
@@ -360,16 +373,24 @@ class LossDelayFitPolicy(SteppedPolicy):
         )
 
     def _fitted_optimum(self) -> tuple[int, float, str, bool]:
-        """The buffer with the highest fitted f within reach of the measured range (and the
-        link's bounds), that f, what the fit found, and whether it is at the edge of the
+        """The buffer with the highest fitted f around the best measured buffer (and within
+        the link's bounds), that f, what the fit found, and whether it is at the edge of the
         reach. The reach is `max_stride`, widened by that factor for each step in a row
         that went to its edge: the fit keeps pointing further, so go further."""
         xs = [float(p.buffer_bytes) for p in self.points]
         loss = PowerLaw.fit(xs, [p.loss for p in self.points], LOSS_EXPONENTS)
         delay = PowerLaw.fit(xs, [p.delay_ns for p in self.points], DELAY_EXPONENTS)
         reach = self.config.max_stride ** (1 + self.edge_steps)
-        low = self._bounded(min(xs) / reach)
-        high = self._bounded(max(xs) * reach)
+        # f is taken as unimodal in the buffer: its peak lies between the measured neighbours
+        # of the best measured buffer (or within reach past it, when it is an end).
+        ordered = sorted(self.points, key=lambda p: p.buffer_bytes)
+        peak = max(range(len(ordered)), key=lambda j: ordered[j].f)
+        low = ordered[peak - 1].buffer_bytes if peak > 0 else self._bounded(min(xs) / reach)
+        high = (
+            ordered[peak + 1].buffer_bytes
+            if peak < len(ordered) - 1
+            else self._bounded(max(xs) * reach)
+        )
         candidates = [low * (high / low) ** (i / (CANDIDATES - 1)) for i in range(CANDIDATES)]
 
         def fitted_f(buffer: float) -> float:
