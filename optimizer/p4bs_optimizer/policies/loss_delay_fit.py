@@ -96,12 +96,13 @@ class LossDelayFitOptions:
     # a standing queue, and loses heavily below it, whatever the first guess says).
     first_stride: float = 4.0
     # Measured loss over the Mathis prediction above which the flows are taken as
-    # loss-insensitive. On the Fig. 11 surfaces the ratio at the first guess is 1.1-1.6 for
-    # Cubic and Reno and 11-26 for BBR (live: 1.2-1.5 and 24-26).
+    # loss-insensitive. On the Fig. 11 surfaces the ratio at the first guess is 1.2-2.1 for
+    # Cubic and Reno; BBR's, measured before step 0 kept BBR off the first guess, 11-26
+    # (live: Cubic 1.2-1.5, BBR 24-26).
     loss_insensitive_ratio: float = 4.0
     # Step 0: a mean queue below this fraction of the buffer in force (at the busy link the
     # search needs) means the flows do not fill it. On the Fig. 11 surfaces at 200 ms: BBR
-    # with 25 flows 0.29, every other cell 0.84-0.95.
+    # with 25 flows 0.30-0.34, every other cell 0.62-0.98 (Reno 25 the lowest).
     unfilled_fraction: float = 0.5
     search_max_ns: int | None = None  # ns of line rate; None: the link's buffer.max
     min_utilisation: float = 0.95  # no search before a window shows the link this busy (P4BS's)
