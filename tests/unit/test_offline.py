@@ -87,6 +87,22 @@ def test_a_decision_is_in_force_after_the_lag_the_apply_time_and_a_whole_window(
     assert len(run.f) == 80 and run.warmup_windows == 10
 
 
+def test_a_run_shorter_than_the_simulation_goes_on_from_its_steady_part() -> None:
+    """A simulated run longer than the measured ones (40 s here, 30 windows measured, the
+    first 10 of them warm-up) goes on past their end with the windows after the warm-up,
+    never the start-up again."""
+    rng = random.Random(1)
+    measured = [windows(LINK, b, 30, rng) for b in BUFFERS]
+    for run in measured:
+        for k, window in enumerate(run):
+            window["f"] = -float(k)  # each window's f says where it was taken from
+    surface = Surface({b: [run] for b, run in zip(BUFFERS, measured, strict=True)})
+    policy = POLICIES["static"](LINK, {"buffer": 200_000})
+    run = simulate(policy, surface, LINK, CONFIG.metrics, 200_000, TIMING, seed=1)
+    assert run.f[:30] == [-float(k) for k in range(30)]
+    assert run.f[30:] == [-float(10 + (k - 10) % 20) for k in range(30, 80)]
+
+
 def test_regret_is_zero_at_the_oracle_and_what_a_worse_buffer_costs() -> None:
     surface = known_surface()
     seeds = range(4)
