@@ -216,6 +216,16 @@ def finished_runs(out: Path, described: dict[str, Any]) -> set[tuple[str, str, i
     return {run_key(row) for row in rows if "error" not in row}
 
 
+def folder_policies(out: Path) -> tuple[str, ...] | None:
+    """The policies a run folder was made for (None without its scenario.json): what a
+    resume without `--policies` completes, so that a folder made for a few of a scenario's
+    policies does not grow the others."""
+    try:
+        return tuple(json.loads((out / "scenario.json").read_text())["policies"])
+    except FileNotFoundError:
+        return None
+
+
 def pending_runs(
     scenario: EvalScenario, out: Path, policies: tuple[str, ...] | None, *, resume: bool
 ) -> list[tuple[Point, str, int]]:
@@ -239,6 +249,8 @@ def run_eval(
 ) -> int:
     """Runs every point x policy x repeat (with `resume`, those `out` has not finished
     without an error); returns the number of failed runs."""
+    if resume and policies is None:
+        policies = folder_policies(out)
     described = describe(scenario, policies or scenario.policies)
     runs = pending_runs(scenario, out, policies, resume=resume)
     out.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ import pytest
 
 from p4bs_eval.cli import SCENARIOS
 from p4bs_eval.report import load_results, write_report
-from p4bs_eval.runner import ResumeError, describe, pending_runs
+from p4bs_eval.runner import ResumeError, describe, folder_policies, pending_runs
 from p4bs_eval.scenario import EvalScenario, ScenarioError, load_scenario, parse_scenario
 
 BASE = {"groups": [{"flows": 10, "cca": "cubic", "rtt": "20ms"}], "policies": ["globecom"]}
@@ -156,6 +156,13 @@ def test_a_resume_runs_only_what_the_folder_has_not_finished(tmp_path: Path) -> 
     ]
     with pytest.raises(ResumeError, match=r"policies \['globecom'\] there"):
         pending_runs(scenario, out, ("none",), resume=True)
+    # Without --policies, a resume completes the policies the folder was made for, not
+    # every policy the scenario names.
+    few = tmp_path / "few"
+    few.mkdir()
+    (few / "scenario.json").write_text(json.dumps(describe(scenario, ("globecom",))))
+    assert folder_policies(few) == ("globecom",) and folder_policies(out) == ("none", "globecom")
+    assert folder_policies(tmp_path / "elsewhere") is None
 
 
 def test_a_resume_refuses_a_folder_of_another_scenario(tmp_path: Path) -> None:
