@@ -46,7 +46,7 @@ def topics(stack: Stack) -> dict[str, str]:
     """A fresh topic per stream for one test, so tests never see each other's records."""
     run = f"t{next(_topic_numbers)}-{uuid.uuid4().hex[:6]}"
     names = {stream: f"{run}.{stream}" for stream in STREAMS}
-    ensure_topics(stack.kafka.bootstrap, names.values(), partitions=2, replication_factor=1)
+    ensure_topics(stack.kafka.bootstrap, names, partitions=2, replication_factor=1)
     return names
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +31,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from p4bs.config import KafkaConfig, SecretRef
 from p4bs_schemas.codec import RecordError, codec
-from p4bs_schemas.registry import STREAMS
+from p4bs_schemas.registry import COMPACTED_STREAMS, STREAMS
 
 log = logging.getLogger(__name__)
 
@@ -94,11 +94,15 @@ class RecordProducer:
     """Produces records of any stream, encoded with the stream's schema, keyed by link id."""
 
     def __init__(
-        self, cluster: Cluster, topics: Mapping[str, str], client_id: str = "p4bs"
+        self,
+        cluster: Cluster,
+        topics: Mapping[str, str],
+        client_id: str = "p4bs",
+        settings: Mapping[str, Any] | None = None,
     ) -> None:
         self.topics = dict(topics)
         self.stats = ProducerStats()
-        self._producer = Producer(producer_config(cluster, client_id))
+        self._producer = Producer({**producer_config(cluster, client_id), **(settings or {})})
 
     def _on_delivery(self, err: KafkaError | None, _msg: Message) -> None:
         if err is None:
@@ -147,6 +151,107 @@ class RecordProducer:
         return remaining
 
 
+Partition = tuple[str, int]  # topic, partition
+COMMIT_ATTEMPTS = 3  # of a transaction's commit that timed out (a retriable error)
+
+
+class TransactionAborted(Exception):
+    """A transaction was aborted: none of its records or offsets is visible. Most often the
+    consumer group moved on (a rebalance, or this member was dropped), so what the process
+    holds of its partitions may no longer be its own."""
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """A record for a transaction: its stream, the record, and its partition (None: by key)."""
+
+    stream: str
+    record: dict[str, Any]
+    partition: int | None = None
+
+
+class TransactionalProducer(RecordProducer):
+    """Produces records and commits a consumer's offsets in one Kafka transaction: a
+    read-committed reader sees the records, and the group the offsets, all or nothing.
+    The offsets are committed with the consumer's group metadata, so the group coordinator
+    refuses a transaction from a member of an older generation (one whose partitions were
+    given to another member): a process that lost its partitions cannot commit anything
+    more for them (KIP-447). `transactional_id` must be unique to the process.
+
+    A transaction that fails in any way is aborted and raised as TransactionAborted. One the
+    broker aborted itself (it stayed open past its timeout: the process stalled) fences the
+    producer for good; it is then made again under the same id, ready for the next."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        topics: Mapping[str, str],
+        transactional_id: str,
+        timeout_ms: int,
+    ) -> None:
+        settings = {
+            "transactional.id": transactional_id,
+            # An open transaction of a process that died blocks read-committed readers of
+            # its partitions until the broker aborts it, this long after it began.
+            "transaction.timeout.ms": timeout_ms,
+            "message.timeout.ms": timeout_ms,
+        }
+        super().__init__(cluster, topics, client_id=transactional_id, settings=settings)
+        self._config = {**producer_config(cluster, transactional_id), **settings}
+        self.transactional_id = transactional_id
+        self.timeout_s = timeout_ms / 1000
+        self._producer.init_transactions(self.timeout_s)
+        self.committed = 0
+        self.renewed = 0  # times it was fenced and made again
+
+    def commit(
+        self,
+        records: Iterable[Outgoing],
+        offsets: Mapping[Partition, int],
+        group_metadata: object,
+    ) -> None:
+        """Produces `records` and commits `offsets` (the next offset to read, per topic and
+        partition) for the group in one transaction. Raises TransactionAborted, naming the
+        error, when it did not commit: nothing of it is visible."""
+        try:
+            self._producer.begin_transaction()
+            for out in records:
+                self.produce(out.stream, out.record, partition=out.partition)
+            if offsets:
+                self._producer.send_offsets_to_transaction(
+                    [TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+                    group_metadata,
+                    self.timeout_s,
+                )
+            for attempt in range(COMMIT_ATTEMPTS):
+                try:
+                    self._producer.commit_transaction(self.timeout_s)
+                    break
+                except KafkaException as exc:  # retriable: the same call may be made again
+                    if not exc.args[0].retriable() or attempt == COMMIT_ATTEMPTS - 1:
+                        raise
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.fatal():
+                self._renew()
+            else:
+                try:
+                    self._producer.abort_transaction(self.timeout_s)
+                except KafkaException as abort_failed:
+                    if not abort_failed.args[0].fatal():
+                        raise
+                    self._renew()
+            raise TransactionAborted(str(error)) from exc
+        self.committed += 1
+
+    def _renew(self) -> None:
+        """A producer fenced for good is made again (its unsent records are dropped: they
+        belonged to the aborted transaction)."""
+        self._producer = Producer(self._config)
+        self._producer.init_transactions(self.timeout_s)
+        self.renewed += 1
+
+
 @dataclass
 class Received:
     stream: str
@@ -179,11 +284,21 @@ class RecordConsumer:
         from_beginning: bool = True,
         store_on_poll: bool = True,
         whole_topics: bool = False,
+        transactional: bool = False,
+        settings: Mapping[str, Any] | None = None,
+        on_assign: Callable[[list[Partition]], None] | None = None,
+        on_revoke: Callable[[list[Partition]], None] | None = None,
+        on_lost: Callable[[list[Partition]], None] | None = None,
     ) -> None:
         """`store_on_poll=False`: a record's offset is committed only once the caller says
         it is handled (`handled`), for consumers that write records elsewhere in batches.
         `whole_topics`: reads every partition from its start by assignment, without joining
-        the group (no wait for a rebalance) and without committing anything."""
+        the group (no wait for a rebalance) and without committing anything.
+        `transactional`: commits nothing itself; the caller commits offsets in its
+        transactions (`TransactionalProducer.commit` with `group_metadata()`).
+        `on_assign`, `on_revoke` and `on_lost` are called from `poll` when the group gives
+        this consumer partitions, takes them back, or finds it had lost them (this member
+        was dropped from the group: another may own them already)."""
         self.group = group
         self._store_on_poll = store_on_poll
         self.stats = ConsumerStats()
@@ -196,10 +311,11 @@ class RecordConsumer:
                 "auto.offset.reset": "earliest" if from_beginning else "latest",
                 # Offsets are stored only once a record is handled (or dead-lettered).
                 "enable.auto.offset.store": False,
-                "enable.auto.commit": not whole_topics,
+                "enable.auto.commit": not (whole_topics or transactional),
                 # Tells when a partition is read to its end (transaction markers included):
                 # `at_end` without a round trip to the broker per partition.
                 "enable.partition.eof": whole_topics,
+                **(settings or {}),
             }
         )
         self._at_eof: set[tuple[str, int]] = set()
@@ -216,7 +332,20 @@ class RecordConsumer:
                 ]
             )
         else:
-            self._consumer.subscribe(list(self._stream_of))
+
+            def call(handler: Callable[[list[Partition]], None] | None) -> Any:
+                if handler is None:
+                    return lambda _consumer, _partitions: None
+                return lambda _consumer, partitions: handler(
+                    [(tp.topic, tp.partition) for tp in partitions]
+                )
+
+            self._subscription = {
+                "on_assign": call(on_assign),
+                "on_revoke": call(on_revoke),
+                "on_lost": call(on_lost),
+            }
+            self._consumer.subscribe(list(self._stream_of), **self._subscription)
         self._dead_letters = RecordProducer(cluster, topics, client_id=f"{group}-dlq")
 
     def poll(self, timeout_s: float) -> Received | None:
@@ -297,6 +426,38 @@ class RecordConsumer:
                 offsets=[TopicPartition(t, p, offset + 1) for (t, p), offset in last.items()]
             )
 
+    def resubscribe(self) -> None:
+        """Leaves the group and joins it again: the partitions are taken back (on_revoke)
+        and given anew (on_assign), each read on from the group's committed offset."""
+        self._consumer.unsubscribe()
+        self._consumer.subscribe(list(self._stream_of), **self._subscription)
+
+    def group_metadata(self) -> object:
+        """This member of the group as it is now (for a transaction's offsets)."""
+        return self._consumer.consumer_group_metadata()
+
+    def committed(
+        self, partitions: Iterable[Partition], timeout_s: float = 30.0
+    ) -> dict[Partition, int]:
+        """The group's next offset to read per partition: its committed offset, or the
+        partition's first offset when the group has committed none there."""
+        result = {}
+        asked = [TopicPartition(t, p) for t, p in partitions]
+        for tp in self._consumer.committed(asked, timeout=timeout_s):
+            offset = tp.offset
+            if offset < 0:
+                offset, _ = self._consumer.get_watermark_offsets(tp, timeout=timeout_s)
+            result[(tp.topic, tp.partition)] = offset
+        return result
+
+    def seek(self, offsets: Mapping[Partition, int]) -> None:
+        """Reads each partition on from the offset given."""
+        for (topic, partition), offset in offsets.items():
+            self._consumer.seek(TopicPartition(topic, partition, offset))
+
+    def stream_of(self, topic: str) -> str:
+        return self._stream_of[topic]
+
     def at_end(self) -> bool:
         """Whether every partition is read up to its end as it stood when last fetched (a
         `whole_topics` consumer only)."""
@@ -335,21 +496,120 @@ def read_stream(
     return records
 
 
+def read_partitions(
+    cluster: Cluster,
+    stream: str,
+    topics: Mapping[str, str],
+    partitions: Iterable[int],
+    timeout_s: float = 60.0,
+) -> tuple[list[Received], list[str]]:
+    """Every committed record of the stream's `partitions`, from their starts to their ends
+    as they stand now (a changelog being taken over), and the reasons of the records that
+    could not be decoded (skipped). A transaction still open below an end is waited for,
+    so everything committed before the call is read; raises KafkaException if that takes
+    longer than `timeout_s`."""
+    topic = topics[stream]
+    schema = codec(STREAMS[stream])
+    consumer = Consumer(
+        {
+            **client_settings(cluster),
+            "group.id": f"read-{stream}-{time.time_ns()}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    records: list[Received] = []
+    malformed: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        ends = {}
+        for partition in partitions:
+            low, high = _watermarks(consumer, TopicPartition(topic, partition), deadline)
+            if high > low:
+                ends[partition] = high
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+        while ends:
+            if time.monotonic() > deadline:
+                raise KafkaException(
+                    f"{topic} partitions {sorted(ends)} not read to their ends within "
+                    f"{timeout_s:g} s (a transaction left open?)"
+                )
+            msg = consumer.poll(0.2)
+            error = msg.error() if msg is not None else None
+            if msg is not None and error is None:
+                number, offset = msg.partition(), msg.offset()
+                assert number is not None and offset is not None
+                try:
+                    record = schema.decode(msg.value(), msg.headers())
+                    key = msg.key()
+                    key_text = key.decode() if key is not None else None
+                    records.append(Received(stream, topic, number, offset, key_text, record))
+                except (RecordError, UnicodeDecodeError) as exc:
+                    malformed.append(f"{topic}[{number}]@{offset}: {exc}")
+            elif error is not None and error.code() != KafkaError._PARTITION_EOF:
+                if error.fatal():
+                    raise KafkaException(error)
+                continue
+            # Aborted records and transaction markers are skipped by position, not returned.
+            for tp in consumer.position([TopicPartition(topic, p) for p in ends]):
+                if tp.partition is not None and tp.offset >= ends[tp.partition]:
+                    del ends[tp.partition]
+    finally:
+        consumer.close()
+    return records, malformed
+
+
+def _watermarks(consumer: Consumer, partition: TopicPartition, deadline: float) -> tuple[int, int]:
+    """The partition's first and next offsets, asked again while the broker cannot say yet
+    (a topic just made has no leader for a moment) until `deadline` (monotonic)."""
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                partition, timeout=max(0.1, deadline - time.monotonic())
+            )
+            return low, high
+        except KafkaException as exc:
+            if exc.args[0].fatal() or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)  # a retry's pace, not a synchronisation
+
+
+# A changelog topic keeps the newest record per key; old ones are compacted away within
+# about a minute, so that reading a partition from its start (a process taking its links
+# over) reads little more than one record per link.
+COMPACTION = {
+    "cleanup.policy": "compact",
+    "segment.ms": "60000",
+    "min.cleanable.dirty.ratio": "0.1",
+    "min.compaction.lag.ms": "0",
+}
+
+
 def ensure_topics(
     cluster: Cluster,
-    topics: Iterable[str],
+    topics: Mapping[str, str],
     partitions: int,
     replication_factor: int,
     timeout_s: float = 30.0,
 ) -> list[str]:
-    """Creates the topics that do not exist yet; returns the ones it created."""
+    """Creates the topics (stream -> topic) that do not exist yet, a changelog stream's
+    compacted; returns the ones it created."""
     admin = AdminClient(client_settings(cluster))
     existing = set(admin.list_topics(timeout=timeout_s).topics)
-    wanted = [t for t in topics if t not in existing]
+    wanted = {s: t for s, t in topics.items() if t not in existing}
     if not wanted:
         return []
     futures = admin.create_topics(
-        [NewTopic(t, partitions, replication_factor) for t in wanted],
+        [
+            NewTopic(
+                t,
+                partitions,
+                replication_factor,
+                config=COMPACTION if s in COMPACTED_STREAMS else {},
+            )
+            for s, t in wanted.items()
+        ],
         operation_timeout=timeout_s,
         request_timeout=timeout_s,
     )
@@ -359,4 +619,4 @@ def ensure_topics(
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
-    return wanted
+    return sorted(wanted.values())

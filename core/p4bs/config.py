@@ -137,7 +137,9 @@ class OptimizerConfig:
     link's state, and the safety guards every link gets."""
 
     group: str = "p4bs-optimizer"  # Kafka consumer group; processes in it share the links
-    state_dir: str | None = None  # None: <p4bs home>/.run/optimizer/<group>
+    # A process that stops heartbeating this long loses its links to the others; Kafka
+    # brokers accept 6 s to 30 min by default (group.min/max.session.timeout.ms).
+    session_timeout_ns: int = 6_000_000_000
     stale_after_ns: int = 5_000_000_000  # no metrics this long: fall back to the safe buffer
     min_change_interval_ns: int = 1_000_000_000  # between two changes of one link's buffer
     apply_attempts: int = 3  # per change, with backoff between them (transient failures only)
@@ -600,14 +602,18 @@ def _read_alerts(r: _Reader, data: dict[str, Any]) -> AlertsConfig:
 
 def _read_optimizer(r: _Reader, data: dict[str, Any]) -> OptimizerConfig:
     d = OptimizerConfig()
-    r.unknown(data, {"group", "state_dir", "stale_after", "min_change_interval", "apply_attempts"})
+    r.unknown(
+        data,
+        {"group", "session_timeout", "stale_after", "min_change_interval", "apply_attempts"},
+    )
+    session = r.get(data, "session_timeout", _positive(parse_duration_ns, "session_timeout"), None)
     stale = r.get(data, "stale_after", _positive(parse_duration_ns, "stale_after"), None)
     interval = r.get(
         data, "min_change_interval", _positive(parse_duration_ns, "the interval"), None
     )
     return OptimizerConfig(
         group=r.get(data, "group", _text, d.group) or d.group,
-        state_dir=r.get(data, "state_dir", _text, d.state_dir),
+        session_timeout_ns=session or d.session_timeout_ns,
         stale_after_ns=stale or d.stale_after_ns,
         min_change_interval_ns=interval or d.min_change_interval_ns,
         apply_attempts=r.get(data, "apply_attempts", _int_in(1, 100), d.apply_attempts)

@@ -46,7 +46,7 @@ def _print_health(stack: Stack) -> bool:
         state = "ready" if h.ready else ("running, not ready" if h.pid else "stopped")
         healthy &= h.ready
         print(f"  {h.name:<20} {state:<19} pid {h.pid or '-':<8} {h.where}")
-    print(f"  {'topics':<20} {', '.join(stack.settings.topics)}")
+    print(f"  {'topics':<20} {', '.join(sorted(stack.settings.topics.values()))}")
     return healthy
 
 

@@ -274,6 +274,10 @@ class KafkaBroker(_Process):
             "share.coordinator.state.topic.replication.factor": "1",
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
+            # A transaction left open by a process that died holds up read-committed readers
+            # of its partitions until aborted; look for timed-out ones every second (the
+            # default is 10 s), so an optimizer's links are taken over within seconds.
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
             "auto.create.topics.enable": "false",
             "num.partitions": "4",
         }

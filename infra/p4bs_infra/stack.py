@@ -55,7 +55,7 @@ class StackSettings:
     kafka_password: SecretRef | None = None
     influx_port: int = 8086
     influx_rpc_port: int = 8088
-    topics: list[str] = field(default_factory=list)
+    topics: dict[str, str] = field(default_factory=dict)  # stream -> topic
     partitions: int = 4
     replication_factor: int = 1
     database: str = "p4bs"
@@ -94,7 +94,7 @@ class StackSettings:
             kafka_password=config.kafka.password,
             influx_port=influx.port or 8086,
             influx_rpc_port=(influx.port or 8086) + 2,
-            topics=sorted(config.kafka.topics.values()),
+            topics=dict(config.kafka.topics),
             partitions=config.kafka.partitions,
             replication_factor=config.kafka.replication_factor,
             database=config.influxdb.database,

@@ -114,7 +114,6 @@ def loop_config_data(
     topics: Mapping[str, str],
     policy: str,
     policy_options: Mapping[str, Any],
-    state_dir: Path,
     influx_url: str | None = None,
     sections: Mapping[str, Mapping[str, Any]] | None = None,
     link_settings: Mapping[str, Any] | None = None,
@@ -146,7 +145,6 @@ def loop_config_data(
     data["optimizer"] = {
         **data.get("optimizer", {}),
         "group": f"optimizer-{uuid.uuid4().hex[:8]}",
-        "state_dir": str(state_dir),
     }
     return data
 
@@ -180,7 +178,6 @@ class ClosedLoop:
             topics=self.topics,
             policy=policy,
             policy_options=policy_options or {},
-            state_dir=work_dir / "optimizer-state",
             influx_url=influx_url,
             sections=sections,
             link_settings=link_settings,
@@ -219,7 +216,7 @@ class ClosedLoop:
         config = self.config
         ensure_topics(
             config.kafka,
-            self.topics.values(),
+            self.topics,
             config.kafka.partitions,
             config.kafka.replication_factor,
         )

@@ -27,7 +27,7 @@ def check_policies(config: Config) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from p4bs_optimizer.service import OptimizerService, default_state_dir, summary_line
+    from p4bs_optimizer.service import OptimizerService, summary_line
 
     try:
         config = load_config(args.config)
@@ -37,14 +37,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"p4bs optimizer run: {exc}", file=sys.stderr)
         return 2
-    state_dir = args.state_dir or default_state_dir(config)
-    service = OptimizerService(config, dry_run=args.dry_run, state_dir=state_dir)
+    service = OptimizerService(config, dry_run=args.dry_run, instance=args.instance)
     topics = config.kafka.topics
     print(
         f"optimizer{' (dry run: deciding, not applying)' if args.dry_run else ''}: "
         f"{topics['link_metrics']} -> {topics['buffer_decisions']} and the routers; group "
-        f"{config.optimizer.group}, {len(config.links)} links in the config, state in "
-        f"{state_dir}",
+        f"{config.optimizer.group} (instance {service.instance}), {len(config.links)} links "
+        f"in the config, their state in {topics['optimizer_state']}",
         flush=True,
     )
 
@@ -73,6 +72,10 @@ def add_parser(sub: Any, default_config: Path) -> None:
     run = optimizer_sub.add_parser("run", help="the optimizer service, until Ctrl-C")
     run.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
     run.add_argument("--dry-run", action="store_true", help="decide and record, apply nothing")
-    run.add_argument("--state-dir", type=Path, help="default: .run/optimizer/<group>")
+    run.add_argument(
+        "--instance",
+        help="this process's name in the group, unique to it (its Kafka transactional id); "
+        "default: <group>-<host>-<pid>-<nonce>",
+    )
     run.add_argument("--report-every", type=int, default=10, help="seconds between progress lines")
     run.set_defaults(func=cmd_run)

@@ -22,12 +22,21 @@ The router's buffer is read when the service takes a link: until the first chang
 the windows (which know a buffer from the applied decisions only) carry that one, so a policy
 can measure where the link is before it moves it.
 
-State (the policy's snapshot, what is in force) is saved per link (`state.StateStore`) with
-every decision, before it is applied, and otherwise every `PERSIST_INTERVAL_NS` when it
-changed; the states of a poll round are written in one transaction. Kafka offsets are
-committed only for windows the saved state covers (decided, not merely received), and a
-window the saved state already covers is skipped, so a restarted service resumes where it
-was, without deciding anything twice.
+Ownership and state: Kafka gives each process of the group some of the `link_metrics`
+partitions, and a process drives exactly the links of its partitions. Each link's state (the
+policy's snapshot, what is in force, decisions not yet applied) is a record of the compacted
+`optimizer_state` topic (`state.py`), in the partition of the same number. A round of the
+loop writes the states that changed, the decision records made, and the consumer offsets of
+the windows those states cover in one Kafka transaction, committed with the consumer's group
+metadata: the group coordinator refuses it from a process that is no longer a member of the
+current generation. A decision is applied to a router only after the transaction that holds
+it committed, so a process that lost its links (a rebalance, or it stalled and was dropped)
+cannot change their routers. When the group takes partitions back, the process stops their
+links' policies, commits their states and offsets, and drops them; when it gives partitions,
+the process reads their changelog and resumes each link on its first window (a P4BS search
+continues with its next trial). A window the state already covers is a replay and skipped,
+so nothing is decided twice; a decision committed but not applied (the process died) is
+applied and recorded by the next owner, so each decision is recorded once.
 """
 
 from __future__ import annotations
@@ -35,25 +44,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from p4bs import paths
-from p4bs.bus import Received, RecordConsumer, RecordProducer
+from p4bs.bus import (
+    Outgoing,
+    Partition,
+    Received,
+    RecordConsumer,
+    TransactionAborted,
+    TransactionalProducer,
+)
 from p4bs.config import Config, LinkConfig, RouterConfig
+from p4bs_optimizer import state as changelog
 from p4bs_optimizer.drivers import driver_for
 from p4bs_optimizer.drivers.base import DriverError, RouterDriver
 from p4bs_optimizer.policies import bayes, policy_for
 from p4bs_optimizer.policies.base import Decision, Policy, Window
 from p4bs_optimizer.policies.jenks import JenksPolicy
 from p4bs_optimizer.policies.p4bs import P4bsPolicy
-from p4bs_optimizer.state import LinkState, StateStore
+from p4bs_optimizer.state import LinkState
 from p4bs_schemas.flows import flow_key
 
 log = logging.getLogger(__name__)
@@ -74,9 +92,18 @@ OFF_LOOP_POLICIES = frozenset({P4bsPolicy.name})
 # once could interleave, making a search depend on other links' timing.
 DECIDE_THREADS = 1
 STOP_DECIDING_TIMEOUT_S = 30.0  # at stop, for the decisions in the decide thread
+# When partitions are taken back, how long their links' decisions in the decide thread and
+# changes in flight may take to finish before they are cancelled (a cancelled change stays
+# in the state: the next owner makes it).
+RELEASE_TIMEOUT_S = 5.0
 # A round of the poll loop (poll, then hand out the records) is a poll timeout plus
 # milliseconds; one this long means the process was held up.
 STALLED_ROUND_NS = 500_000_000
+# A transaction open longer than this is aborted by the broker: what a process that died
+# mid-transaction leaves, which holds up read-committed readers of its partitions (the next
+# owner restoring the changelog) until then. Ours last milliseconds.
+TRANSACTION_TIMEOUT_MS = 6_000
+RESTORE_TIMEOUT_S = 60.0  # reading a changelog partition to its end, open transactions too
 
 
 @dataclass
@@ -89,13 +116,27 @@ class ServiceStats:
     failed: int = 0
     skipped: int = 0
     fallbacks: int = 0
+    transactions: int = 0
+    aborted: int = 0  # transactions the group refused or that failed: the group rejoined
+    assigned: int = 0  # partitions the group gave this process, in all
+    revoked: int = 0  # partitions taken back, or lost
+    not_held: int = 0  # records of partitions taken back before they were handled
 
 
-def default_state_dir(config: Config) -> Path:
-    folder = config.optimizer.state_dir
-    if folder:
-        return Path(folder)
-    return paths.home() / ".run" / "optimizer" / config.optimizer.group
+@dataclass
+class Staged:
+    """A link's state as it stood when saved, for the next transaction, and the decisions
+    that state holds unapplied (applied once it is committed)."""
+
+    record: Outgoing
+    unapplied: dict[int, Decision]
+
+
+def default_instance(config: Config) -> str:
+    """A name unique to this process: the group, the host, the process id and a nonce (a
+    restarted process is another instance; its predecessor's open transaction is aborted)."""
+    host = socket.gethostname()
+    return f"{config.optimizer.group}-{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
 class LinkController:
@@ -111,23 +152,28 @@ class LinkController:
         policy: Policy,
         state: LinkState,
         service: OptimizerService,
+        partition: int,
         decide_thread: ThreadPoolExecutor | None = None,
     ) -> None:
         self.link = link
         self.policy = policy
         self.state = state
         self.service = service
+        self.partition = partition  # of link_metrics, and of the changelog
         self.decide_thread = decide_thread  # None: the policy decides on the loop
         self.last_window_wall_ns = time.monotonic_ns()
-        self.saved_ns = 0
-        self.pending: dict[int, Decision] = {}  # queue -> decision held by the interval guard
+        self.decided_end_ns = state.last_window_end_ns  # the last window the policy decided
+        self.authorized: dict[int, Decision] = {}  # committed, to apply (queue -> decision)
+        self.in_apply: dict[int, Decision] = {}  # being applied right now
         self.applying: asyncio.Task[None] | None = None
         self.dirty = False
+        self.released = False  # the link went to another process: nothing more is done
         self.inbox: deque[Window] = deque()  # windows waiting for the decide thread
         self.deciding: asyncio.Task[None] | None = None  # works through the inbox
         self.in_thread = False  # the policy is deciding in the decide thread right now
         self.received = 0
         self.done = 0
+        self.snapshot_done = 0  # windows the policy's last snapshot covers
         self.saved_through = 0
         self.reading: asyncio.Task[None] | None = None  # the router's buffer, read once
 
@@ -173,11 +219,12 @@ class LinkController:
 
     async def _decide_inbox(self) -> None:
         """Decides the inbox's windows in the decide thread, one after the other, until it is
-        empty or the service stops (the rest are left to a restart: their offsets are not
-        committed). A failing policy stops the service, as it would on the loop."""
+        empty, the service stops or the link is released (the rest are left to whoever
+        resumes the link: their offsets are not committed). A failing policy stops the
+        service, as it would on the loop."""
         loop = asyncio.get_running_loop()
         try:
-            while self.inbox and not self.service.stopping:
+            while self.inbox and not self.service.stopping and not self.released:
                 window = self.inbox.popleft()
                 decisions = None
                 if self._accept(window):
@@ -195,9 +242,9 @@ class LinkController:
             self.deciding = None
 
     def _accept(self, window: Window) -> bool:
-        """What comes before the policy sees a window: False for a window the saved state
-        already covers (a replay); brings back the policy's buffers after a fallback."""
-        if window.window_end_ns <= self.state.last_window_end_ns:
+        """What comes before the policy sees a window: False for a window the state already
+        covers (a replay); brings back the policy's buffers after a fallback."""
+        if window.window_end_ns <= self.decided_end_ns:
             self.service.stats.replayed += 1
             return False
         self.service.stats.windows += 1
@@ -216,11 +263,9 @@ class LinkController:
         self.done += 1
         if decisions is None:
             if not self.dirty:
-                self.saved_through = self.done  # a replay changes nothing: saved as it is
+                self.snapshot_done = self.done  # a replay changes nothing
             return
-        # Only now does the state cover the window: a state saved while the policy was
-        # deciding must not make a restart skip it.
-        self.state.last_window_end_ns = window.window_end_ns
+        self.decided_end_ns = window.window_end_ns
         self.dirty = True
         self.submit(decisions, from_policy=True)
 
@@ -241,6 +286,9 @@ class LinkController:
 
     # ---- decisions out -----------------------------------------------------------------
     def submit(self, decisions: list[Decision], *, from_policy: bool) -> None:
+        """Takes decisions into the link's state; each is applied once a transaction holding
+        it has committed. A decision not yet applied is replaced by a newer one for its
+        queue (recorded as skipped)."""
         if not decisions:
             return
         for decision in decisions:
@@ -248,8 +296,9 @@ class LinkController:
                 self.state.intended[decision.queue] = decision.buffer_bytes
                 if self.state.fallback:
                     continue  # remembered; applied when metrics return
-            replaced = self.pending.get(decision.queue)
-            if replaced is not None:
+            replaced = self.state.unapplied.get(decision.queue)
+            if replaced is not None and replaced is not self.in_apply.get(decision.queue):
+                self.authorized.pop(decision.queue, None)
                 self.service.record(
                     self.link,
                     replaced,
@@ -259,31 +308,49 @@ class LinkController:
                     "interval between changes",
                     "skipped",
                 )
-            self.pending[decision.queue] = decision
+            self.state.unapplied[decision.queue] = decision
         # Saved before it is applied: a restart must not decide (and apply) it again from the
         # windows it replays, which for a search would mean old trial buffers in a row.
         self.save()
-        if self.applying is None or self.applying.done():
-            self.applying = asyncio.get_running_loop().create_task(self._apply_pending())
 
-    async def _apply_pending(self) -> None:
-        self.service.store.flush()  # the decisions' state is on disk before they apply
+    def authorize(self, unapplied: dict[int, Decision]) -> None:
+        """A transaction holding `unapplied` committed: those still to make are applied."""
+        if self.released:
+            return
+        for queue, decision in unapplied.items():
+            if self.state.unapplied.get(queue) is decision and decision is not self.in_apply.get(
+                queue
+            ):
+                self.authorized[queue] = decision
+        if self.authorized and (self.applying is None or self.applying.done()):
+            self.applying = asyncio.get_running_loop().create_task(self._apply_authorized())
+
+    async def _apply_authorized(self) -> None:
+        """Applies the authorized decisions, at most one change per minimum interval. A
+        failure other than the router's (those are recorded) stops the service."""
         interval_ns = self.service.config.optimizer.min_change_interval_ns
-        while self.pending:
-            wait_ns = self.state.last_change_ns + interval_ns - time.time_ns()
-            if wait_ns > 0:
-                await asyncio.sleep(wait_ns / 1e9)  # a rate limit, not a synchronisation
-                continue
-            decisions = sorted(self.pending.values(), key=lambda d: d.queue)
-            self.pending.clear()
-            await self._apply(decisions)
+        try:
+            while self.authorized and not self.released:
+                wait_ns = self.state.last_change_ns + interval_ns - time.time_ns()
+                if wait_ns > 0:
+                    await asyncio.sleep(wait_ns / 1e9)  # a rate limit, not a synchronisation
+                    continue
+                decisions = sorted(self.authorized.values(), key=lambda d: d.queue)
+                self.authorized.clear()
+                self.in_apply = {d.queue: d for d in decisions}
+                try:
+                    await self._apply(decisions)
+                finally:
+                    self.in_apply = {}
+        except Exception as exc:
+            self.service.fail(exc)
 
     async def _apply(self, decisions: list[Decision]) -> None:
         service = self.service
-        driver = service.driver_of(self.link.router)
+        driver = None if service.dry_run else service.driver_of(self.link.router)
         flows = {d.queue: list(d.flows) for d in decisions if d.flows}
         classifier_error = None
-        if flows and not service.dry_run:
+        if flows and driver is not None:
             try:
                 await driver.set_classifier(self.link.interface, flows)
             except (DriverError, NotImplementedError) as exc:
@@ -294,10 +361,10 @@ class LinkController:
             if buffer != decision.buffer_bytes:
                 reason += f"; held to the link's bounds ({decision.buffer_bytes} B asked)"
             previous = self.state.in_force.get(decision.queue)
-            if previous is None and not service.dry_run:
+            if previous is None and driver is not None:
                 with contextlib.suppress(DriverError):  # the set below reports the failure
                     previous = await driver.get_buffer(self.link.interface, decision.queue)
-            if service.dry_run:
+            if driver is None:
                 outcome = "dry_run"
             elif classifier_error is not None:
                 outcome, reason = "failed", f"{reason}; classifier not set: {classifier_error}"
@@ -310,21 +377,49 @@ class LinkController:
             if outcome == "applied":
                 self.state.in_force[decision.queue] = buffer
                 self.state.last_change_ns = time.time_ns()
+            if self.state.unapplied.get(decision.queue) is decision:
+                del self.state.unapplied[decision.queue]
             service.record(self.link, decision, buffer, previous, reason, outcome)
-        self.dirty = True
+        # The records and the state that no longer holds these decisions commit together.
+        self.save()
 
     # ---- state -------------------------------------------------------------------------
     def save(self) -> None:
-        """Saves the link's state, unless the policy is deciding in the decide thread (its
-        state is changing there): it stays dirty, saved once the decision is in."""
-        if self.in_thread:
-            self.dirty = True
-            return
-        self.state.policy_state = self.policy.snapshot()
-        self.service.store.stage(self.link.id, self.state)
-        self.saved_ns = time.monotonic_ns()
-        self.saved_through = self.done
-        self.dirty = False
+        """Stages the link's state for the next transaction. While the policy decides in the
+        decide thread its snapshot is the one from before (with the windows it covers): the
+        state goes on being saved, the policy's part once the decision is in."""
+        if not self.in_thread:
+            self.state.policy_state = self.policy.snapshot()
+            self.state.last_window_end_ns = self.decided_end_ns
+            self.snapshot_done = self.done
+            self.dirty = False
+        self.service.stage(self)
+        self.saved_through = self.snapshot_done
+
+
+@dataclass
+class Ownership:
+    """What this process holds of the group's partitions."""
+
+    partitions: set[Partition] = field(default_factory=set)
+    next_offsets: dict[Partition, int] = field(default_factory=dict)  # as last committed
+    # Records not yet committed, per partition in order, each with its link and window number.
+    unsaved: dict[Partition, deque[tuple[int, LinkController | None, int]]] = field(
+        default_factory=dict
+    )
+
+    def saved_offsets(self, partitions: set[Partition]) -> dict[Partition, int]:
+        """Moves each partition's next offset past the records whose windows the saved state
+        covers, up to the first that it does not; returns the next offsets of `partitions`."""
+        for partition in partitions:
+            queue = self.unsaved.get(partition)
+            while queue:
+                offset, controller, number = queue[0]
+                if controller is not None and controller.saved_through < number:
+                    break
+                self.next_offsets[partition] = offset + 1
+                queue.popleft()
+        return {p: self.next_offsets[p] for p in partitions if p in self.next_offsets}
 
 
 class OptimizerService:
@@ -335,21 +430,23 @@ class OptimizerService:
         config: Config,
         *,
         dry_run: bool = False,
-        state_dir: Path | None = None,
+        instance: str | None = None,
         make_driver: Callable[[RouterConfig], RouterDriver] | None = None,
     ) -> None:
         self.config = config
         self.dry_run = dry_run
-        self.store = StateStore(state_dir or default_state_dir(config))
+        self.instance = instance or default_instance(config)
         self.stats = ServiceStats()
         self.links = {link.id: link for link in config.links}
         self.routers = {router.name: router for router in config.routers}
         self.controllers: dict[str, LinkController] = {}
+        self.owned = Ownership()
+        self._metrics_topic = config.kafka.topics["link_metrics"]
         self._drivers: dict[str, RouterDriver] = {}
         self._make_driver = make_driver or self._driver_for
-        self._producer = RecordProducer(
-            config.kafka, config.kafka.topics, client_id=f"{config.optimizer.group}"
-        )
+        self._producer: TransactionalProducer | None = None
+        self._staged: dict[str, tuple[LinkController, Staged]] = {}
+        self._outbox: list[Outgoing] = []
         self._stop = threading.Event()
         self._failure: Exception | None = None
         self._decide_thread = ThreadPoolExecutor(DECIDE_THREADS, thread_name_prefix="decide")
@@ -365,8 +462,11 @@ class OptimizerService:
             driver = self._drivers[router] = self._make_driver(self.routers[router])
         return driver
 
-    def controller(self, link_id: str) -> LinkController | None:
-        """The link's controller, made (and resumed from saved state) on its first record."""
+    def controller(
+        self, link_id: str, partition: int, saved: LinkState | None = None
+    ) -> LinkController | None:
+        """The link's controller: made when its partition is given, resuming from `saved`
+        (its changelog), or on its first window."""
         controller = self.controllers.get(link_id)
         if controller is not None:
             return controller
@@ -375,17 +475,32 @@ class OptimizerService:
             self.stats.unknown_links += 1
             return None
         policy = policy_for(link)
-        saved = self.store.load(link_id)
         if saved is not None and saved.policy == link.policy:
             policy.restore(saved.policy_state)
             state = saved
-            log.info("link %s: resumed %s from saved state", link_id, link.policy)
+            log.info("link %s: resumed %s from its changelog", link_id, link.policy)
         else:
-            state = LinkState(policy=link.policy)
+            state = LinkState(policy=link.policy, epoch=saved.epoch if saved else 0)
+        state.epoch += 1
         decide_thread = self._decide_thread if link.policy in OFF_LOOP_POLICIES else None
-        controller = LinkController(link, policy, state, self, decide_thread)
+        controller = LinkController(link, policy, state, self, partition, decide_thread)
         self.controllers[link_id] = controller
+        if state.unapplied:
+            controller.save()  # this owner's transaction authorizes them
         return controller
+
+    def stage(self, controller: LinkController) -> None:
+        """The controller's state as it is now, for the next transaction."""
+        record = changelog.to_record(
+            controller.link.id, controller.state, self.instance, time.time_ns()
+        )
+        self._staged[controller.link.id] = (
+            controller,
+            Staged(
+                Outgoing(changelog.STREAM, record, partition=controller.partition),
+                dict(controller.state.unapplied),
+            ),
+        )
 
     def record(
         self,
@@ -396,7 +511,8 @@ class OptimizerService:
         reason: str,
         outcome: str,
     ) -> None:
-        """One BufferDecision record, and the log line an operator reads."""
+        """One BufferDecision record (for the next transaction), and the log line an
+        operator reads."""
         self.stats.decisions += 1
         if outcome == "applied":
             self.stats.applied += 1
@@ -404,21 +520,23 @@ class OptimizerService:
             self.stats.failed += 1
         elif outcome == "skipped":
             self.stats.skipped += 1
-        self._producer.produce(
-            "buffer_decisions",
-            {
-                "link_id": link.id,
-                "ts_ns": time.time_ns(),
-                "queue": decision.queue,
-                "policy": link.policy,
-                "phase": decision.phase,
-                "buffer_bytes": buffer,
-                "previous_buffer_bytes": previous,
-                "reason": reason,
-                "trial": decision.trial,
-                "outcome": outcome,
-                "f": decision.f,
-            },
+        self._outbox.append(
+            Outgoing(
+                "buffer_decisions",
+                {
+                    "link_id": link.id,
+                    "ts_ns": time.time_ns(),
+                    "queue": decision.queue,
+                    "policy": link.policy,
+                    "phase": decision.phase,
+                    "buffer_bytes": buffer,
+                    "previous_buffer_bytes": previous,
+                    "reason": reason,
+                    "trial": decision.trial,
+                    "outcome": outcome,
+                    "f": decision.f,
+                },
+            )
         )
         level = logging.WARNING if outcome == "failed" else logging.INFO
         log.log(
@@ -440,20 +558,31 @@ class OptimizerService:
             streams.append("rtt_samples")
         return streams
 
-    def handle(self, received: Received) -> tuple[LinkController | None, int]:
-        """One record from Kafka, on the loop. Returns the link's controller and, for a
-        window, its number: the record's offset may be committed once the controller's
-        `saved_through` reaches it (other records: at once)."""
-        controller = self.controller(received.record["link_id"])
-        if controller is None:
-            return None, 0
+    def handle(self, received: Received) -> None:
+        """One record from Kafka, on the loop. A window's offset may be committed once the
+        controller's `saved_through` reaches its number (other records': at once). A record
+        of a partition taken back while its batch was being polled is passed over: its
+        partition's new holder reads it."""
+        partition = (received.topic, received.partition)
+        if partition not in self.owned.partitions:
+            self.stats.not_held += 1
+            return
+        link_id = received.record["link_id"]
+        controller, number = None, 0
         if received.stream == "link_metrics":
-            return controller, controller.on_window(Window.from_record(received.record))
-        if isinstance(controller.policy, JenksPolicy):
-            controller.policy.observe_flows(
-                received.record["ts_ns"], flow_min_rtts(received.record)
-            )
-        return controller, 0
+            controller = self.controller(link_id, received.partition)
+            if controller is not None:
+                controller.partition = received.partition  # its windows' is its changelog's
+                number = controller.on_window(Window.from_record(received.record))
+        else:
+            # RTT samples of a link this process drives (their partitions may differ).
+            driven = self.controllers.get(link_id)
+            if driven is not None and isinstance(driven.policy, JenksPolicy):
+                driven.policy.observe_flows(
+                    received.record["ts_ns"], flow_min_rtts(received.record)
+                )
+        queue = self.owned.unsaved.setdefault(partition, deque())
+        queue.append((received.offset, controller, number))
 
     def stop(self) -> None:
         self._stop.set()
@@ -469,27 +598,194 @@ class OptimizerService:
             self._failure = exc
         self._stop.set()
 
+    def _take_outgoing(
+        self, links: set[str] | None
+    ) -> tuple[list[Outgoing], list[tuple[LinkController, Staged]]]:
+        """The staged states and the decision records of `links` (None: all), taken for a
+        transaction."""
+        if links is None:
+            staged, self._staged = list(self._staged.values()), {}
+            outbox, self._outbox = self._outbox, []
+        else:
+            staged = [self._staged.pop(link) for link in links if link in self._staged]
+            outbox = [o for o in self._outbox if o.record["link_id"] in links]
+            self._outbox = [o for o in self._outbox if o.record["link_id"] not in links]
+        return [s.record for _, s in staged] + outbox, staged
+
+    async def _commit(self, consumer: RecordConsumer) -> None:
+        """One transaction: the staged states, the decision records, and the offsets of
+        every partition held (so that the coordinator checks this member's generation);
+        then the decisions it holds are applied. If it is aborted, the process joins the group
+        again and resumes what it is given from what was committed."""
+        assert self._producer is not None
+        records, staged = self._take_outgoing(None)
+        offsets = self.owned.saved_offsets(self.owned.partitions)
+        if not records and not offsets:
+            return
+        try:
+            await asyncio.to_thread(
+                self._producer.commit, records, offsets, consumer.group_metadata()
+            )
+        except TransactionAborted as exc:
+            self.stats.aborted += 1
+            log.warning("transaction aborted (%s): joining the group again", exc)
+            await asyncio.to_thread(self._rejoin, consumer, asyncio.get_running_loop())
+            return
+        self.stats.transactions += 1
+        for controller, entry in staged:
+            controller.authorize(entry.unapplied)
+
+    # ---- partitions given and taken back (called from the polling thread) -------------
+    def _assigned(
+        self, consumer: RecordConsumer, loop: asyncio.AbstractEventLoop, given: list[Partition]
+    ) -> None:
+        numbers = sorted(p for t, p in given if t == self._metrics_topic)
+        states = changelog.restore(
+            self.config.kafka, self.config.kafka.topics, numbers, RESTORE_TIMEOUT_S
+        )
+        offsets = consumer.committed(given)
+        log.info(
+            "given %s: %d link states read from the changelog",
+            ", ".join(f"{t}[{p}]" for t, p in sorted(given)),
+            len(states),
+        )
+        asyncio.run_coroutine_threadsafe(self._take(given, states, offsets), loop).result()
+
+    async def _take(
+        self,
+        given: list[Partition],
+        states: dict[str, tuple[int, LinkState]],
+        offsets: dict[Partition, int],
+    ) -> None:
+        """Holds the partitions given, and resumes their links at once: a link whose
+        metrics stopped with its previous owner falls back after `stale_after` here."""
+        self.stats.assigned += len(given)
+        self.owned.partitions.update(given)
+        self.owned.next_offsets.update(offsets)
+        for link_id, (partition, saved) in states.items():
+            if link_id in self.links:
+                self.controller(link_id, partition, saved)
+
+    def _revoked(
+        self,
+        consumer: RecordConsumer,
+        loop: asyncio.AbstractEventLoop,
+        taken: list[Partition],
+        *,
+        lost: bool,
+    ) -> None:
+        """Stops the links of the partitions taken back; unless they were lost (another
+        member may own them already), commits their states and offsets first."""
+        future = asyncio.run_coroutine_threadsafe(self._release(set(taken), lost=lost), loop)
+        records, offsets = future.result()
+        if lost or not (records or offsets):
+            return
+        assert self._producer is not None
+        try:
+            self._producer.commit(records, offsets, consumer.group_metadata())
+            self.stats.transactions += 1
+        except TransactionAborted as exc:
+            self.stats.aborted += 1
+            log.warning(
+                "handing over: transaction aborted (%s); the next owner resumes "
+                "from the state committed before",
+                exc,
+            )
+
+    async def _release(
+        self, taken: set[Partition], *, lost: bool
+    ) -> tuple[list[Outgoing], dict[Partition, int]]:
+        self.stats.revoked += len(taken)
+        numbers = {p for t, p in taken if t == self._metrics_topic}
+        released = [c for c in self.controllers.values() if c.partition in numbers]
+        for controller in released:
+            controller.released = True
+        tasks = [t for c in released for t in (c.deciding, c.applying, c.reading) if t]
+        if tasks:
+            if not lost:
+                await asyncio.wait(tasks, timeout=RELEASE_TIMEOUT_S)
+            for task in tasks:
+                task.cancel()
+        for controller in released:
+            if not lost:
+                controller.save()
+            del self.controllers[controller.link.id]
+        links = {c.link.id for c in released}
+        records, _ = self._take_outgoing(links)
+        offsets = self.owned.saved_offsets(taken)
+        # The offsets of every partition held, so that the coordinator checks the generation.
+        fence = {p: o for p, o in self.owned.next_offsets.items() if p in self.owned.partitions}
+        self.owned.partitions -= taken
+        for partition in taken:
+            self.owned.unsaved.pop(partition, None)
+            self.owned.next_offsets.pop(partition, None)
+        if released:
+            log.info(
+                "%s %s: %d links handed over",
+                "lost" if lost else "taken back",
+                ", ".join(f"{t}[{p}]" for t, p in sorted(taken)),
+                len(released),
+            )
+        return records, {**fence, **offsets}
+
+    def _rejoin(self, consumer: RecordConsumer, loop: asyncio.AbstractEventLoop) -> None:
+        """After an aborted transaction: drops every link and what was staged for them (as
+        if their partitions were lost), then leaves the group and joins it again, so that
+        what the group gives this process is read afresh from the changelog and the
+        committed offsets (the windows since are replayed)."""
+        held = set(self.owned.partitions)
+        asyncio.run_coroutine_threadsafe(self._release(held, lost=True), loop).result()
+        consumer.resubscribe()
+
     async def run(self, on_tick: Callable[[OptimizerService], None] | None = None) -> None:
         """Consumes until `stop()`; `on_tick` is called about once a second (progress)."""
+        loop = asyncio.get_running_loop()
+        self._producer = await asyncio.to_thread(
+            TransactionalProducer,
+            self.config.kafka,
+            self.config.kafka.topics,
+            self.instance,
+            TRANSACTION_TIMEOUT_MS,
+        )
+        consumer: RecordConsumer | None = None
+
+        def assigned(given: list[Partition]) -> None:
+            assert consumer is not None
+            self._assigned(consumer, loop, given)
+
+        def revoked(taken: list[Partition]) -> None:
+            assert consumer is not None
+            self._revoked(consumer, loop, taken, lost=False)
+
+        def lost(taken: list[Partition]) -> None:
+            assert consumer is not None
+            self._revoked(consumer, loop, taken, lost=True)
+
+        session_ms = self.config.optimizer.session_timeout_ns // 1_000_000
         consumer = RecordConsumer(
             self.config.kafka,
             self.config.optimizer.group,
             self._streams(),
             self.config.kafka.topics,
             store_on_poll=False,
+            transactional=True,
+            settings={
+                "session.timeout.ms": session_ms,
+                "heartbeat.interval.ms": max(100, session_ms // 4),
+            },
+            on_assign=assigned,
+            on_revoke=revoked,
+            on_lost=lost,
         )
         if any(link.policy in OFF_LOOP_POLICIES for link in self.links.values()):
             # Queued first in the decide thread, so the links' first fits come after it.
             self._decide_thread.submit(_warm_up_ax)
-        # Records not yet committed, in arrival order, each with its link and window number.
-        unsaved: deque[tuple[Received, LinkController | None, int]] = deque()
         last_persist = last_tick = last_round = time.monotonic_ns()
         try:
             while not self._stop.is_set():
                 batch = await asyncio.to_thread(_poll_batch, consumer)
                 for received in batch:
-                    unsaved.append((received, *self.handle(received)))
-                self.store.flush()  # the round's decisions, before their applies start
+                    self.handle(received)
                 now = time.monotonic_ns()
                 if now - last_round < STALLED_ROUND_NS:
                     for controller in self.controllers.values():
@@ -502,9 +798,10 @@ class OptimizerService:
                     for controller in self.controllers.values():
                         if controller.dirty:
                             controller.save()
-                    self.store.flush()
-                    consumer.handled(_saved_prefix(unsaved))
+                    await self._commit(consumer)
                     last_persist = now
+                elif self._staged or self._outbox:
+                    await self._commit(consumer)
                 if on_tick is not None and now - last_tick >= 1_000_000_000:
                     on_tick(self)
                     last_tick = now
@@ -525,9 +822,11 @@ class OptimizerService:
                 await asyncio.wait(in_flight, timeout=10)
             for controller in self.controllers.values():
                 controller.save()
-            self.store.flush()
-            consumer.handled(_saved_prefix(unsaved))
-            consumer.close()
+            with contextlib.suppress(TransactionAborted):
+                await self._commit(consumer)
+            # Leaving the group hands the partitions over at once (the revoke finds nothing
+            # more to commit); the callbacks come back to this loop, so not from it.
+            await asyncio.to_thread(consumer.close)
             self._producer.flush(10.0)
             self._decide_thread.shutdown(wait=False, cancel_futures=True)
             for driver in self._drivers.values():
@@ -552,20 +851,6 @@ def flow_min_rtts(batch: dict[str, Any]) -> dict[str, int]:
     }
 
 
-def _saved_prefix(unsaved: deque[tuple[Received, LinkController | None, int]]) -> list[Received]:
-    """Takes from the front of `unsaved` the records whose windows the saved state covers,
-    up to the first that it does not: offsets are committed per partition up to a record,
-    and arrival order keeps each partition's order."""
-    saved = []
-    while unsaved:
-        received, controller, number = unsaved[0]
-        if controller is not None and controller.saved_through < number:
-            break
-        saved.append(received)
-        unsaved.popleft()
-    return saved
-
-
 def _poll_batch(consumer: RecordConsumer) -> list[Received]:
     """Up to POLL_BATCH records, waiting at most POLL_TIMEOUT_S for the first."""
     batch: list[Received] = []
@@ -583,5 +868,6 @@ def summary_line(service: OptimizerService) -> str:
     return (
         f"links {len(service.controllers)}, windows {s.windows} (replayed {s.replayed}), "
         f"decisions {s.decisions}: applied {s.applied}, failed {s.failed}, "
-        f"fallbacks {s.fallbacks}, unknown links {s.unknown_links}"
+        f"fallbacks {s.fallbacks}, unknown links {s.unknown_links}, partitions "
+        f"{len(service.owned.partitions)}, transactions {s.transactions} (aborted {s.aborted})"
     )

@@ -1,35 +1,35 @@
-"""Each link's optimizer state on disk, so that a restarted service resumes where it was.
+"""Each link's optimizer state, kept in Kafka so that it moves with the link.
 
-One SQLite database (`links.sqlite`, write-ahead log) under the state folder, a row per
-link. A service stages the states that changed and writes them together in one transaction
-(`flush`) before it applies anything they decided and before it commits the Kafka offsets
-they cover: a crash leaves every row as it was before the flush or as after it. One file
-replace per link and decision (the former layout) cost 0.3-0.6 ms each and held a process
-to ~300 links at a decision a second; a transaction of a round's states costs a few µs per
-link. Processes of one consumer group on one machine share the database (SQLite locks it
-between them): when a link moves to another process (the group rebalanced), that process
-resumes from its row. SQLite's locking needs a local file system, not a network share.
+The state of a link is a record of the compacted `optimizer_state` topic (the changelog
+pattern), keyed by link, in the partition of the same number as the link's `link_metrics`
+partition: the process the group gives partition p reads partition p of the changelog from
+its start and has the newest state of every link it now drives. The service writes states
+in the transactions that also commit the offsets of the windows they cover and the decision
+records they made (`p4bs.bus.TransactionalProducer`), so the three are visible together or
+not at all, and a process that lost its partitions cannot write any more for them.
+
+A state record carries its writer (`owner`) and the link's `epoch`, which each process that
+takes the link over raises by one: the changelog shows who drove a link when.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import sqlite3
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
+
+from p4bs.bus import Cluster, Received, read_partitions
+from p4bs_optimizer.policies.base import Decision
 
 log = logging.getLogger(__name__)
 
-DATABASE = "links.sqlite"
-# How long a process waits for another one's transaction (they take milliseconds).
-BUSY_TIMEOUT_MS = 10_000
+STREAM = "optimizer_state"
 
 
 @dataclass
 class LinkState:
-    """What the service keeps of one link between windows (JSON-able)."""
+    """What the service keeps of one link between windows."""
 
     policy: str  # the policy the state belongs to; another policy starts afresh
     policy_state: dict[str, Any] = field(default_factory=dict)  # Policy.snapshot()
@@ -38,70 +38,94 @@ class LinkState:
     in_force: dict[int, int] = field(default_factory=dict)  # queue -> applied and read back
     last_change_ns: int = 0  # wall clock of the last applied change
     fallback: bool = False  # the safe buffer is in force because metrics went stale
+    # Per queue, the decision committed (or about to be) and not yet applied and recorded.
+    unapplied: dict[int, Decision] = field(default_factory=dict)
+    epoch: int = 0  # raised by one by each process that takes the link over
 
 
-class StateStore:
-    """Reads and writes `LinkState`s in the database in `folder` (created if missing).
-    Used from one thread (the service's event loop)."""
+def to_record(link_id: str, state: LinkState, owner: str, ts_ns: int) -> dict[str, Any]:
+    """The state as an OptimizerLinkState record."""
+    return {
+        "link_id": link_id,
+        "ts_ns": ts_ns,
+        "owner": owner,
+        "epoch": state.epoch,
+        "policy": state.policy,
+        "policy_state": json.dumps(state.policy_state, sort_keys=True),
+        "last_window_end_ns": state.last_window_end_ns,
+        "intended": _buffers(state.intended),
+        "in_force": _buffers(state.in_force),
+        "last_change_ns": state.last_change_ns,
+        "fallback": state.fallback,
+        "unapplied": [
+            {
+                "queue": d.queue,
+                "buffer_bytes": d.buffer_bytes,
+                "phase": d.phase,
+                "reason": d.reason,
+                "trial": d.trial,
+                "f": d.f,
+                "flows": list(d.flows),
+            }
+            for _, d in sorted(state.unapplied.items())
+        ],
+    }
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True)
-        self.path = folder / DATABASE
-        self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        # In WAL mode a commit survives the process's crash without an fsync per commit;
-        # what it risks is the last commits on a power loss, as the file replace did.
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        with self._db:
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS link_state (link_id TEXT PRIMARY KEY, state TEXT)"
+
+def from_record(record: dict[str, Any]) -> LinkState:
+    """The state an OptimizerLinkState record holds. Raises ValueError if its policy
+    snapshot is not JSON."""
+    return LinkState(
+        policy=record["policy"],
+        policy_state=json.loads(record["policy_state"]),
+        last_window_end_ns=record["last_window_end_ns"],
+        intended={b["queue"]: b["buffer_bytes"] for b in record["intended"]},
+        in_force={b["queue"]: b["buffer_bytes"] for b in record["in_force"]},
+        last_change_ns=record["last_change_ns"],
+        fallback=record["fallback"],
+        unapplied={
+            d["queue"]: Decision(
+                d["buffer_bytes"],
+                d["phase"],
+                d["reason"],
+                queue=d["queue"],
+                trial=d["trial"],
+                f=d["f"],
+                flows=tuple(d["flows"]),
             )
-        self._staged: dict[str, str] = {}
-        self.flushes = 0  # transactions written
-        self.rows_written = 0
+            for d in record["unapplied"]
+        },
+        epoch=record["epoch"],
+    )
 
-    def load(self, link_id: str) -> LinkState | None:
-        """The link's saved state; None if there is none or it cannot be read (said in the
-        log: the link then starts afresh rather than the service stopping)."""
-        text = self._staged.get(link_id)
-        if text is None:
-            row = self._db.execute(
-                "SELECT state FROM link_state WHERE link_id = ?", (link_id,)
-            ).fetchone()
-            if row is None:
-                return None
-            text = row[0]
+
+def _buffers(buffers: dict[int, int]) -> list[dict[str, int]]:
+    return [{"queue": q, "buffer_bytes": b} for q, b in sorted(buffers.items())]
+
+
+def restore(
+    cluster: Cluster, topics: dict[str, str], partitions: list[int], timeout_s: float
+) -> dict[str, tuple[int, LinkState]]:
+    """The newest state of every link in the changelog's `partitions`, with its partition.
+    A record that cannot be read is logged and passed over: its link resumes from an older
+    state or afresh, rather than the service stopping."""
+    received, malformed = read_partitions(cluster, STREAM, topics, partitions, timeout_s)
+    for reason in malformed:
+        log.error("optimizer state unreadable, passed over: %s", reason)
+    newest: dict[str, Received] = {}
+    for r in received:
+        newest[r.record["link_id"]] = r
+    states = {}
+    for link_id, r in newest.items():
         try:
-            data = json.loads(text)
-            return LinkState(
-                policy=data["policy"],
-                policy_state=data["policy_state"],
-                last_window_end_ns=int(data["last_window_end_ns"]),
-                intended={int(q): int(b) for q, b in data["intended"].items()},
-                in_force={int(q): int(b) for q, b in data["in_force"].items()},
-                last_change_ns=int(data["last_change_ns"]),
-                fallback=bool(data["fallback"]),
+            states[link_id] = (r.partition, from_record(r.record))
+        except ValueError as exc:
+            log.error(
+                "link %s: saved state at %s[%d]@%d unreadable, starting afresh: %s",
+                link_id,
+                r.topic,
+                r.partition,
+                r.offset,
+                exc,
             )
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            log.error("link %s: saved state unreadable, starting afresh: %r", link_id, exc)
-            return None
-
-    def stage(self, link_id: str, state: LinkState) -> None:
-        """Takes the state as it is now; written by the next `flush`."""
-        self._staged[link_id] = json.dumps(asdict(state), sort_keys=True)
-
-    def flush(self) -> None:
-        """Writes every staged state in one transaction (nothing to do if none)."""
-        if not self._staged:
-            return
-        rows = list(self._staged.items())
-        with self._db:
-            self._db.executemany(
-                "INSERT INTO link_state (link_id, state) VALUES (?, ?) "
-                "ON CONFLICT (link_id) DO UPDATE SET state = excluded.state",
-                rows,
-            )
-        self._staged.clear()
-        self.flushes += 1
-        self.rows_written += len(rows)
+    return states

@@ -137,7 +137,7 @@ def pin(pid: int, cpu: int) -> None:
 def fresh_topics(bootstrap: str) -> dict[str, str]:
     run = f"bench-{uuid.uuid4().hex[:6]}"
     topics = {s: f"{run}.{s}" for s in STREAMS}
-    ensure_topics(bootstrap, topics.values(), partitions=4, replication_factor=1)
+    ensure_topics(bootstrap, topics, partitions=4, replication_factor=1)
     return topics
 
 

@@ -344,7 +344,7 @@ def bench_config(bootstrap: str, links: int) -> Config:
 def fresh_topics(bootstrap: str, streams: tuple[str, ...]) -> dict[str, str]:
     run = uuid.uuid4().hex[:8]
     topics = {stream: f"bench-{run}.{stream}" for stream in streams}
-    ensure_topics(bootstrap, topics.values(), partitions=PARALLELISM, replication_factor=1)
+    ensure_topics(bootstrap, topics, partitions=PARALLELISM, replication_factor=1)
     return topics
 
 
@@ -417,7 +417,7 @@ def measure_once(
     bootstrap = config.kafka.bootstrap
     prefix = topics["rtt_samples"].rpartition(".")[0]
     outputs = {stream: f"{prefix}.{stream}.{name}{run}" for stream in OUTPUTS}
-    ensure_topics(bootstrap, outputs.values(), partitions=PARALLELISM, replication_factor=1)
+    ensure_topics(bootstrap, outputs, partitions=PARALLELISM, replication_factor=1)
     watch = OutputWatch(bootstrap, outputs["link_metrics"], committed=False)
     started = time.monotonic()
     if name == "job":

@@ -132,7 +132,7 @@ def main() -> int:
         broker.start()
         wait_ready(broker, 90)
         topics = {s: f"bench-{uuid.uuid4().hex[:6]}.{s}" for s in STREAMS}
-        ensure_topics(broker.bootstrap, topics.values(), partitions=4, replication_factor=1)
+        ensure_topics(broker.bootstrap, topics, partitions=4, replication_factor=1)
         config = write_config(
             work, broker.bootstrap, topics, args.links, INTERVAL, first_port=0, port_step=2
         )

@@ -111,7 +111,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
 @pytest.fixture
 def secured_topics(secured: Secured) -> dict[str, str]:
     names = {s: f"sec-{uuid.uuid4().hex[:6]}.{s}" for s in STREAMS}
-    ensure_topics(secured.client, names.values(), partitions=1, replication_factor=1)
+    ensure_topics(secured.client, names, partitions=1, replication_factor=1)
     return names
 
 
@@ -244,7 +244,7 @@ def secured_run(secured: Secured) -> SecuredRun:
     run = secured.folder / "run"
     run.mkdir()
     topics = {s: f"run-{uuid.uuid4().hex[:6]}.{s}" for s in STREAMS}
-    ensure_topics(secured.client, topics.values(), partitions=1, replication_factor=1)
+    ensure_topics(secured.client, topics, partitions=1, replication_factor=1)
     config_path = _write_client_config(secured, run / "p4bs.toml", topics)
     config = load_config(config_path)
     before, after = write_taps(run, mixed_flows())

@@ -12,26 +12,24 @@ import itertools
 import math
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from optimizerproc import Decisions, optimizer
 from simlink import WINDOW_NS, LinkModel, SimulatedLink
 from test_agent import _kernel_limit
 
 from p4bs import paths
-from p4bs.bus import RecordConsumer, RecordProducer
+from p4bs.bus import RecordProducer
 from p4bs.config import Config, LinkConfig, load_config
-from p4bs_infra.procs import wait_until
 from p4bs_infra.stack import Stack
 from p4bs_infra.testbed import Testbed
+from p4bs_optimizer import state as changelog
 from p4bs_optimizer.policies.base import Decision, Policy, Window
 from p4bs_optimizer.service import OptimizerService
 
@@ -60,8 +58,7 @@ def write_config(
             f'ca_file = "{testbed.pki / "ca.pem"}"'
         ),
         r"^policy = .*$": f'policy = "{policy}"\npolicy_options = {options}',
-        r"^group = .*$": f'group = "optimizer-{uuid.uuid4().hex[:8]}"\nstate_dir = '
-        f'"{directory / "state"}"',
+        r"^group = .*$": f'group = "optimizer-{uuid.uuid4().hex[:8]}"',
         r"^stale_after = .*$": 'stale_after = "1s"',
         r"^min_change_interval = .*$": 'min_change_interval = "300ms"',
     }
@@ -73,51 +70,6 @@ def write_config(
     path = directory / "config.toml"
     path.write_text(text)
     return path
-
-
-@contextmanager
-def optimizer(
-    config_path: Path, *extra: str, log: Path | None = None
-) -> Iterator[subprocess.Popen[bytes]]:
-    """`p4bs optimizer run` with the config, its output in `log`; stopped (SIGTERM) at the
-    end unless it already ended."""
-    log = log or config_path.with_name(f"optimizer-{uuid.uuid4().hex[:6]}.log")
-    argv = [sys.executable, "-m", "p4bs_cli", "optimizer", "run", "--config", str(config_path)]
-    with log.open("wb") as out:
-        proc = subprocess.Popen([*argv, "--report-every", "1", *extra], stdout=out, stderr=out)
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        print(log.read_text()[-3000:])
-
-
-class Decisions:
-    """The decisions topic, read as the optimizer writes it."""
-
-    def __init__(self, config: Config) -> None:
-        self.consumer = RecordConsumer(
-            config.kafka.bootstrap,
-            f"reader-{uuid.uuid4().hex[:6]}",
-            ["buffer_decisions"],
-            config.kafka.topics,
-        )
-        self.records: list[dict[str, Any]] = []
-
-    def read(self) -> list[dict[str, Any]]:
-        while (received := self.consumer.poll(0.1)) is not None:
-            self.records.append(received.record)
-        return self.records
-
-    def until(self, predicate: Callable[[list[dict[str, Any]]], bool], timeout_s: float) -> None:
-        if not wait_until(lambda: predicate(self.read()), timeout_s):
-            raise AssertionError(f"decisions so far: {self.records}")
 
 
 @pytest.fixture
@@ -144,7 +96,7 @@ def setup(
 
     yield make
     for _, decisions in made:
-        decisions.consumer.close()
+        decisions.close()
 
 
 def _applied(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -256,9 +208,8 @@ def test_a_killed_optimizer_resumes_its_p4bs_search_from_saved_state(
     saved state: no new bound search, the trials numbered on from where they were, settled
     on a buffer better than either bound, in force on the router. The search is the
     continuous one, capped at C·d_hat as the options say; ei_stop 0 makes it take all 5
-    trials, however the noise falls. (The restarted process gets the
-    link's partition once Kafka drops the killed member of the group: its session timeout,
-    45 s, most of this test's time.)"""
+    trials, however the noise falls. (The restarted process gets the link's partition once
+    Kafka drops the killed member of the group, after its session timeout of 6 s.)"""
     model = LinkModel(loss_scale_bytes=20_000, f_noise=0.01)
     options = (
         '{ settle_ns = "500ms", settle_per_buffer = 0, measure_ns = "1s", max_trials = 5, '
@@ -304,7 +255,7 @@ def test_a_killed_optimizer_resumes_its_p4bs_search_from_saved_state(
     assert not any(d["phase"] == "bound_search" for d in after)  # no new search
     assert tried_after == sorted(tried_after) and min(tried_after) >= max(tried_before)
     assert sorted(set(tried_before + tried_after)) == [1, 2, 3, 4, 5]
-    assert "resumed p4bs from saved state" in restarted_log.read_text()
+    assert "resumed p4bs from its changelog" in restarted_log.read_text()
     assert bounds[0] < settled["buffer_bytes"] < bounds[1]
     best_bound = max(model.f(spec, b) for b in bounds)
     assert model.f(spec, settled["buffer_bytes"]) > best_bound
@@ -370,8 +321,8 @@ def test_a_blocking_policy_decides_in_its_thread_in_order_while_other_links_go_o
         assert producer.flush(10) == 0
 
     async def scenario() -> tuple[OptimizerService, GatedPolicy]:
-        service = OptimizerService(config, dry_run=True, state_dir=tmp_path / "state")
-        slow = service.controller(slow_link.id)
+        service = OptimizerService(config, dry_run=True)
+        slow = service.controller(slow_link.id, 0)
         assert slow is not None
         gated = slow.policy = GatedPolicy(slow_link, {})
         running = asyncio.get_running_loop().create_task(service.run())
@@ -381,12 +332,18 @@ def test_a_blocking_policy_decides_in_its_thread_in_order_while_other_links_go_o
         assert slow.in_thread and len(slow.inbox) == 4
         send(fast_link, ends[0])  # decided on the loop meanwhile
         await until(lambda: service.stats.decisions == 1)
-        slow.save()  # while its policy decides: not saved
+        # Saved while its policy decides: with the policy's snapshot from before it, which
+        # covers no window.
+        committed = service.stats.transactions
+        slow.save()
         assert not gated.gate.is_set() and slow.saved_through == 0
-        assert service.store.load(slow_link.id) is None
+        await until(lambda: service.stats.transactions > committed + 1)
+        states = await asyncio.to_thread(changelog.restore, config.kafka, topics, [0, 1], 30)
+        assert states[slow_link.id][1].last_window_end_ns == 0
 
         gated.gate.set()
         await until(lambda: service.stats.decisions == 6)
+        await until(lambda: slow.saved_through == 5)
         service.stop()
         await running
         return service, gated
@@ -395,11 +352,9 @@ def test_a_blocking_policy_decides_in_its_thread_in_order_while_other_links_go_o
     assert [end for end, _ in gated.seen] == ends
     assert all(thread.startswith("decide") for _, thread in gated.seen)  # not the loop's
     assert gated.snapshots_while_deciding == 0
-    assert service.controllers[slow_link.id].saved_through == 5
-    saved = service.store.load(slow_link.id)
-    assert saved is not None and saved.last_window_end_ns == ends[-1]
-    fast = service.store.load(fast_link.id)
-    assert fast is not None and fast.last_window_end_ns == ends[0]
+    states = changelog.restore(config.kafka, topics, [0, 1], 30)
+    assert states[slow_link.id][1].last_window_end_ns == ends[-1]
+    assert states[fast_link.id][1].last_window_end_ns == ends[0]
 
 
 class RecordingPolicy(Policy):
@@ -447,8 +402,8 @@ def test_windows_before_the_first_change_carry_the_buffer_read_from_the_router(
         assert producer.flush(10) == 0
 
     async def scenario() -> tuple[RecordingPolicy, OptimizerService]:
-        service = OptimizerService(config, state_dir=tmp_path / "state")
-        controller = service.controller(link.id)
+        service = OptimizerService(config)
+        controller = service.controller(link.id, 0)
         assert controller is not None
         policy = controller.policy = RecordingPolicy(link, decide_on=3, decide_at=changed_to)
         running = asyncio.get_running_loop().create_task(service.run())
