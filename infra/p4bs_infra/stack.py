@@ -130,6 +130,8 @@ class Stack:
         except OSError as exc:
             raise StackError(f"no stack was started in {state_dir} ({exc.strerror})") from exc
         saved["state_dir"] = Path(saved["state_dir"])
+        if isinstance(saved.get("topics"), list):  # recorded before topics were by stream
+            saved["topics"] = {topic: topic for topic in saved["topics"]}
         for name in ("kafka_username", "kafka_password"):
             if saved.get(name) is not None:
                 saved[name] = SecretRef(**saved[name])
