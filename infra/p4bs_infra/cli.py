@@ -27,7 +27,7 @@ def cmd_stack_up(args: argparse.Namespace) -> int:
             "influx_port",
             "influx_rpc_port",
         )
-        for name in (*overridable, "flink_taskmanagers"):
+        for name in (*overridable, "flink_taskmanagers", "kafka_brokers"):
             if getattr(args, name) is not None:
                 setattr(settings, name, getattr(args, name))
         stack = Stack(settings)
@@ -36,6 +36,8 @@ def cmd_stack_up(args: argparse.Namespace) -> int:
         print(f"p4bs stack up: {exc}", file=sys.stderr)
         return 1
     print(f"stack ready in {took:.1f} s (state, logs and pid files in {settings.state_dir})")
+    if settings.kafka_brokers > 1:
+        print(f"kafka bootstrap (list it whole in the config's [kafka]): {stack.bootstrap}")
     _print_health(stack)
     return 0
 
@@ -156,6 +158,12 @@ def add_parser(sub: Any, default_config: Path) -> None:
         "influx-rpc-port",
     ):
         up.add_argument(f"--{flag}", type=int, help="override the config's port")
+    up.add_argument(
+        "--kafka-brokers",
+        type=int,
+        help="run Kafka as a KRaft cluster of this many nodes on consecutive ports (node i: "
+        "the first's ports + 3(i-1)); topics get 3 replicas, 2 in sync (default: 1 node)",
+    )
     up.add_argument(
         "--flink-taskmanagers",
         type=int,

@@ -12,7 +12,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 
@@ -110,6 +110,18 @@ def free_ports(count: int) -> list[int]:
     while len(ports) < count:
         ports.add(free_port())
     return sorted(ports)
+
+
+def free_port_block(count: int, avoid: Iterable[int] = ()) -> int:
+    """The first of `count` consecutive ports on 127.0.0.1 that nobody listens on right now
+    and that are not in `avoid` (a Kafka cluster's nodes take consecutive ports)."""
+    avoided = set(avoid)
+    while True:
+        base = free_port()
+        block = range(base, base + count)
+        free = not any(port_open("127.0.0.1", port) for port in block[1:])
+        if base + count <= 65_535 and not avoided.intersection(block) and free:
+            return base
 
 
 def log_tail(logfile: Path, lines: int = 20) -> str:

@@ -1,4 +1,4 @@
-"""The local stack's servers: a single-node Kafka broker (KRaft) and InfluxDB 1.8.
+"""The local stack's servers: Kafka (KRaft; one node, or a cluster of several) and InfluxDB 1.8.
 
 Each is a plain background process bound to 127.0.0.1 with its config, data, log and pid
 file under one state folder. The broker serves its clients in plaintext, or over TLS with a
@@ -119,8 +119,16 @@ class KafkaSecurity:
     internal_port: int
 
 
+# Replicas of every topic in a cluster of several brokers, and how many must have a record
+# before it is acknowledged (with acks=all): one broker may fail without losing any.
+CLUSTER_REPLICAS = 3
+CLUSTER_MIN_IN_SYNC = 2
+
+
 class KafkaBroker(_Process):
-    """Apache Kafka in KRaft mode: one process that is both broker and controller."""
+    """Apache Kafka in KRaft mode: one process that is both broker and controller, alone or
+    one node of a cluster (`node_id` of `voters`, the controllers' `id@host:port` list).
+    The nodes of a cluster share the state folder's cluster id and TLS material."""
 
     name = "kafka"
 
@@ -131,14 +139,23 @@ class KafkaBroker(_Process):
         controller_port: int,
         heap: str = "1g",
         security: KafkaSecurity | None = None,
+        node_id: int = 1,
+        voters: str | None = None,
+        cluster_size: int = 1,
     ) -> None:
+        if node_id > 1:
+            self.name = f"kafka-{node_id}"
         super().__init__(state_dir)
         self.port = port
         self.controller_port = controller_port
         self.heap = heap
         self.security = security
+        self.node_id = node_id
+        self.voters = voters or f"{node_id}@{LOOPBACK}:{controller_port}"
+        self.cluster_size = cluster_size
         self.bootstrap = f"{LOOPBACK}:{port}"
-        self.tls_dir = self.dir / "tls"
+        self.tls_dir = state_dir / "kafka" / "tls"
+        self._cluster_id_file = state_dir / "kafka-cluster-id"
 
     @property
     def ca_file(self) -> Path | None:
@@ -260,19 +277,23 @@ class KafkaBroker(_Process):
 
     def _write_config(self) -> Path:
         data = self.dir / "data"
+        # Internal topics cannot have more replicas than brokers.
+        replicas = str(min(CLUSTER_REPLICAS, self.cluster_size))
+        in_sync = str(min(CLUSTER_MIN_IN_SYNC, self.cluster_size))
         props = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@{LOOPBACK}:{self.controller_port}",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": self.voters,
             "controller.listener.names": "CONTROLLER",
             **self._listeners(),
             "log.dirs": str(data),
-            # A single node: internal topics cannot have more replicas than brokers.
-            "offsets.topic.replication.factor": "1",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
+            "offsets.topic.replication.factor": replicas,
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": in_sync,
+            "share.coordinator.state.topic.replication.factor": replicas,
+            "share.coordinator.state.topic.min.isr": in_sync,
+            "default.replication.factor": replicas,
+            "min.insync.replicas": in_sync,
             "group.initial.rebalance.delay.ms": "0",
             # A transaction left open by a process that died holds up read-committed readers
             # of its partitions until aborted; look for timed-out ones every second (the
@@ -308,14 +329,21 @@ class KafkaBroker(_Process):
             self._make_pki()
         config = self._write_config()
         if not (self.dir / "data" / "meta.properties").exists():
-            # KRaft needs its log folder formatted once with a cluster id (22 chars, base64url).
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            # KRaft needs its log folder formatted once with the cluster's id.
+            cluster_id = self._cluster_id()
             # `--cluster-id=`: an id may start with "-", which would read as an option.
             tool = [*java, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}"]
             formatted = procs.run_logged([*tool, "-c", str(config)], self.logfile)
             if not formatted:
                 raise self.failure("storage format failed")
         procs.start_detached([*java, "kafka.Kafka", str(config)], self.pidfile, self.logfile)
+
+    def _cluster_id(self) -> str:
+        """The cluster's id (22 chars, base64url), made by its first node to start."""
+        if not self._cluster_id_file.exists():
+            made = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            self._cluster_id_file.write_text(made)
+        return self._cluster_id_file.read_text().strip()
 
     def ready(self) -> bool:
         from confluent_kafka.admin import AdminClient

@@ -11,6 +11,11 @@ With `kafka.security = "sasl_ssl"` the broker serves its clients over TLS with a
 login: the stack makes a CA and the broker's certificate, creates the config's user with the
 config's password (both resolved from their references, kept nowhere), and writes the
 [kafka] settings its clients need to `<state>/kafka/client.toml`.
+
+With `--kafka-brokers N` (N >= 2) Kafka is a KRaft cluster of N nodes on consecutive ports,
+whose topics (the internal ones too) have 3 replicas (at most N) of which 2 must hold a
+record before it is acknowledged: one node may fail, or be killed, without a record lost.
+Clients list every node in their bootstrap (`Stack.bootstrap`).
 """
 
 from __future__ import annotations
@@ -19,13 +24,14 @@ import json
 import time
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from p4bs.bus import Cluster, ensure_topics
 from p4bs.config import Config, KafkaConfig, SecretRef, config_toml
 from p4bs_infra import procs
 from p4bs_infra.services import (
+    CLUSTER_REPLICAS,
     LOOPBACK,
     FlinkJobManager,
     FlinkTaskManager,
@@ -53,6 +59,9 @@ class StackSettings:
     kafka_internal_port: int = 9094
     kafka_username: SecretRef | None = None
     kafka_password: SecretRef | None = None
+    # Kafka nodes (broker and controller each). Node i > 1 takes the ports of node 1 plus
+    # 3·(i - 1): client, controller and internal ports in steps of three.
+    kafka_brokers: int = 1
     influx_port: int = 8086
     influx_rpc_port: int = 8088
     topics: dict[str, str] = field(default_factory=dict)  # stream -> topic
@@ -69,7 +78,8 @@ class StackSettings:
     @classmethod
     def from_config(cls, config: Config, state_dir: Path) -> StackSettings:
         """Ports from the config's endpoints, which must be on this machine's loopback."""
-        host, _, kafka_port = config.kafka.bootstrap.rpartition(":")
+        first = config.kafka.bootstrap.split(",")[0].strip()  # a cluster's first node
+        host, _, kafka_port = first.rpartition(":")
         influx = urllib.parse.urlsplit(config.influxdb.url)
         for what, h in (("kafka.bootstrap", host), ("influxdb.url", influx.hostname)):
             if h not in (LOOPBACK, "localhost"):
@@ -108,13 +118,30 @@ class Stack:
         security = None
         if s.kafka_security == "sasl_ssl":
             security = KafkaSecurity(s.kafka_sasl_mechanism, s.kafka_internal_port)
-        self.kafka = KafkaBroker(
-            s.state_dir, s.kafka_port, s.kafka_controller_port, security=security
-        )
+        if s.kafka_brokers < 1:
+            raise StackError(f"kafka_brokers must be at least 1, not {s.kafka_brokers}")
+        ports = [
+            (s.kafka_port + 3 * i, s.kafka_controller_port + 3 * i, s.kafka_internal_port + 3 * i)
+            for i in range(s.kafka_brokers)
+        ]
+        voters = ",".join(f"{i + 1}@{LOOPBACK}:{c}" for i, (_, c, _) in enumerate(ports))
+        self.brokers = [
+            KafkaBroker(
+                s.state_dir,
+                port,
+                controller,
+                security=None if security is None else replace(security, internal_port=internal),
+                node_id=i + 1,
+                voters=voters,
+                cluster_size=s.kafka_brokers,
+            )
+            for i, (port, controller, internal) in enumerate(ports)
+        ]
+        self.kafka = self.brokers[0]  # the stack's admin connection goes to it
         self.influxdb = InfluxDB(
             s.state_dir, s.influx_port, s.influx_rpc_port, s.database, s.retention_ns
         )
-        self.services: list[Service] = [self.kafka, self.influxdb]
+        self.services: list[Service] = [*self.brokers, self.influxdb]
         if s.flink_taskmanagers:
             self.flink = FlinkJobManager(s.state_dir, s.flink_rest_port, s.flink_rpc_port)
             self.services.append(self.flink)
@@ -143,9 +170,9 @@ class Stack:
         the [kafka] settings of a secured one (its CA, the user's credential references)."""
         s = self.settings
         if self.kafka.ca_file is None:
-            return self.kafka.bootstrap
+            return self.bootstrap
         return KafkaConfig(
-            bootstrap=self.kafka.bootstrap,
+            bootstrap=self.bootstrap,
             security="sasl_ssl",
             sasl_mechanism=s.kafka_sasl_mechanism,
             ca_file=str(self.kafka.ca_file),
@@ -177,12 +204,29 @@ class Stack:
             + config_toml({"kafka": section})
         )
 
+    @property
+    def bootstrap(self) -> str:
+        """Every broker's client address: a client still reaches the cluster when one is
+        down."""
+        return ",".join(broker.bootstrap for broker in self.brokers)
+
     def _check_ports_free(self) -> None:
         s = self.settings
+        kafka = [
+            (f"{broker.name}{what}", port)
+            for broker in self.brokers
+            for what, port in (
+                ("", broker.port),
+                (" controller", broker.controller_port),
+                *(
+                    ((" internal", broker.security.internal_port),)
+                    if broker.security is not None
+                    else ()
+                ),
+            )
+        ]
         for name, port in (
-            ("kafka", s.kafka_port),
-            ("kafka controller", s.kafka_controller_port),
-            *((("kafka internal", s.kafka_internal_port),) if self.kafka.security else ()),
+            *kafka,
             ("influxdb", s.influx_port),
             ("influxdb rpc", s.influx_rpc_port),
             *(
@@ -216,9 +260,15 @@ class Stack:
             if self.kafka.security is not None:
                 self._add_kafka_user()
                 progress(f"kafka clients: TLS + {s.kafka_sasl_mechanism}, see {self.client_file}")
-            created = ensure_topics(self.client, s.topics, s.partitions, s.replication_factor)
+            replicas = s.replication_factor
+            if s.kafka_brokers > 1:  # a cluster is for surviving a node's failure
+                replicas = max(replicas, min(CLUSTER_REPLICAS, s.kafka_brokers))
+            created = ensure_topics(self.client, s.topics, s.partitions, replicas)
             if created:
-                progress(f"created {len(created)} topics with {s.partitions} partitions each")
+                progress(
+                    f"created {len(created)} topics with {s.partitions} partitions of "
+                    f"{replicas} replicas each"
+                )
             self.influxdb.create_database()
         except BaseException:
             self.down()

@@ -320,7 +320,7 @@ def test_a_blocking_policy_decides_in_its_thread_in_order_while_other_links_go_o
         producer.produce("link_metrics", model.window(link, 100_000, end_ns))
         assert producer.flush(10) == 0
 
-    async def scenario() -> tuple[OptimizerService, GatedPolicy]:
+    async def scenario() -> GatedPolicy:
         service = OptimizerService(config, dry_run=True)
         slow = service.controller(slow_link.id, 0)
         assert slow is not None
@@ -346,9 +346,9 @@ def test_a_blocking_policy_decides_in_its_thread_in_order_while_other_links_go_o
         await until(lambda: slow.saved_through == 5)
         service.stop()
         await running
-        return service, gated
+        return gated
 
-    service, gated = asyncio.run(scenario())
+    gated = asyncio.run(scenario())
     assert [end for end, _ in gated.seen] == ends
     assert all(thread.startswith("decide") for _, thread in gated.seen)  # not the loop's
     assert gated.snapshots_while_deciding == 0
