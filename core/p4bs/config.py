@@ -34,6 +34,7 @@ KAFKA_SECURITY = ("plaintext", "sasl_ssl")
 SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
 CCAS = ("cubic", "bbr", "reno")
 TOFINO_MAX_PORT = 511
+DAY_NS = 86_400_000_000_000
 
 T = TypeVar("T")
 
@@ -84,9 +85,14 @@ class KafkaConfig:
 
 @dataclass(frozen=True)
 class InfluxConfig:
+    """InfluxDB and how long it keeps what (p4bs/history.py); a retention of 0 keeps forever."""
+
     url: str = "http://127.0.0.1:8086"
     database: str = "p4bs"
-    retention_ns: int = 0  # 0 keeps points forever
+    retention_ns: int = 0  # every window (the default retention policy)
+    retention_1s_ns: int = 30 * DAY_NS  # the windows' per-second summaries
+    retention_1m_ns: int = 365 * DAY_NS  # per-minute summaries
+    events_retention_ns: int = 365 * DAY_NS  # SLA alerts and buffer decisions
     username: SecretRef | None = None
     password: SecretRef | None = None
 
@@ -533,14 +539,20 @@ def _read_kafka(r: _Reader, data: dict[str, Any]) -> KafkaConfig:
 
 def _read_influx(r: _Reader, data: dict[str, Any]) -> InfluxConfig:
     d = InfluxConfig()
-    r.unknown(data, {"url", "database", "retention", "username", "password"})
-    retention = r.get(data, "retention", parse_duration_ns, 0)
-    if retention is not None and 0 < retention < 3_600_000_000_000:
-        r.problem("retention", "InfluxDB keeps data at least 1h; use 0 for forever or >= 1h")
+    durations = ("retention", "retention_1s", "retention_1m", "events_retention")
+    r.unknown(data, {"url", "database", "username", "password", *durations})
+    kept: dict[str, int] = {}
+    for key in durations:
+        kept[key] = r.get(data, key, parse_duration_ns, getattr(d, f"{key}_ns")) or 0
+        if 0 < kept[key] < 3_600_000_000_000:
+            r.problem(key, "InfluxDB keeps data at least 1h; use 0 for forever or >= 1h")
     return InfluxConfig(
         url=r.get(data, "url", _url, d.url) or d.url,
         database=r.get(data, "database", _text, d.database) or d.database,
-        retention_ns=retention or 0,
+        retention_ns=kept["retention"],
+        retention_1s_ns=kept["retention_1s"],
+        retention_1m_ns=kept["retention_1m"],
+        events_retention_ns=kept["events_retention"],
         username=r.get(data, "username", _secret),
         password=r.get(data, "password", _secret),
     )

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from p4bs import paths
+from p4bs import history, paths
+from p4bs.config import InfluxConfig
 from p4bs_infra import procs
 from p4bs_infra.pki import server_pki
 
@@ -362,14 +363,12 @@ class InfluxDB(_Process):
 
     name = "influxdb"
 
-    def __init__(
-        self, state_dir: Path, port: int, rpc_port: int, database: str, retention_ns: int
-    ) -> None:
+    def __init__(self, state_dir: Path, port: int, rpc_port: int, settings: InfluxConfig) -> None:
         super().__init__(state_dir)
         self.port = port
         self.rpc_port = rpc_port
-        self.database = database
-        self.retention_ns = retention_ns
+        self.settings = settings  # the database and how long it keeps what
+        self.database = settings.database
         self.url = f"http://{LOOPBACK}:{port}"
 
     @property
@@ -428,19 +427,32 @@ bind-address = "{LOOPBACK}:{self.rpc_port}"
         return text
 
     def create_database(self) -> None:
-        """The database with its default retention policy set from the config."""
+        """The database, its retention policies and the continuous queries that downsample
+        the windows (p4bs/history.py); settings changed since an earlier start are applied."""
+        db, raw_ns = self.database, self.settings.retention_ns
         hour = 3_600_000_000_000
-        if self.retention_ns:
-            duration = f"{self.retention_ns // 1_000_000_000}s"
+        if raw_ns:
+            duration = f"{raw_ns // 1_000_000_000}s"
             # A shard group must not outlast the retention: InfluxDB's own defaults by range.
-            shard = "1h" if self.retention_ns < 48 * hour else "1d"
+            shard = "1h" if raw_ns < 48 * hour else "1d"
         else:
             duration, shard = "INF", "7d"
-        self.query(f'CREATE DATABASE "{self.database}"')
+        self.query(f'CREATE DATABASE "{db}"')
         self.query(
-            f'ALTER RETENTION POLICY "autogen" ON "{self.database}" '
+            f'ALTER RETENTION POLICY "{history.RAW}" ON "{db}" '
             f"DURATION {duration} SHARD DURATION {shard} DEFAULT"
         )
+        for policy, keep in history.retention_policies(self.settings):
+            try:
+                self.query(
+                    f'CREATE RETENTION POLICY "{policy}" ON "{db}" DURATION {keep} REPLICATION 1'
+                )
+            except StackError:  # it exists, with another duration
+                self.query(f'ALTER RETENTION POLICY "{policy}" ON "{db}" DURATION {keep}')
+        for rollup in history.ROLLUPS:
+            name, statement = history.continuous_query(db, rollup)
+            self.query(f'DROP CONTINUOUS QUERY "{name}" ON "{db}"')
+            self.query(statement)
 
 
 def flink_home() -> Path:

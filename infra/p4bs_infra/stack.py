@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from p4bs.bus import Cluster, ensure_topics
-from p4bs.config import Config, KafkaConfig, SecretRef, config_toml
+from p4bs.config import Config, InfluxConfig, KafkaConfig, SecretRef, config_toml
 from p4bs_infra import procs
 from p4bs_infra.services import (
     CLUSTER_REPLICAS,
@@ -69,6 +69,9 @@ class StackSettings:
     replication_factor: int = 1
     database: str = "p4bs"
     retention_ns: int = 0
+    retention_1s_ns: int = InfluxConfig.retention_1s_ns
+    retention_1m_ns: int = InfluxConfig.retention_1m_ns
+    events_retention_ns: int = InfluxConfig.events_retention_ns
     # A standalone Flink cluster (JobManager + this many TaskManagers) for `p4bs jobs
     # submit`; 0: none, jobs run in PyFlink's embedded MiniCluster.
     flink_taskmanagers: int = 0
@@ -109,6 +112,9 @@ class StackSettings:
             replication_factor=config.kafka.replication_factor,
             database=config.influxdb.database,
             retention_ns=config.influxdb.retention_ns,
+            retention_1s_ns=config.influxdb.retention_1s_ns,
+            retention_1m_ns=config.influxdb.retention_1m_ns,
+            events_retention_ns=config.influxdb.events_retention_ns,
         )
 
 
@@ -139,7 +145,16 @@ class Stack:
         ]
         self.kafka = self.brokers[0]  # the stack's admin connection goes to it
         self.influxdb = InfluxDB(
-            s.state_dir, s.influx_port, s.influx_rpc_port, s.database, s.retention_ns
+            s.state_dir,
+            s.influx_port,
+            s.influx_rpc_port,
+            InfluxConfig(
+                database=s.database,
+                retention_ns=s.retention_ns,
+                retention_1s_ns=s.retention_1s_ns,
+                retention_1m_ns=s.retention_1m_ns,
+                events_retention_ns=s.events_retention_ns,
+            ),
         )
         self.services: list[Service] = [*self.brokers, self.influxdb]
         if s.flink_taskmanagers:

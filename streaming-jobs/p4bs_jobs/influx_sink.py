@@ -7,6 +7,11 @@ meanwhile). A batch InfluxDB rejects for good (HTTP 4xx, e.g. points older than 
 retention policy) is counted, logged and passed over. A point is identified by its
 measurement, tags and time, so a batch written twice after a crash stays one set of points.
 
+Link metrics go into the database's default retention policy (every window, kept for
+`influxdb.retention`), SLA alerts and buffer decisions into `events` (kept for a year by
+default); continuous queries summarise the windows per second and per minute
+(p4bs/history.py).
+
 Schema (time = the record's window end or event time, ns):
 - `link_metrics`, tags `link`, `router`, `interface`; every numeric field of LinkMetrics
   (a null field is left out of the point), `change` as a boolean.
@@ -27,6 +32,7 @@ from typing import Any
 
 import requests
 
+from p4bs import history
 from p4bs.bus import Cluster, Received, RecordConsumer
 from p4bs.config import InfluxConfig
 
@@ -106,36 +112,46 @@ class InfluxSink:
         self._consumer = RecordConsumer(cluster, group, STREAMS, topics, store_on_poll=False)
 
     def _write_batch(self, batch: list[Received], stop: threading.Event) -> bool:
-        """Writes until InfluxDB takes the batch or rejects it for good; False if stopped."""
-        body = "\n".join(line_of(r.stream, r.record) for r in batch).encode()
+        """Writes the batch, each measurement into its retention policy, until InfluxDB
+        takes it or rejects it for good; False if stopped."""
+        by_policy: dict[str, list[Received]] = {}
+        for received in batch:
+            policy = history.retention_policy_of(received.stream)
+            by_policy.setdefault(policy, []).append(received)
+        for policy, points in by_policy.items():
+            if not self._write_points(policy, points, stop):
+                return False
+        self._consumer.handled(batch)
+        self.stats.batches += 1
+        return True
+
+    def _write_points(self, policy: str, points: list[Received], stop: threading.Event) -> bool:
+        body = "\n".join(line_of(r.stream, r.record) for r in points).encode()
         url = f"{self.settings.url}/write"
-        params = {"db": self.settings.database, "precision": "ns"}
+        params = {"db": self.settings.database, "rp": policy, "precision": "ns"}
         backoff = 0.5
         while True:
             try:
                 reply = self._session.post(url, params=params, data=body, timeout=30)
                 if reply.status_code == 204:
-                    self.stats.written += len(batch)
-                    break
+                    self.stats.written += len(points)
+                    return True
                 error = f"HTTP {reply.status_code}: {reply.text.strip()[:300]}"
                 if 400 <= reply.status_code < 500 and reply.status_code != 429:
                     # Rejected for good (e.g. points older than the retention policy): no
                     # retry can help. Counted and logged; the records stay in Kafka.
-                    self.stats.rejected += len(batch)
+                    self.stats.rejected += len(points)
                     self.stats.last_error = error
-                    log.error("InfluxDB rejected %d points: %s", len(batch), error)
-                    break
+                    log.error("InfluxDB rejected %d points: %s", len(points), error)
+                    return True
             except requests.RequestException as exc:
                 error = f"{type(exc).__name__}: {exc}"
             self.stats.last_error = error
-            log.warning("InfluxDB write of %d points failed: %s", len(batch), error)
+            log.warning("InfluxDB write of %d points failed: %s", len(points), error)
             if stop.wait(backoff):
                 return False
             self.stats.retries += 1
             backoff = min(backoff * 2, MAX_BACKOFF_S)
-        self._consumer.handled(batch)
-        self.stats.batches += 1
-        return True
 
     def run(
         self, stop: threading.Event, on_batch: Callable[[SinkStats], None] | None = None

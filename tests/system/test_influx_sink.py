@@ -121,6 +121,7 @@ def test_points_read_back_and_nothing_is_lost_while_influxdb_is_away(
         return list(series["values"])
 
     db = f'"{stack.influxdb.database}"."autogen".'
+    events = f'"{stack.influxdb.database}"."events".'  # alerts and decisions, kept longer
     where = f"\"link\" = '{LINK}' AND time >= {START} AND time < {START + 3 * 10**9}"
     rows = query(
         f'SELECT mean("srtt_ns"), sum("retransmissions"), count("queue_delay_ns") '
@@ -140,8 +141,10 @@ def test_points_read_back_and_nothing_is_lost_while_influxdb_is_away(
     (change,) = query(f'SELECT "f" FROM {db}link_metrics WHERE {where} AND "change" = true')
     assert change[1] == -0.1 * 7  # the float exactly as produced
     (alert,) = query(
-        f'SELECT "value", "alert_id" FROM {db}sla_alerts WHERE "kind" = \'queue_delay\''
+        f'SELECT "value", "alert_id" FROM {events}sla_alerts WHERE "kind" = \'queue_delay\''
     )
     assert alert[1:] == [12e6, f"{LINK}/queue_delay/1"]
-    (decision,) = query(f'SELECT "buffer_bytes", "reason" FROM {db}buffer_decisions WHERE {where}')
+    (decision,) = query(
+        f'SELECT "buffer_bytes", "reason" FROM {events}buffer_decisions WHERE {where}'
+    )
     assert decision[1:] == [125_000, "BDP/sqrt(N)"]

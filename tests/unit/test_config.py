@@ -38,6 +38,12 @@ def test_example_config_passes_with_units_converted(repo: Path) -> None:
     assert link.min_buffer_bytes == 32 * 1024
     assert config.flink.window_ns == 100_000_000
     assert config.influxdb.retention_ns == 30 * 86_400 * 10**9
+    assert config.influxdb.retention_1s_ns == 30 * 86_400 * 10**9  # the defaults
+    assert (
+        config.influxdb.retention_1m_ns
+        == config.influxdb.events_retention_ns
+        == 365 * 86_400 * 10**9
+    )
     assert config.routers[0].password == SecretRef(env="P4BS_ROUTER_PASSWORD")
     assert config.kafka.topics["rtt_samples"] == "p4bs.rtt-samples"
     assert config.optimizer.stale_after_ns == 5_000_000_000
@@ -118,6 +124,7 @@ BAD = [
     (_set("kafka", _SCRAM | {"sasl_mechanism": "PLAIN"}), "kafka.sasl_mechanism: must be one"),
     (_set("influxdb.url", "influx:8086"), "influxdb.url: must be an http:// or https:// URL"),
     (_set("influxdb.retention", "10min"), "influxdb.retention: InfluxDB keeps data at least 1h"),
+    (_set("influxdb.retention_1s", "1s"), "influxdb.retention_1s: InfluxDB keeps data at least"),
     (_set("flink.mode", "yarn"), "flink.mode: must be one of embedded, remote"),
     (_set("flink.window", "0ms"), "flink.window: the window must be positive"),
     (_set("flink.window", "150ms"), "flink.window: must be a multiple of dataplane.export"),
