@@ -24,6 +24,7 @@ from typing import Any
 from p4bs import paths
 from p4bs.bus import RecordConsumer
 from p4bs.config import FlowGroup, load_config
+from p4bs.history import retention_policy_of
 from p4bs_infra.services import InfluxDB, StackError
 from p4bs_infra.testbed import Testbed
 from p4bs_infra.traffic import Scenario, TrafficRun
@@ -292,7 +293,8 @@ def history(influxdb: InfluxDB) -> str:
         try:
             reply = json.loads(
                 influxdb.query(
-                    f'SELECT COUNT("{field}") FROM "{influxdb.database}".."{measurement}"'
+                    f'SELECT COUNT("{field}") FROM "{influxdb.database}".'
+                    f'"{retention_policy_of(measurement)}"."{measurement}"'
                 )
             )
             series = reply["results"][0].get("series")
