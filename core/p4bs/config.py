@@ -149,6 +149,7 @@ class OptimizerConfig:
     stale_after_ns: int = 5_000_000_000  # no metrics this long: fall back to the safe buffer
     min_change_interval_ns: int = 1_000_000_000  # between two changes of one link's buffer
     apply_attempts: int = 3  # per change, with backoff between them (transient failures only)
+    fit_processes: int = 0  # processes fitting P4BS's GPs; 0: one per core
 
 
 LONG_FLOW_MODES = ("sketch", "window")
@@ -616,7 +617,14 @@ def _read_optimizer(r: _Reader, data: dict[str, Any]) -> OptimizerConfig:
     d = OptimizerConfig()
     r.unknown(
         data,
-        {"group", "session_timeout", "stale_after", "min_change_interval", "apply_attempts"},
+        {
+            "group",
+            "session_timeout",
+            "stale_after",
+            "min_change_interval",
+            "apply_attempts",
+            "fit_processes",
+        },
     )
     session = r.get(data, "session_timeout", _positive(parse_duration_ns, "session_timeout"), None)
     stale = r.get(data, "stale_after", _positive(parse_duration_ns, "stale_after"), None)
@@ -630,6 +638,7 @@ def _read_optimizer(r: _Reader, data: dict[str, Any]) -> OptimizerConfig:
         min_change_interval_ns=interval or d.min_change_interval_ns,
         apply_attempts=r.get(data, "apply_attempts", _int_in(1, 100), d.apply_attempts)
         or d.apply_attempts,
+        fit_processes=r.get(data, "fit_processes", _int_in(0, 1024), d.fit_processes) or 0,
     )
 
 

@@ -8,9 +8,12 @@ the other links (each driver limits its own concurrent changes). Processes in on
 group share the links: Kafka gives each its partitions, and records are keyed by link.
 
 Most policies decide in microseconds and run on the loop. A policy in `OFF_LOOP_POLICIES`
-can take far longer (P4BS fits a GP when a trial ends), so its `decide` runs in the service's
-decide thread: the link's windows wait in its inbox meanwhile and are decided one at a time,
-in order, while the other links go on. The policy is never snapshotted while it decides.
+can take far longer (P4BS fits a GP when a trial ends), so its `decide` runs in one of the
+service's decide threads: the link's windows wait in its inbox meanwhile and are decided one
+at a time, in order, while the other links go on. Its GP fits run in a pool of processes, one
+per core (`optimizer.fit_processes`): fits are Python-bound, so threads could not run two at
+once, and each process seeds its own random generators around a fit, so a search never
+depends on what other links' fits did. The policy is never snapshotted while it decides.
 
 Safety, per link: a buffer is always within the link's [min, max]; two changes are at least
 `optimizer.min_change_interval` apart (a decision that comes sooner waits, and a newer one
@@ -44,14 +47,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import multiprocessing
 import os
+import signal
 import socket
 import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -83,14 +88,10 @@ PERSIST_INTERVAL_NS = 1_000_000_000
 POLL_BATCH = 500  # records handed to the loop at once
 POLL_TIMEOUT_S = 0.05
 # Policies whose `decide` may hold the loop for long: P4BS fits a GP with Ax when a trial
-# ends (0.2-0.3 s, tests/bench/ax_decision.py), and its first fit imports Ax and torch
-# (seconds). Their windows are decided in the decide thread, the others' on the loop.
+# ends (0.1-0.3 s, tests/bench/ax_decision.py). Their windows are decided in the decide
+# threads (as many as fit processes: a thread waits for its link's fit), the others' on the
+# loop.
 OFF_LOOP_POLICIES = frozenset({P4bsPolicy.name})
-# One thread: a fit is Python-bound (4 threads fitting 16 searches took as long as one did),
-# so more threads would only take the GIL from the loop more often; and Ax seeds the
-# process-wide torch/numpy RNGs around every fit (`with_rng_seed`), which fits running at
-# once could interleave, making a search depend on other links' timing.
-DECIDE_THREADS = 1
 STOP_DECIDING_TIMEOUT_S = 30.0  # at stop, for the decisions in the decide thread
 # When partitions are taken back, how long their links' decisions in the decide thread and
 # changes in flight may take to finish before they are cancelled (a cancelled change stays
@@ -449,7 +450,14 @@ class OptimizerService:
         self._outbox: list[Outgoing] = []
         self._stop = threading.Event()
         self._failure: Exception | None = None
-        self._decide_thread = ThreadPoolExecutor(DECIDE_THREADS, thread_name_prefix="decide")
+        fits = self._fits = config.optimizer.fit_processes or os.cpu_count() or 1
+        self._decide_thread = ThreadPoolExecutor(fits, thread_name_prefix="decide")
+        self._fit_pool: ProcessPoolExecutor | None = None
+        if any(link.policy in OFF_LOOP_POLICIES for link in config.links):
+            # Spawned, not forked: this process runs Kafka clients' threads.
+            self._fit_pool = ProcessPoolExecutor(
+                fits, mp_context=multiprocessing.get_context("spawn"), initializer=_fit_worker
+            )
 
     def _driver_for(self, router: RouterConfig) -> RouterDriver:
         return driver_for(
@@ -483,11 +491,18 @@ class OptimizerService:
             state = LinkState(policy=link.policy, epoch=saved.epoch if saved else 0)
         state.epoch += 1
         decide_thread = self._decide_thread if link.policy in OFF_LOOP_POLICIES else None
+        if isinstance(policy, P4bsPolicy) and self._fit_pool is not None:
+            policy.planner = self._plan_in_pool
         controller = LinkController(link, policy, state, self, partition, decide_thread)
         self.controllers[link_id] = controller
         if state.unapplied:
             controller.save()  # this owner's transaction authorizes them
         return controller
+
+    def _plan_in_pool(self, spec: bayes.SearchSpec) -> bayes.Plan:
+        """A P4BS search's next step, computed in a fit process (the decide thread waits)."""
+        assert self._fit_pool is not None
+        return self._fit_pool.submit(bayes.plan, spec).result()
 
     def stage(self, controller: LinkController) -> None:
         """The controller's state as it is now, for the next transaction."""
@@ -777,9 +792,11 @@ class OptimizerService:
             on_revoke=revoked,
             on_lost=lost,
         )
-        if any(link.policy in OFF_LOOP_POLICIES for link in self.links.values()):
-            # Queued first in the decide thread, so the links' first fits come after it.
-            self._decide_thread.submit(_warm_up_ax)
+        if self._fit_pool is not None:
+            # Each fit process imports Ax and torch and fits once as it starts (seconds),
+            # before the links' first fits come.
+            for _ in range(self._fits):
+                self._fit_pool.submit(int)
         last_persist = last_tick = last_round = time.monotonic_ns()
         try:
             while not self._stop.is_set():
@@ -829,13 +846,17 @@ class OptimizerService:
             await asyncio.to_thread(consumer.close)
             self._producer.flush(10.0)
             self._decide_thread.shutdown(wait=False, cancel_futures=True)
+            if self._fit_pool is not None:
+                self._fit_pool.shutdown(wait=False, cancel_futures=True)
             for driver in self._drivers.values():
                 await driver.close()
 
 
-def _warm_up_ax() -> None:
-    seconds = bayes.warm_up()
-    log.info("Ax and torch loaded and a first GP fitted in %.1f s", seconds)
+def _fit_worker() -> None:
+    """A fit process as it starts: Ctrl-C is the service's to handle (it stops the pool), and
+    Ax and torch are loaded and a first GP fitted before any link's fit comes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    bayes.warm_up()
 
 
 def flow_min_rtts(batch: dict[str, Any]) -> dict[str, int]:

@@ -16,7 +16,7 @@ from policylink import BDP_BYTES, CAPACITY_BPS, FakeLink, make_link, run, settle
 
 from p4bs_eval.acquisition import fig18_curve
 from p4bs_optimizer.policies.base import Decision, PolicyOptionError
-from p4bs_optimizer.policies.bayes import BufferSearch
+from p4bs_optimizer.policies.bayes import BufferSearch, Observation, SearchSpec, plan
 from p4bs_optimizer.policies.p4bs import P4bsPolicy
 
 
@@ -417,3 +417,35 @@ def test_no_search_starts_before_the_link_is_busy() -> None:
     assert all(policy.decide(link.window()) == [] for _ in range(100))
     link.utilisation = 0.96
     assert [d.phase for d in policy.decide(link.window())] == ["bound_search"]
+
+
+def test_a_search_step_fitted_in_fit_processes_is_the_one_fitted_here() -> None:
+    """The service fits P4BS's GPs in a pool of spawned processes: a step computed there
+    is exactly the one computed in this process, for searches handed out together (each
+    process seeds its own generators around a fit, whatever it fitted before)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    def f(buffer: float) -> float:
+        return -abs(math.log2(buffer / 300_000))
+
+    specs = [
+        SearchSpec(
+            62_500,
+            1_000_000,
+            seed,
+            tuple(Observation(b, f(b), 0.01) for b in buffers),
+            step,
+            None,
+        )
+        for seed, buffers, step in (
+            (1, (62_500, 250_000, 1_000_000), None),
+            (2, (100_000, 400_000), None),
+            (3, (62_500, 500_000), 18_750),  # the authors' grid, its noise fitted
+        )
+    ]
+    here = [plan(spec) for spec in specs]
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        there = list(pool.map(plan, [*specs, *reversed(specs)]))
+    assert there == [*here, *reversed(here)]
+    assert all(62_500 <= p.suggestion <= 1_000_000 and p.max_ei > 0 for p in here)

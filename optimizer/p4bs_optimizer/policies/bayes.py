@@ -332,6 +332,40 @@ class BufferSearch:
         return self._suggestion
 
 
+class SearchSpec(NamedTuple):
+    """Everything a search's next step depends on (a search is a pure function of it), in a
+    form another process can be handed."""
+
+    low_bytes: int
+    high_bytes: int
+    seed: int
+    observations: tuple[Observation, ...]
+    grid_step_bytes: int | None
+    noise_variance: float | None
+
+
+class Plan(NamedTuple):
+    """A search's next step: the largest EI over the grid (infinite with no observation)
+    and the buffer EI suggests next, bytes."""
+
+    max_ei: float
+    suggestion: int
+
+
+def plan(spec: SearchSpec) -> Plan:
+    """Fits the search `spec` describes and returns its next step. Deterministic: the same
+    spec gives the same plan in any process, whatever ran there before (the fit is seeded)."""
+    search = BufferSearch(
+        spec.low_bytes,
+        spec.high_bytes,
+        seed=spec.seed,
+        observations=spec.observations,
+        grid_step_bytes=spec.grid_step_bytes,
+        noise_variance=spec.noise_variance,
+    )
+    return Plan(search.max_expected_improvement(), search.suggest())
+
+
 def warm_up() -> float:
     """Imports Ax and torch and fits a throwaway search on two made-up points, so that a
     link's first real fit does not pay for them; returns the seconds it took. Idle, the

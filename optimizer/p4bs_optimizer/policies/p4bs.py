@@ -39,7 +39,7 @@ would have.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -47,7 +47,7 @@ from p4bs.config import LinkConfig
 from p4bs.units import bytes_for_duration, duration_for_bytes
 from p4bs_optimizer.policies.base import Decision, Window, bdp_bytes
 from p4bs_optimizer.policies.baselines import OptionReader
-from p4bs_optimizer.policies.bayes import BufferSearch, Observation
+from p4bs_optimizer.policies.bayes import Observation, Plan, SearchSpec, plan
 from p4bs_optimizer.policies.stepped import SETTLED, Step, SteppedPolicy
 
 BOUND_SEARCH = "bound_search"
@@ -161,6 +161,9 @@ class P4bsPolicy(SteppedPolicy):
     def __init__(self, link: LinkConfig, options: Mapping[str, Any]) -> None:
         super().__init__(link, options)
         self.config = P4bsOptions.parse(options)
+        # How a search's next step is computed: here, or (the service sets it) in a pool of
+        # processes, so that several links' fits run at once on several cores.
+        self.planner: Callable[[SearchSpec], Plan] = plan
         self._start_over()
 
     def _start_over(self) -> None:
@@ -173,7 +176,6 @@ class P4bsPolicy(SteppedPolicy):
         self.high_bytes = 0
         self.trials: list[Observation] = []
         self.incumbent: Observation | None = None
-        self._search: BufferSearch | None = None
 
     def _settle_ns(self, step: Step) -> int:
         buffer_ns = duration_for_bytes(step.buffer_bytes, self.link.capacity_bps)
@@ -281,22 +283,20 @@ class P4bsPolicy(SteppedPolicy):
 
     def _trial_done(self, step: Step, window: Window) -> list[Decision]:
         obs = step.observation()
-        search = self._ensure_search()  # before the new trial joins `trials`: it is told next
         self.trials.append(obs)
-        search.tell(*obs)
         seen = f"trial {step.trial}: f at {obs.buffer_bytes} B = {obs.mean:.4f} +- {obs.sem:.4f}"
         return self._next_trial(window, obs.mean, seen)
 
     def _next_trial(self, window: Window, last_f: float, prefix: str) -> list[Decision]:
         """The next trial's decision, or the settled one when Algorithm 2 stops."""
-        search = self._ensure_search()
+        spec = self._search_spec()
         done = len(self.trials)
         if done >= self.config.max_trials:
             reason = f"{prefix}; {done} trials made (max_trials)"
-            best = search.best()
+            best = max(spec.observations, key=lambda o: o.mean)
             return self._settle(window, best.buffer_bytes, best, last_f, reason)
-        max_ei = search.max_expected_improvement()
-        if not search.observations:
+        max_ei, suggestion = self.planner(spec)
+        if not spec.observations:
             ei_text = "no observation inside the bounds yet"
         elif done < self.config.min_trials:
             ei_text = f"max EI {max_ei:.3g}, {done} of at least {self.config.min_trials} trials"
@@ -304,9 +304,9 @@ class P4bsPolicy(SteppedPolicy):
             ei_text = f"max EI {max_ei:.3g}"
             if max_ei <= self.config.ei_stop:
                 reason = f"{prefix}; {ei_text} <= ei_stop {self.config.ei_stop:g}"
-                best = search.best()
+                best = max(spec.observations, key=lambda o: o.mean)
                 return self._settle(window, best.buffer_bytes, best, last_f, reason)
-        buffer = self.clamp(search.suggest())
+        buffer = self.clamp(suggestion)
         trial = done + 1
         reason = (
             f"{prefix}; search [{self.low_bytes}, {self.high_bytes}] B, {ei_text}: "
@@ -314,24 +314,22 @@ class P4bsPolicy(SteppedPolicy):
         )
         return [self._new_step(window, buffer, OPTIMISE, trial, reason, f=last_f)]
 
-    def _ensure_search(self) -> BufferSearch:
-        """The Ax search over the bounds, built from the observations when missing (after
-        the bounds were found, or after `restore`)."""
-        if self._search is None:
-            warm = [
-                o
-                for o in self.bound_points
-                if self.config.warm_start and self.low_bytes <= o.buffer_bytes <= self.high_bytes
-            ]
-            self._search = BufferSearch(
-                self.low_bytes,
-                self.high_bytes,
-                seed=self.config.seed,
-                observations=[*warm, *self.trials],
-                grid_step_bytes=self._grid_step_bytes(),
-                noise_variance=self.config.noise_variance or None,
-            )
-        return self._search
+    def _search_spec(self) -> SearchSpec:
+        """The search over the bounds as it stands: the bound search's points inside them
+        (with `warm_start`), then the trials, in order."""
+        warm = [
+            o
+            for o in self.bound_points
+            if self.config.warm_start and self.low_bytes <= o.buffer_bytes <= self.high_bytes
+        ]
+        return SearchSpec(
+            self.low_bytes,
+            self.high_bytes,
+            self.config.seed,
+            (*warm, *self.trials),
+            self._grid_step_bytes(),
+            self.config.noise_variance or None,
+        )
 
     # -- settled --------------------------------------------------------------------------
 
@@ -345,7 +343,6 @@ class P4bsPolicy(SteppedPolicy):
     ) -> list[Decision]:
         """Settles on `buffer`, measured as `incumbent` (None: never measured)."""
         self.incumbent = incumbent
-        self._search = None  # no more trials; the observations stay in the snapshot
         self.phase = SETTLED
         measured = f"f {incumbent.mean:.4f} +- {incumbent.sem:.4f}" if incumbent else "not measured"
         reason = f"{why}: settling on {buffer} B ({measured})"
