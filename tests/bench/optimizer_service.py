@@ -1,10 +1,10 @@
 """Benchmark: how many links one optimizer process serves, and how fast a traffic change
 reaches the router.
 
-    .venv/bin/python tests/bench/optimizer_service.py [capacity] [reaction] [ax]
-        [--links 100,300,1000] [--seconds 20] [--steps 20]
+    .venv/bin/python tests/bench/optimizer_service.py [capacity] [reaction] [searching] [ax]
+        [--links 100,300,1000] [--search-links 50,100,200] [--seconds 20] [--steps 20]
 
-(default: all three). A Kafka broker of its own runs on free ports.
+(default: all four). A Kafka broker of its own runs on free ports.
 
 capacity: links served by one process at one decision per second each (goal: 1,000). The
     service (`OptimizerService`, in this process) runs in dry-run mode: it decides and
@@ -33,6 +33,13 @@ reaction: time from a traffic change to the new buffer in the router's kernel (g
     (the simulated link's window delivered to Kafka; the metrics job's own output latency,
     tests/bench/metrics_job.py, would come on top) -> decided (the policy returned it) ->
     applied (set and read back over gNMI, record produced); and kernel changed - decided.
+searching: how many P4BS searches one process runs at once (goal: 200, decision lag p99 <
+    1 s). `--search-links` links start together on windows whose loss and delay follow the
+    buffer the service last decided for each (shared with the window producer: a dry run
+    applies nothing), with the authors' trial timing; over `--seconds` from the first GP fit,
+    the lag from the end of the window that ended a trial to the transaction holding its
+    decision, p50/p99, fits/s, and the CPU of the service and its fit processes, beside one
+    step fitted alone in the benchmark's process (the same run's reference).
 ax: the P4BS policy's decision at the end of a trial (tests/bench/ax_decision.py's
     measurement: tell + GP fit + EI maximisation + max EI on the grid), which it adds to the
     reaction path; the service runs it in its decide thread, off the loop.
@@ -42,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import multiprocessing
 import os
@@ -467,6 +475,150 @@ async def _until(condition: Callable[[], bool], timeout_s: float) -> None:
         await asyncio.sleep(0.005)
 
 
+# ---- searching -----------------------------------------------------------------------------
+
+SEARCH_GOAL_LINKS = 200
+SEARCH_LAG_GOAL_S = 1.0
+SEARCH_WARMUP_S = 20.0  # the fit processes start and load Ax before the windows begin
+FIT_PHASES = ("optimise", "settled")  # decisions that follow a GP fit (or its stop)
+
+
+def search_links(base: LinkConfig, count: int) -> tuple[LinkConfig, ...]:
+    return tuple(
+        dataclasses.replace(base, interface=f"eth{i}", policy="p4bs", policy_options={})
+        for i in range(count)
+    )
+
+
+def search_windows(
+    bootstrap: str, topic: str, buffers: Any, first_end_ns: int, seconds: float
+) -> None:
+    """In its own process: each link's window as it ends, at the buffer the service last
+    decided for it (`buffers`, shared with the service: a dry run applies nothing), with
+    loss falling and delay rising with that buffer, and noise on f."""
+    base = load_config(paths.default_config()).links[0]
+    specs = search_links(base, len(buffers))
+    model = LinkModel(loss_scale_bytes=60_000, f_noise=0.01, seed=1)
+    producer = RecordProducer(bootstrap, {"link_metrics": topic}, client_id="bench-search")
+    end_ns, stop_ns = first_end_ns, first_end_ns + int(seconds * 1e9)
+    while end_ns <= stop_ns:
+        time.sleep(max(0.0, (end_ns - time.time_ns()) / 1e9))  # windows come out as they end
+        for i, link in enumerate(specs):
+            producer.produce("link_metrics", model.window(link, buffers[i], end_ns))
+        end_ns += WINDOW_NS
+    producer.flush(30)
+
+
+class SearchingService(TimedService):
+    """The service, telling the window producer the buffer each link's decisions set."""
+
+    def __init__(self, config: Config, buffers: Any) -> None:
+        super().__init__(config, dry_run=True)
+        self.buffers = buffers
+        self.index = {link.id: i for i, link in enumerate(config.links)}
+
+    def record(
+        self,
+        link: LinkConfig,
+        decision: Decision,
+        buffer: int,
+        previous: int | None,
+        reason: str,
+        outcome: str,
+    ) -> None:
+        super().record(link, decision, buffer, previous, reason, outcome)
+        if outcome == "dry_run":
+            self.buffers[self.index[link.id]] = buffer
+
+    def cpu_s(self) -> float:
+        """CPU seconds of this process and its fit processes so far."""
+        pids = [os.getpid(), *(self._fit_pool._processes if self._fit_pool else {})]
+        total = 0.0
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return total
+
+
+def bench_searching(bootstrap: str, links: int, seconds: float) -> bool:
+    """`links` P4BS searches starting together in one process; the lag of the decisions
+    that follow a fit, over `seconds` from the first fit on."""
+    topics = fresh_topics(bootstrap)
+    base = capacity_config(bootstrap, topics, links)
+    config = dataclasses.replace(base, links=search_links(base.links[0], links))
+    buffers = multiprocessing.get_context("spawn").Array("q", [100_000] * links, lock=False)
+    first_end_ns = (time.time_ns() // WINDOW_NS) * WINDOW_NS + int(SEARCH_WARMUP_S * 1e9)
+    total_s = seconds + 40  # the bound searches come first
+    producer = multiprocessing.get_context("spawn").Process(
+        target=search_windows,
+        args=(bootstrap, topics["link_metrics"], buffers, first_end_ns, total_s),
+    )
+    producer.start()
+    service = SearchingService(config, buffers)
+    marks: dict[str, float] = {}
+
+    def fitted() -> list[tuple[str, Decision, int, int, int, int, str]]:
+        return [r for r in service.records if r[1].phase in FIT_PHASES and r[3]]
+
+    async def run() -> None:
+        async def measure() -> None:
+            while not fitted():
+                await asyncio.sleep(0.05)  # polling the records, not a synchronisation
+            marks["start"], marks["start_cpu"] = time.time_ns(), service.cpu_s()
+            marks["searching"] = sum(
+                c.policy.phase == "optimise"  # type: ignore[attr-defined]
+                for c in service.controllers.values()
+            )
+            await asyncio.sleep(seconds)  # the measured span
+            marks["end"], marks["end_cpu"] = time.time_ns(), service.cpu_s()
+            service.stop()
+
+        task = asyncio.get_running_loop().create_task(measure())
+        await service.run()
+        await task
+
+    try:
+        asyncio.run(run())
+    finally:
+        producer.join(total_s + SEARCH_WARMUP_S + 30)
+        if producer.is_alive():
+            producer.kill()
+    inside = [r for r in fitted() if marks["start"] <= r[5] < marks["end"]]
+    lags = [(r[5] - r[3]) / 1e9 for r in inside]
+    p50, p99 = quantiles(lags) if lags else (float("nan"), float("nan"))
+    cpu = (marks["end_cpu"] - marks["start_cpu"]) / seconds
+    sustained = bool(lags) and p99 < SEARCH_LAG_GOAL_S
+    print(
+        f"  {links:4d} links: {marks['searching']:.0f} in Bayesian optimisation at the first "
+        f"fit; {len(inside) / seconds:5.1f} fits/s; lag window end -> decision committed p50 "
+        f"{p50 * 1e3:6.1f} ms p99 {p99 * 1e3:6.1f} ms; CPU {cpu:.2f} s/s (service and fit "
+        f"processes); {'sustained' if sustained else 'NOT sustained'}",
+        flush=True,
+    )
+    return sustained
+
+
+def fit_alone(repeats: int = 9) -> float:
+    """The reference: one P4BS step (fit, EI, suggestion) in this process, median s."""
+    from p4bs_optimizer.policies.bayes import Observation, SearchSpec, plan
+
+    times = []
+    for seed in range(repeats):
+        spec = SearchSpec(
+            62_500,
+            2_500_000,
+            seed,
+            tuple(Observation(b, -b / 2_500_000 - 0.05, 0.01) for b in (125_000, 625_000)),
+            18_750,
+            None,
+        )
+        began = time.perf_counter()
+        plan(spec)
+        times.append(time.perf_counter() - began)
+    return statistics.median(times[1:])  # the first loads Ax
+
+
 # ---- Ax ------------------------------------------------------------------------------------
 
 
@@ -488,8 +640,9 @@ def bench_ax(trials: int) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("parts", nargs="*", default=["capacity", "reaction", "ax"])
+    parser.add_argument("parts", nargs="*", default=["capacity", "reaction", "searching", "ax"])
     parser.add_argument("--links", default="100,300,1000")
+    parser.add_argument("--search-links", default="50,100,200")
     parser.add_argument("--seconds", type=float, default=20.0, help="measured, per N")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--trials", type=int, default=10)
@@ -521,6 +674,16 @@ def main() -> int:
         if "reaction" in args.parts:
             print("reaction: traffic change -> new buffer in the router's kernel")
             ok = bench_reaction(broker.bootstrap, args.steps, work) and ok
+        if "searching" in args.parts:
+            alone = fit_alone()
+            print(
+                f"searching: P4BS searches starting together in one process, dry run, fits in "
+                f"{os.cpu_count()} processes; one step alone (fit, EI, suggestion) here: "
+                f"{alone * 1e3:.0f} ms; goal {SEARCH_GOAL_LINKS} links, p99 < "
+                f"{SEARCH_LAG_GOAL_S:g} s:"
+            )
+            for n in (int(x) for x in args.search_links.split(",")):
+                ok = bench_searching(broker.bootstrap, n, args.seconds) and ok
         if "ax" in args.parts:
             print("P4BS (Ax) decision latency, same run:")
             bench_ax(args.trials)
