@@ -253,7 +253,13 @@ class LinkController:
             # Metrics are back: the policy's own buffers return.
             self.state.fallback = False
             restored = [
-                Decision(b, "resume", "metrics are back; the policy's buffer returns", queue=q)
+                Decision(
+                    b,
+                    "resume",
+                    "metrics are back; the policy's buffer returns",
+                    queue=q,
+                    window_end_ns=window.window_end_ns,
+                )
                 for q, b in sorted(self.state.intended.items())
             ]
             self.submit(restored, from_policy=False)
@@ -268,7 +274,8 @@ class LinkController:
             return
         self.decided_end_ns = window.window_end_ns
         self.dirty = True
-        self.submit(decisions, from_policy=True)
+        made_on = [replace(d, window_end_ns=window.window_end_ns) for d in decisions]
+        self.submit(made_on, from_policy=True)
 
     def check_stale(self, now_ns: int) -> None:
         """Falls back to the safe buffer once when metrics have been missing too long."""
@@ -308,6 +315,7 @@ class LinkController:
                     f"{replaced.reason}; replaced by a newer decision within the minimum "
                     "interval between changes",
                     "skipped",
+                    self.state.epoch,
                 )
             self.state.unapplied[decision.queue] = decision
         # Saved before it is applied: a restart must not decide (and apply) it again from the
@@ -380,7 +388,7 @@ class LinkController:
                 self.state.last_change_ns = time.time_ns()
             if self.state.unapplied.get(decision.queue) is decision:
                 del self.state.unapplied[decision.queue]
-            service.record(self.link, decision, buffer, previous, reason, outcome)
+            service.record(self.link, decision, buffer, previous, reason, outcome, self.state.epoch)
         # The records and the state that no longer holds these decisions commit together.
         self.save()
 
@@ -525,6 +533,7 @@ class OptimizerService:
         previous: int | None,
         reason: str,
         outcome: str,
+        epoch: int,
     ) -> None:
         """One BufferDecision record (for the next transaction), and the log line an
         operator reads."""
@@ -550,6 +559,9 @@ class OptimizerService:
                     "trial": decision.trial,
                     "outcome": outcome,
                     "f": decision.f,
+                    "window_end_ns": decision.window_end_ns,
+                    "owner": self.instance,
+                    "epoch": epoch,
                 },
             )
         )

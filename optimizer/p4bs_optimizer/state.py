@@ -66,6 +66,7 @@ def to_record(link_id: str, state: LinkState, owner: str, ts_ns: int) -> dict[st
                 "trial": d.trial,
                 "f": d.f,
                 "flows": list(d.flows),
+                "window_end_ns": d.window_end_ns,
             }
             for _, d in sorted(state.unapplied.items())
         ],
@@ -92,6 +93,7 @@ def from_record(record: dict[str, Any]) -> LinkState:
                 trial=d["trial"],
                 f=d["f"],
                 flows=tuple(d["flows"]),
+                window_end_ns=d["window_end_ns"],
             )
             for d in record["unapplied"]
         },

@@ -123,7 +123,8 @@ class TimedService(OptimizerService):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.caused_by: dict[int, tuple[int, int]] = {}  # id(decision) -> window end, decided
+        # (link, window end) -> when the policy returned its decisions on that window
+        self.decided_at: dict[tuple[str, int], int] = {}
         # Per record: link, decision, buffer, window end, decided, committed (ns), outcome.
         self.records: list[tuple[str, Decision, int, int, int, int, str]] = []
         self.uncommitted: list[tuple[str, Decision, int, int, int, str]] = []
@@ -140,9 +141,8 @@ class TimedService(OptimizerService):
 
             def timed(window: Window) -> list[Decision]:
                 decisions = decide(window)
-                now = time.time_ns()
-                for decision in decisions:
-                    self.caused_by[id(decision)] = (window.window_end_ns, now)
+                if decisions:
+                    self.decided_at[(link_id, window.window_end_ns)] = time.time_ns()
                 return decisions
 
             controller.policy.decide = timed  # type: ignore[method-assign]
@@ -156,9 +156,11 @@ class TimedService(OptimizerService):
         previous: int | None,
         reason: str,
         outcome: str,
+        epoch: int,
     ) -> None:
-        super().record(link, decision, buffer, previous, reason, outcome)
-        window_end, decided = self.caused_by.pop(id(decision), (0, 0))
+        super().record(link, decision, buffer, previous, reason, outcome, epoch)
+        window_end = decision.window_end_ns or 0
+        decided = self.decided_at.get((link.id, window_end), 0)
         self.uncommitted.append((link.id, decision, buffer, window_end, decided, outcome))
 
     async def _commit(self, consumer: RecordConsumer) -> None:
@@ -525,8 +527,9 @@ class SearchingService(TimedService):
         previous: int | None,
         reason: str,
         outcome: str,
+        epoch: int,
     ) -> None:
-        super().record(link, decision, buffer, previous, reason, outcome)
+        super().record(link, decision, buffer, previous, reason, outcome, epoch)
         if outcome == "dry_run":
             self.buffers[self.index[link.id]] = buffer
 

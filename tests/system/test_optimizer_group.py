@@ -142,9 +142,9 @@ def test_processes_share_links_and_hand_them_over_when_killed_added_stalled_and_
     decision records are exactly the decisions one ADT makes on its windows, each once, in
     order: no window lost or decided twice across four handovers; each link's state
     records show one owner at a time (an owner's epoch never comes back once the next one
-    began); no process fell back to the safe buffer (the stalled one, once let go on, finds
-    its links gone and writes nothing for them); and A's links are decided again by
-    others within seconds."""
+    began), and each decision names the owner and epoch of its link then; no process fell
+    back to the safe buffer (the stalled one, once let go on, finds its links gone and
+    writes nothing for them); and A's links are decided again by others within seconds."""
     run = uuid.uuid4().hex[:6]
     topics = {stream: f"group-{run}.{stream}" for stream in STREAMS}
     ensure_topics(stack.kafka.bootstrap, topics, partitions=PARTITIONS, replication_factor=1)
@@ -223,6 +223,14 @@ def test_processes_share_links_and_hand_them_over_when_killed_added_stalled_and_
         epochs = [e for e, _ in states]
         assert epochs == sorted(epochs), (link, states)
         assert len({e for e, _ in states}) == len(set(states)), (link, states)  # one owner each
+    # Each decision names the owner and epoch it was made in: the link's owner then.
+    owner_of = {(link, e): o for link, states in history.items() for e, o in states}
+    epochs_seen: dict[str, list[int]] = defaultdict(list)
+    for record in decisions.records:
+        assert owner_of[(record["link_id"], record["epoch"])] == record["owner"], record
+        assert record["window_end_ns"] is not None
+        epochs_seen[record["link_id"]].append(record["epoch"])
+    assert all(e == sorted(e) for e in epochs_seen.values())
     moved = {link for link in a_links if len({o for _, o in history[link]}) > 1}
     assert moved == a_links
     print(f"A's {len(a_links)} links owned by B and C {handed_over_s:.1f} s after the kill")

@@ -68,6 +68,7 @@ class Decision:
     trial: int | None = None  # optimisation trial this buffer is, if it is one
     f: float | None = None  # mean f measured for the previous trial, if one ended
     flows: tuple[str, ...] = ()  # flows classified into `queue` ("src:sport>dst:dport/proto")
+    window_end_ns: int | None = None  # the window it was made on (the service sets it)
 
 
 class Policy(ABC):
