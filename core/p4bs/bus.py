@@ -432,6 +432,10 @@ class RecordConsumer:
         self._consumer.unsubscribe()
         self._consumer.subscribe(list(self._stream_of), **self._subscription)
 
+    def assigned(self) -> bool:
+        """Whether the group has given this consumer any partition yet."""
+        return bool(self._consumer.assignment())
+
     def group_metadata(self) -> object:
         """This member of the group as it is now (for a transaction's offsets)."""
         return self._consumer.consumer_group_metadata()

@@ -1,0 +1,257 @@
+"""Benchmark: many links on several optimizer processes of one group, and how soon a killed
+process's links are decided again.
+
+    .venv/bin/python tests/bench/optimizer_group.py [--links 10000] [--instances 4]
+        [--seconds 30] [--no-kill]
+
+Issue 19's targets: 10,000 links on 4 instances, GLOBECOM, one decision per link per second,
+window-to-decision lag p99 < 250 ms; a killed instance's links decided again within 10 s.
+
+A Kafka broker of its own on free ports (the stack's settings: transactions checked for
+timeouts every second), topics of 2 partitions per instance. `--instances` `p4bs optimizer
+run --dry-run` processes of one group share the links (decisions recorded, nothing
+applied). A producer process emits one window per link and second (the link's SRTT
+alternating between 20 and 30 ms, so GLOBECOM decides on every one), as it ends. The lag of a
+decision is from the end of the window it was made on (`window_end_ns`) to its record
+arriving, committed, at a read-committed consumer in this process (fetch wait 10 ms), over
+`--seconds` after a warm-up; decisions/s against the links/s offered. Then (unless
+`--no-kill`) the first instance is killed (SIGKILL): for each of its links, the time from the
+kill to its first decision by another instance; the largest is the handover time. The
+reference, measured first in the same run: the floor of any lag, a record produced to the
+broker and read back committed by the same kind of consumer (p50/p99 of 200).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Producer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # optimizer_service's helpers
+
+from optimizer_service import SRTTS_NS, WindowTemplate, quantiles
+
+from p4bs import paths
+from p4bs.bus import RecordConsumer, RecordProducer, ensure_topics, producer_config
+from p4bs.config import config_toml, load_config
+from p4bs_infra.procs import free_ports
+from p4bs_infra.services import KafkaBroker, wait_ready
+from p4bs_schemas.codec import codec
+from p4bs_schemas.registry import STREAMS
+
+LAG_GOAL_S = 0.25
+HANDOVER_GOAL_S = 10.0
+WARMUP_S = 20.0
+SECOND_NS = 1_000_000_000
+
+
+def write_config(work: Path, bootstrap: str, topics: dict[str, str], links: int) -> Path:
+    """The example config on this broker and topics with `links` GLOBECOM links."""
+    data = tomllib.loads(paths.default_config().read_text())
+    base = data["links"][0]
+    data["links"] = [
+        {
+            **base,
+            "interface": f"eth{i}",
+            "taps": {"before": f"tap{i}-in", "after": f"tap{i}-out"},
+            "policy": "globecom",
+        }
+        for i in range(links)
+    ]
+    data["kafka"] = {**data["kafka"], "bootstrap": bootstrap, "topics": topics}
+    data["optimizer"] = {**data.get("optimizer", {}), "group": f"group-{uuid.uuid4().hex[:6]}"}
+    path = work / "config.toml"
+    path.write_text(config_toml(data))
+    return path
+
+
+def produce_windows(config_path: Path, first_end_ns: int, seconds: float) -> None:
+    """In its own process: each link's window once a second, as it ends."""
+    config = load_config(config_path)
+    templates = [
+        [WindowTemplate(link, srtt, first_end_ns) for srtt in SRTTS_NS] for link in config.links
+    ]
+    headers = codec(STREAMS["link_metrics"]).headers
+    topic = config.kafka.topics["link_metrics"]
+    producer = Producer(producer_config(config.kafka.bootstrap, "bench-group-windows"))
+    keys = [link.id.encode() for link in config.links]
+    end_ns, stop_ns = first_end_ns, first_end_ns + int(seconds * 1e9)
+    while end_ns <= stop_ns:
+        time.sleep(max(0.0, (end_ns - time.time_ns()) / 1e9))  # windows come out as they end
+        variant = end_ns // SECOND_NS % 2
+        for i, key in enumerate(keys):
+            value = templates[i][variant].bytes_for(end_ns)
+            while True:
+                try:
+                    producer.produce(topic, value, key, headers=headers)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        producer.poll(0)
+        end_ns += SECOND_NS
+    producer.flush(30)
+
+
+def round_trips(bootstrap: str, topics: dict[str, str], count: int = 200) -> list[float]:
+    """Seconds from producing a decision record to reading it back committed."""
+    consumer = RecordConsumer(
+        bootstrap,
+        f"bench-floor-{uuid.uuid4().hex[:6]}",
+        ["buffer_decisions"],
+        topics,  # still empty: read from its start
+        settings={"fetch.wait.max.ms": 10},
+    )
+    producer = RecordProducer(bootstrap, topics, client_id="bench-floor")
+    while not consumer.assigned():
+        consumer.poll(0.1)
+    times = []
+    for i in range(count):
+        sent = time.time_ns()
+        producer.produce("buffer_decisions", _decision(i, sent))
+        producer.flush(10)
+        if consumer.poll(10.0) is None:
+            raise RuntimeError("a record produced was not read back within 10 s")
+        times.append((time.time_ns() - sent) / 1e9)
+    consumer.close()
+    return times
+
+
+def _decision(i: int, ts_ns: int) -> dict[str, object]:
+    return {
+        "link_id": "r1:floor",
+        "ts_ns": ts_ns,
+        "queue": 0,
+        "policy": "globecom",
+        "phase": "static",
+        "buffer_bytes": 100_000 + i,
+        "previous_buffer_bytes": None,
+        "reason": "round trip",
+        "trial": None,
+        "outcome": "dry_run",
+        "f": None,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--links", type=int, default=10_000)
+    parser.add_argument("--instances", type=int, default=4)
+    parser.add_argument("--seconds", type=float, default=30.0, help="measured")
+    parser.add_argument("--no-kill", action="store_true")
+    args = parser.parse_args()
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"optimizer group benchmark: {args.links:,} links on {args.instances} processes "
+        f"({os.cpu_count()} CPUs, load average {load})",
+        flush=True,
+    )
+    work = Path(tempfile.mkdtemp(prefix="p4bs-bench-group-"))
+    broker = KafkaBroker(work, *free_ports(2))
+    processes: list[subprocess.Popen[bytes]] = []
+    ok = True
+    try:
+        broker.start()
+        wait_ready(broker, 90)
+        run = uuid.uuid4().hex[:6]
+        topics = {stream: f"group-{run}.{stream}" for stream in STREAMS}
+        ensure_topics(broker.bootstrap, topics, 2 * args.instances, 1)
+        floor = quantiles(round_trips(broker.bootstrap, topics))
+        print(
+            f"  reference: a record produced and read back committed, p50 "
+            f"{floor[0] * 1e3:.1f} ms p99 {floor[1] * 1e3:.1f} ms",
+            flush=True,
+        )
+        config_path = write_config(work, broker.bootstrap, topics, args.links)
+        names = [f"bench-{run}-{i}" for i in range(args.instances)]
+        for name in names:
+            argv = [sys.executable, "-m", "p4bs_cli", "optimizer", "run", "--dry-run"]
+            argv += ["--config", str(config_path), "--instance", name, "--report-every", "10"]
+            with (work / f"{name}.log").open("wb") as log:
+                processes.append(subprocess.Popen(argv, stdout=log, stderr=log))
+        kill_at = WARMUP_S + args.seconds
+        total_s = kill_at + (0 if args.no_kill else 3 * HANDOVER_GOAL_S)
+        first_end_ns = (time.time_ns() // SECOND_NS + 5) * SECOND_NS
+        producer = multiprocessing.get_context("spawn").Process(
+            target=produce_windows, args=(config_path, first_end_ns, total_s)
+        )
+        producer.start()
+        consumer = RecordConsumer(
+            broker.bootstrap,
+            f"bench-reader-{run}",
+            ["buffer_decisions"],
+            topics,
+            settings={"fetch.wait.max.ms": 10},
+        )
+        # Per decision: link, owner, window end, arrival (ns).
+        seen: list[tuple[str, str, int, int]] = []
+        killed_ns = 0
+        start_ns = first_end_ns + int(WARMUP_S * 1e9)
+        end_ns = first_end_ns + int(kill_at * 1e9)
+        while time.time_ns() < first_end_ns + int(total_s * 1e9) + 5 * SECOND_NS:
+            received = consumer.poll(0.1)
+            if received is not None:
+                r = received.record
+                seen.append((r["link_id"], r["owner"], r["window_end_ns"] or 0, time.time_ns()))
+            if not args.no_kill and not killed_ns and time.time_ns() >= end_ns:
+                processes[0].send_signal(signal.SIGKILL)
+                killed_ns = time.time_ns()
+        consumer.close()
+        producer.join(60)
+
+        inside = [s for s in seen if start_ns <= s[2] < end_ns]
+        lags = [(s[3] - s[2]) / 1e9 for s in inside]
+        rate = len(inside) / args.seconds
+        p50, p99 = quantiles(lags) if lags else (float("nan"), float("nan"))
+        sustained = rate >= 0.95 * args.links and p99 < LAG_GOAL_S
+        print(
+            f"  {rate:,.0f} decisions/s (offered {args.links:,}/s, {rate / args.links:.0%}); lag "
+            f"window end -> decision committed and read p50 {p50 * 1e3:.0f} ms p99 "
+            f"{p99 * 1e3:.0f} ms (goal < {LAG_GOAL_S * 1e3:.0f} ms): "
+            f"{'met' if sustained else 'NOT met'}",
+            flush=True,
+        )
+        ok = sustained
+        if killed_ns:
+            theirs = {link for link, owner, _, _ in seen if owner == names[0]}
+            taken = {}
+            for link, owner, _, arrived in seen:
+                if link in theirs and owner != names[0] and arrived > killed_ns:
+                    taken.setdefault(link, (arrived - killed_ns) / 1e9)
+            times = sorted(taken.values())
+            lost = len(theirs) - len(times)
+            handover = times[-1] if times and not lost else float("inf")
+            print(
+                f"  killed {names[0]} ({len(theirs):,} links): decided again by the others "
+                f"after median {statistics.median(times) if times else float('nan'):.1f} s, "
+                f"all after {handover:.1f} s (goal < {HANDOVER_GOAL_S:g} s; {lost} never): "
+                f"{'met' if handover < HANDOVER_GOAL_S else 'NOT met'}",
+                flush=True,
+            )
+            ok = ok and handover < HANDOVER_GOAL_S
+    finally:
+        for proc in processes:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in processes:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        broker.stop()
+    print(f"  logs in {work}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
