@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
+import tomllib
 from pathlib import Path
+
+from confluent_kafka import KafkaException
 
 from p4bs import paths
 from p4bs.config import ConfigError, load_config
@@ -40,6 +44,58 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_links_apply(args: argparse.Namespace) -> int:
+    """The links topic made to say what the config's [[links]] say (core/p4bs/links.py)."""
+    from p4bs.links import apply_links
+
+    try:
+        config = load_config(args.config)
+        problems = optimizer_cli.check_policies(config)
+        if problems:
+            raise ConfigError(str(args.config), problems)
+        tables = tomllib.loads(Path(args.config).read_text())["links"]
+        changes = apply_links(config, tables, prune=args.prune)
+    except (ConfigError, KafkaException, RuntimeError) as exc:
+        print(f"p4bs links apply: {exc}", file=sys.stderr)
+        return 1
+    topic = config.kafka.topics["links"]
+    for what, ids in (("added", changes.added), ("changed", changes.changed)):
+        for link_id in ids:
+            print(f"  {what} {link_id}")
+    for link_id in changes.removed:
+        print(f"  removed {link_id}")
+    print(
+        f"{topic}: {len(changes.added)} added, {len(changes.changed)} changed, "
+        f"{len(changes.removed)} removed, {len(changes.unchanged)} unchanged"
+        + ("" if args.prune else " (links only the topic has are kept: --prune removes them)")
+    )
+    return 0
+
+
+def cmd_links_list(args: argparse.Namespace) -> int:
+    """The links the topic describes now."""
+    from p4bs.links import published
+
+    try:
+        config = load_config(args.config)
+        links = published(config.kafka, dict(config.kafka.topics))
+    except (ConfigError, KafkaException) as exc:
+        print(f"p4bs links list: {exc}", file=sys.stderr)
+        return 1
+    for link_id, spec in sorted(links.items()):
+        if spec["removed"] and not args.all:
+            continue
+        policy = json.loads(spec["config"]).get("policy", "?")
+        state = "removed" if spec["removed"] else "current"
+        print(
+            f"  {link_id}: {spec['capacity_bps'] / 1e6:g} Mbit/s, policy {policy}, d-hat "
+            f"{spec['max_queue_delay_ns'] / 1e6:g} ms, p-hat {spec['max_loss']:g} ({state})"
+        )
+    current = sum(not spec["removed"] for spec in links.values())
+    print(f"{config.kafka.topics['links']}: {current} links ({len(links) - current} removed)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="p4bs", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -52,6 +108,21 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(func=cmd_config_check)
 
     default_config = paths.default_config()
+    links = sub.add_parser("links", help="the links as data: the topic the parts follow")
+    links_sub = links.add_subparsers(dest="action", required=True)
+    apply = links_sub.add_parser(
+        "apply", help="publish the config's links: new and changed ones (--prune: remove others)"
+    )
+    apply.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
+    apply.add_argument(
+        "--prune", action="store_true", help="remove the links the topic has and the config not"
+    )
+    apply.set_defaults(func=cmd_links_apply)
+    listing = links_sub.add_parser("list", help="the links the topic describes now")
+    listing.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
+    listing.add_argument("--all", action="store_true", help="removed links too")
+    listing.set_defaults(func=cmd_links_list)
+
     for part in (infra_cli, exporter_cli, jobs_cli, optimizer_cli, eval_cli, loop_cli):
         part.add_parser(sub, default_config)
     return parser

@@ -25,11 +25,12 @@ STREAMS: dict[str, str] = {
     "buffer_decisions": "BufferDecision",
     "dead_letters": "DeadLetter",
     "optimizer_state": "OptimizerLinkState",
+    "links": "LinkSpec",
 }
 
 # Streams whose topic keeps the newest record per key (Kafka's log compaction) rather than
 # a time window of records: a changelog, read from its start by whoever takes a key over.
-COMPACTED_STREAMS = frozenset({"optimizer_state"})
+COMPACTED_STREAMS = frozenset({"optimizer_state", "links"})
 
 _RELEASED = re.compile(r"^(?P<name>\w+)\.v(?P<version>[0-9]+)\.avsc$")
 

@@ -5,7 +5,6 @@ session timeout (a zombie) and one stopped."""
 
 from __future__ import annotations
 
-import re
 import signal
 import threading
 import time
@@ -14,10 +13,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from manylinks import many_links_config
 from optimizerproc import Decisions, optimizer
 from simlink import WINDOW_NS, LinkModel
 
-from p4bs import paths
 from p4bs.bus import RecordProducer, ensure_topics, read_partitions
 from p4bs.config import Config, load_config
 from p4bs_infra.procs import wait_until
@@ -32,35 +31,6 @@ START_BUFFER = 500_000  # the buffer the windows say is in force: ADT starts fro
 # ADT deciding on every window: each one steps its buffer by 1% (a window decided twice or
 # not at all leaves a different buffer, and a different list of decisions).
 ADT = '{ tolerance = 0.0, sample_period_ns = "100ms" }'
-
-
-def write_config(directory: Path, bootstrap: str, topics: dict[str, str]) -> Path:
-    """The example config on the test's broker and topics, with LINKS links on one router
-    (eth0, eth1, ...), each driven by ADT."""
-    text = paths.default_config().read_text()
-    table = ", ".join(f'{s} = "{t}"' for s, t in topics.items())
-    block = re.search(r"^\[\[links\]\]\n(?:.*\n)*?policy = .*\n", text, re.M)
-    assert block is not None
-    links = "".join(
-        block[0]
-        .replace('interface = "eth1"', f'interface = "eth{i}"')
-        .replace('"tap-r1-in"', f'"tap{i}-in"')
-        .replace('"tap-r1-out"', f'"tap{i}-out"')
-        + "\n"
-        for i in range(LINKS)
-    )
-    text = text.replace(block[0], links)
-    replacements = {
-        r"^bootstrap = .*$": f'bootstrap = "{bootstrap}"\ntopics = {{ {table} }}',
-        r"^policy = .*$": f'policy = "adt"\npolicy_options = {ADT}',
-        r"^group = .*$": f'group = "group-{uuid.uuid4().hex[:8]}"',
-    }
-    for pattern, value in replacements.items():
-        text, n = re.subn(pattern, value, text, flags=re.M)
-        assert n >= 1, pattern
-    path = directory / "config.toml"
-    path.write_text(text)
-    return path
 
 
 class Windows:
@@ -148,7 +118,9 @@ def test_processes_share_links_and_hand_them_over_when_killed_added_stalled_and_
     run = uuid.uuid4().hex[:6]
     topics = {stream: f"group-{run}.{stream}" for stream in STREAMS}
     ensure_topics(stack.kafka.bootstrap, topics, partitions=PARTITIONS, replication_factor=1)
-    path = write_config(tmp_path, stack.kafka.bootstrap, topics)
+    path = many_links_config(
+        tmp_path / "config.toml", stack.kafka.bootstrap, topics, list(range(LINKS)), "adt", ADT
+    )
     config = load_config(path)
     group = config.optimizer.group
     names = {x: f"{group}-{x}" for x in "ABCD"}
