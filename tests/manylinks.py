@@ -1,14 +1,23 @@
 """The example config with many links, for tests of what a deployment of several links
-does: the links on one router (eth0, eth1, ...), each a copy of the example's link."""
+does: the links on one router (eth0, eth1, ...), each a copy of the example's link; and
+their windows, produced as a metrics job would."""
 
 from __future__ import annotations
 
 import re
+import threading
+import time
 import uuid
-from collections.abc import Mapping
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
+
+from simlink import WINDOW_NS, LinkModel
 
 from p4bs import paths
+from p4bs.bus import RecordProducer
+from p4bs.config import LinkConfig
 
 
 def many_links_config(
@@ -51,3 +60,50 @@ def many_links_config(
         assert n == 1, pattern
     path.write_text(text)
     return path
+
+
+class Windows:
+    """Each link's windows, produced as they end (10 a second each) while in the `with`,
+    link i on partition i modulo `partitions`, at `buffer` bytes; the utilisation swings
+    between 1.0 and 0.9 every half second (so ADT's buffer goes up and down). `sent` holds
+    each link's windows as produced."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topics: dict[str, str],
+        links: Sequence[LinkConfig],
+        buffer: int,
+        partitions: int,
+    ) -> None:
+        self.links, self.buffer, self.partitions = links, buffer, partitions
+        self.producer = RecordProducer(bootstrap, topics, client_id="windows")
+        self.sent: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self.model = LinkModel()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="windows")
+
+    def __enter__(self) -> Windows:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        assert self.producer.flush(10) == 0
+
+    def _run(self) -> None:
+        end_ns = (time.time_ns() // WINDOW_NS + 1) * WINDOW_NS
+        index = 0
+        while not self._stop.wait(max(0.0, (end_ns - time.time_ns()) / 1e9)):
+            for number, link in enumerate(self.links):
+                window = self.model.window(link, self.buffer, end_ns)
+                window["utilisation"] = 1.0 if (index // 5 + number) % 2 else 0.9
+                self.producer.produce("link_metrics", window, partition=number % self.partitions)
+                self.sent[link.id].append(window)
+            self.producer.flush(5)
+            end_ns += WINDOW_NS
+            index += 1

@@ -1078,6 +1078,22 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
     return config
 
 
+def link_from_table(config: Config, table: dict[str, Any], source: str) -> LinkConfig:
+    """One [[links]] entry (as tomllib reads it) read as `load_config` reads it, and checked
+    against `config`'s routers, switches and other links (it replaces the link of its id).
+    Raises ConfigError listing every problem."""
+    r = _Reader()
+    with r.at("links[0]"):
+        link = _read_link(r, table)
+    if link is not None:
+        (link,) = _junos_only_where_used(r, (link,), [table], config.routers)
+        others = tuple(x for x in config.links if x.id != link.id)
+        _check_references(r, dataclasses.replace(config, links=(*others, link)))
+    if link is None or r.problems:
+        raise ConfigError(source, r.problems)
+    return link
+
+
 def load_config(path: str | Path) -> Config:
     path = Path(path)
     try:

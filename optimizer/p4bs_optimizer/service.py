@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import multiprocessing
 import os
@@ -60,6 +61,8 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from confluent_kafka import KafkaException
+
 from p4bs.bus import (
     Outgoing,
     Partition,
@@ -68,12 +71,12 @@ from p4bs.bus import (
     TransactionAborted,
     TransactionalProducer,
 )
-from p4bs.config import Config, LinkConfig, RouterConfig
+from p4bs.config import Config, ConfigError, LinkConfig, RouterConfig, link_from_table
 from p4bs_optimizer import state as changelog
 from p4bs_optimizer.drivers import driver_for
 from p4bs_optimizer.drivers.base import DriverError, RouterDriver
 from p4bs_optimizer.policies import bayes, policy_for
-from p4bs_optimizer.policies.base import Decision, Policy, Window
+from p4bs_optimizer.policies.base import Decision, Policy, PolicyOptionError, Window
 from p4bs_optimizer.policies.jenks import JenksPolicy
 from p4bs_optimizer.policies.p4bs import P4bsPolicy
 from p4bs_optimizer.state import LinkState
@@ -122,6 +125,9 @@ class ServiceStats:
     assigned: int = 0  # partitions the group gave this process, in all
     revoked: int = 0  # partitions taken back, or lost
     not_held: int = 0  # records of partitions taken back before they were handled
+    links_changed: int = 0  # links added or changed by the links topic
+    links_removed: int = 0
+    bad_links: int = 0  # links topic records that make no valid link (passed over)
 
 
 @dataclass
@@ -482,7 +488,8 @@ class OptimizerService:
         self, link_id: str, partition: int, saved: LinkState | None = None
     ) -> LinkController | None:
         """The link's controller: made when its partition is given, resuming from `saved`
-        (its changelog), or on its first window."""
+        (its changelog), or on its first window. A saved state of another policy gives the
+        buffers in force and the windows done; the link's policy starts afresh."""
         controller = self.controllers.get(link_id)
         if controller is not None:
             return controller
@@ -495,8 +502,16 @@ class OptimizerService:
             policy.restore(saved.policy_state)
             state = saved
             log.info("link %s: resumed %s from its changelog", link_id, link.policy)
+        elif saved is not None:
+            state = LinkState(
+                policy=link.policy,
+                last_window_end_ns=saved.last_window_end_ns,
+                in_force=saved.in_force,
+                last_change_ns=saved.last_change_ns,
+                epoch=saved.epoch,
+            )
         else:
-            state = LinkState(policy=link.policy, epoch=saved.epoch if saved else 0)
+            state = LinkState(policy=link.policy)
         state.epoch += 1
         decide_thread = self._decide_thread if link.policy in OFF_LOOP_POLICIES else None
         if isinstance(policy, P4bsPolicy) and self._fit_pool is not None:
@@ -506,6 +521,72 @@ class OptimizerService:
         if state.unapplied:
             controller.save()  # this owner's transaction authorizes them
         return controller
+
+    def _link_changed(self, spec: dict[str, Any]) -> None:
+        """A LinkSpec from the links topic, on the loop: the link is added, changed (its
+        controller made again under the new settings: a policy kept goes on from its state,
+        another starts afresh) or removed (its controller stops; its state stays in the
+        changelog). A spec that does not make a valid link is logged and passed over."""
+        link_id = spec["link_id"]
+        if spec["removed"]:
+            if self.links.pop(link_id, None) is not None:
+                self.stats.links_removed += 1
+                log.info("link %s: removed from the links topic", link_id)
+                self._drop(link_id)
+            return
+        try:
+            table = json.loads(spec["config"])
+            link = link_from_table(self.config, table, f"links topic, {link_id}")
+            if link.id != link_id:
+                raise ValueError(f"the entry describes {link.id}")
+            policy_for(link)
+        except (ValueError, ConfigError, PolicyOptionError) as exc:
+            self.stats.bad_links += 1
+            log.error("link %s from the links topic passed over: %s", link_id, exc)
+            return
+        old = self.links.get(link_id)
+        if old == link:
+            return
+        self.links[link_id] = link
+        self.stats.links_changed += 1
+        log.info("link %s: %s from the links topic", link_id, "changed" if old else "added")
+        dropped = self._drop(link_id)
+        if dropped is not None:
+            self.controller(link_id, dropped.partition, dropped.state)
+
+    def _drop(self, link_id: str) -> LinkController | None:
+        """Stops the link's controller, if any, after saving its state; returns it."""
+        controller = self.controllers.pop(link_id, None)
+        if controller is None:
+            return None
+        controller.save()
+        controller.released = True
+        for task in (controller.deciding, controller.applying, controller.reading):
+            if task is not None:
+                task.cancel()
+        return controller
+
+    def _follow_links(self, loop: asyncio.AbstractEventLoop) -> None:
+        """In its own thread until the service stops: the links topic from its start, each
+        record handed to the loop."""
+        try:
+            consumer = RecordConsumer(
+                self.config.kafka,
+                f"{self.config.optimizer.group}-links",
+                ["links"],
+                self.config.kafka.topics,
+                whole_topics=True,
+            )
+        except KafkaException as exc:  # a deployment without the topic: the config's links
+            log.warning("links topic not followed: %s", exc)
+            return
+        try:
+            while not self._stop.is_set():
+                received = consumer.poll(0.2)
+                if received is not None:
+                    loop.call_soon_threadsafe(self._link_changed, received.record)
+        finally:
+            consumer.close()
 
     def _plan_in_pool(self, spec: bayes.SearchSpec) -> bayes.Plan:
         """A P4BS search's next step, computed in a fit process (the decide thread waits)."""
@@ -804,6 +885,8 @@ class OptimizerService:
             on_revoke=revoked,
             on_lost=lost,
         )
+        follower = threading.Thread(target=self._follow_links, args=(loop,), name="links")
+        follower.start()
         if self._fit_pool is not None:
             # Each fit process imports Ax and torch and fits once as it starts (seconds),
             # before the links' first fits come.
@@ -838,6 +921,7 @@ class OptimizerService:
                 raise self._failure
         finally:
             self._stop.set()  # also when the loop failed: the inboxes stop being decided
+            await asyncio.to_thread(follower.join)
             deciding = [c.deciding for c in self.controllers.values() if c.deciding]
             if deciding:  # each stops after the decision in the thread
                 await asyncio.wait(deciding, timeout=STOP_DECIDING_TIMEOUT_S)

@@ -1,17 +1,24 @@
 """`p4bs links apply|list`: the links topic made to say what a config's [[links]] say, new and
 changed links published, unchanged ones left, others removed only with --prune, and a config
-with a problem refused with nothing published."""
+with a problem refused with nothing published; and a running optimizer following it."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from manylinks import many_links_config
+from manylinks import Windows, many_links_config
+from optimizerproc import Decisions, optimizer
 
 from p4bs.bus import read_stream
+from p4bs.config import load_config
 from p4bs_infra.stack import Stack
+
+ADT = '{ tolerance = 0.0, sample_period_ns = "100ms" }'  # a decision on every window
 
 
 def links(*args: str) -> subprocess.CompletedProcess[str]:
@@ -57,3 +64,44 @@ def test_apply_publishes_what_changed_and_prunes_only_when_asked(
     done = links("apply", "--config", str(broken))
     assert done.returncode == 1 and "links[0].capacity" in done.stderr
     assert len(read_stream(bootstrap, "links", topics)) == len(records)  # nothing published
+
+
+def test_the_optimizer_follows_the_links_topic_without_a_restart(
+    stack: Stack, topics: dict[str, str], tmp_path: Path
+) -> None:
+    """An optimizer started with eth0 and eth1 (ADT deciding on every window), windows flowing
+    for eth0-eth2:
+    `links apply` adding eth2 and giving eth0 the BDP rule, then removing eth0 (--prune):
+    eth2's decisions begin, eth0's come from BDP and then stop, all in the one process."""
+    bootstrap = stack.kafka.bootstrap
+    started = many_links_config(tmp_path / "a.toml", bootstrap, topics, [0, 1], "adt", ADT)
+    every = many_links_config(tmp_path / "all.toml", bootstrap, topics, [0, 1, 2], "adt", ADT)
+    config = load_config(started)
+    decisions = Decisions(config)
+
+    def by(link: str, policy: str, after_ns: int = 0) -> Callable[[list[dict[str, Any]]], bool]:
+        return lambda records: any(
+            r["link_id"] == link and r["policy"] == policy and r["ts_ns"] > after_ns
+            for r in records
+        )
+
+    changed = many_links_config(tmp_path / "b.toml", bootstrap, topics, [0, 1, 2], "adt", ADT)
+    adt = f'policy = "adt"\npolicy_options = {ADT}'
+    changed.write_text(changed.read_text().replace(adt, 'policy = "bdp"', 1))  # eth0's
+    pruned = many_links_config(tmp_path / "c.toml", bootstrap, topics, [1, 2], "adt", ADT)
+    links_now = load_config(every).links
+    with Windows(bootstrap, topics, links_now, 200_000, 2), optimizer(started, "--dry-run"):
+        decisions.until(lambda r: by("r1:eth0", "adt")(r) and by("r1:eth1", "adt")(r), 90)
+        assert not any(r["link_id"] == "r1:eth2" for r in decisions.records)
+        assert links("apply", "--config", str(changed)).returncode == 0
+        decisions.until(lambda r: by("r1:eth2", "adt")(r) and by("r1:eth0", "bdp")(r), 60)
+        assert links("apply", "--config", str(pruned), "--prune").returncode == 0
+        pruned_ns = time.time_ns()
+        # eth0's windows keep coming; once the removal is read, nothing is decided for it.
+        decisions.until(by("r1:eth2", "adt", pruned_ns + 2_000_000_000), 60)
+    eth0 = [r for r in decisions.records if r["link_id"] == "r1:eth0"]
+    assert max(r["ts_ns"] for r in eth0) < pruned_ns + 2_000_000_000
+    switched = next(i for i, r in enumerate(eth0) if r["policy"] == "bdp")
+    assert {r["policy"] for r in eth0[:switched]} == {"adt"}
+    assert {r["policy"] for r in eth0[switched:]} == {"bdp"}  # BDP from the change on
+    decisions.close()

@@ -6,18 +6,16 @@ session timeout (a zombie) and one stopped."""
 from __future__ import annotations
 
 import signal
-import threading
 import time
 import uuid
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from manylinks import many_links_config
+from manylinks import Windows, many_links_config
 from optimizerproc import Decisions, optimizer
-from simlink import WINDOW_NS, LinkModel
 
-from p4bs.bus import RecordProducer, ensure_topics, read_partitions
+from p4bs.bus import ensure_topics, read_partitions
 from p4bs.config import Config, load_config
 from p4bs_infra.procs import wait_until
 from p4bs_infra.stack import Stack
@@ -31,45 +29,6 @@ START_BUFFER = 500_000  # the buffer the windows say is in force: ADT starts fro
 # ADT deciding on every window: each one steps its buffer by 1% (a window decided twice or
 # not at all leaves a different buffer, and a different list of decisions).
 ADT = '{ tolerance = 0.0, sample_period_ns = "100ms" }'
-
-
-class Windows:
-    """Every link's windows, produced as they end (10 a second each), each link on the
-    partition of its number modulo PARTITIONS; the utilisation swings between 1.0 and 0.9
-    every half second, so ADT's buffer goes up and down."""
-
-    def __init__(self, config: Config, topics: dict[str, str]) -> None:
-        self.config = config
-        self.producer = RecordProducer(config.kafka.bootstrap, topics, client_id="windows")
-        self.sent: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        self.model = LinkModel()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="windows")
-
-    def __enter__(self) -> Windows:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        assert self.producer.flush(10) == 0
-
-    def _run(self) -> None:
-        end_ns = (time.time_ns() // WINDOW_NS + 1) * WINDOW_NS
-        index = 0
-        while not self._stop.wait(max(0.0, (end_ns - time.time_ns()) / 1e9)):
-            for number, link in enumerate(self.config.links):
-                window = self.model.window(link, START_BUFFER, end_ns)
-                window["utilisation"] = 1.0 if (index // 5 + number) % 2 else 0.9
-                self.producer.produce("link_metrics", window, partition=number % PARTITIONS)
-                self.sent[link.id].append(window)
-            self.producer.flush(5)
-            end_ns += WINDOW_NS
-            index += 1
 
 
 def expected_decisions(
@@ -134,7 +93,7 @@ def test_processes_share_links_and_hand_them_over_when_killed_added_stalled_and_
         return len(current) == LINKS and set(current.values()) <= {names[x] for x in allowed}
 
     with (
-        Windows(config, topics) as windows,
+        Windows(config.kafka.bootstrap, topics, config.links, START_BUFFER, PARTITIONS) as windows,
         instance("A") as a,
         instance("B") as b,
         instance("C") as c,
