@@ -32,75 +32,24 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 import uuid
 from pathlib import Path
 
-from confluent_kafka import Producer
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for manylinks
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for optimizer_service
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # optimizer_service's helpers
+from manylinks import many_links_config
+from optimizer_service import produce_windows, quantiles
 
-from optimizer_service import SRTTS_NS, WindowTemplate, quantiles
-
-from p4bs import paths
-from p4bs.bus import RecordConsumer, RecordProducer, ensure_topics, producer_config
-from p4bs.config import config_toml, load_config
+from p4bs.bus import RecordConsumer, RecordProducer, ensure_topics
 from p4bs_infra.procs import free_ports
 from p4bs_infra.services import KafkaBroker, wait_ready
-from p4bs_schemas.codec import codec
 from p4bs_schemas.registry import STREAMS
 
 LAG_GOAL_S = 0.25
 HANDOVER_GOAL_S = 10.0
 WARMUP_S = 20.0
 SECOND_NS = 1_000_000_000
-
-
-def write_config(work: Path, bootstrap: str, topics: dict[str, str], links: int) -> Path:
-    """The example config on this broker and topics with `links` GLOBECOM links."""
-    data = tomllib.loads(paths.default_config().read_text())
-    base = data["links"][0]
-    data["links"] = [
-        {
-            **base,
-            "interface": f"eth{i}",
-            "taps": {"before": f"tap{i}-in", "after": f"tap{i}-out"},
-            "policy": "globecom",
-        }
-        for i in range(links)
-    ]
-    data["kafka"] = {**data["kafka"], "bootstrap": bootstrap, "topics": topics}
-    data["optimizer"] = {**data.get("optimizer", {}), "group": f"group-{uuid.uuid4().hex[:6]}"}
-    path = work / "config.toml"
-    path.write_text(config_toml(data))
-    return path
-
-
-def produce_windows(config_path: Path, first_end_ns: int, seconds: float) -> None:
-    """In its own process: each link's window once a second, as it ends."""
-    config = load_config(config_path)
-    templates = [
-        [WindowTemplate(link, srtt, first_end_ns) for srtt in SRTTS_NS] for link in config.links
-    ]
-    headers = codec(STREAMS["link_metrics"]).headers
-    topic = config.kafka.topics["link_metrics"]
-    producer = Producer(producer_config(config.kafka.bootstrap, "bench-group-windows"))
-    keys = [link.id.encode() for link in config.links]
-    end_ns, stop_ns = first_end_ns, first_end_ns + int(seconds * 1e9)
-    while end_ns <= stop_ns:
-        time.sleep(max(0.0, (end_ns - time.time_ns()) / 1e9))  # windows come out as they end
-        variant = end_ns // SECOND_NS % 2
-        for i, key in enumerate(keys):
-            value = templates[i][variant].bytes_for(end_ns)
-            while True:
-                try:
-                    producer.produce(topic, value, key, headers=headers)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-        producer.poll(0)
-        end_ns += SECOND_NS
-    producer.flush(30)
 
 
 def round_trips(bootstrap: str, topics: dict[str, str], count: int = 200) -> list[float]:
@@ -172,7 +121,9 @@ def main() -> int:
             f"{floor[0] * 1e3:.1f} ms p99 {floor[1] * 1e3:.1f} ms",
             flush=True,
         )
-        config_path = write_config(work, broker.bootstrap, topics, args.links)
+        config_path = many_links_config(
+            work / "config.toml", broker.bootstrap, topics, list(range(args.links)), "globecom"
+        )
         names = [f"bench-{run}-{i}" for i in range(args.instances)]
         for name in names:
             argv = [sys.executable, "-m", "p4bs_cli", "optimizer", "run", "--dry-run"]
@@ -183,7 +134,9 @@ def main() -> int:
         total_s = kill_at + (0 if args.no_kill else 3 * HANDOVER_GOAL_S)
         first_end_ns = (time.time_ns() // SECOND_NS + 5) * SECOND_NS
         producer = multiprocessing.get_context("spawn").Process(
-            target=produce_windows, args=(config_path, first_end_ns, total_s)
+            target=produce_windows,
+            args=(broker.bootstrap, topics["link_metrics"], args.links, first_end_ns, total_s),
+            kwargs={"period_ns": SECOND_NS, "switch_windows": 1},
         )
         producer.start()
         consumer = RecordConsumer(

@@ -220,9 +220,17 @@ def bench_links(base: LinkConfig, count: int) -> tuple[LinkConfig, ...]:
 
 
 def produce_windows(
-    bootstrap: str, topic: str, links: int, first_end_ns: int, seconds: float
+    bootstrap: str,
+    topic: str,
+    links: int,
+    first_end_ns: int,
+    seconds: float,
+    period_ns: int = WINDOW_NS,
+    switch_windows: int = SWITCH_WINDOWS,
 ) -> None:
-    """In its own process: every link's window as it ends, from `first_end_ns` on."""
+    """In its own process: every link's window as it ends, one per `period_ns` from
+    `first_end_ns` on, its SRTT switching every `switch_windows` (each link at its own
+    phase)."""
     base = load_config(paths.default_config()).links[0]
     specs = bench_links(base, links)
     templates = [[WindowTemplate(s, srtt, first_end_ns) for srtt in SRTTS_NS] for s in specs]
@@ -237,9 +245,9 @@ def produce_windows(
     stop_ns = first_end_ns + int(seconds * 1e9)
     while end_ns <= stop_ns:
         time.sleep(max(0.0, (end_ns - time.time_ns()) / 1e9))  # windows come out as they end
-        index = end_ns // WINDOW_NS
+        index = end_ns // period_ns
         for i, key in enumerate(keys):
-            variant = (index + i) // SWITCH_WINDOWS % 2
+            variant = (index + i) // switch_windows % 2
             value = templates[i][variant].bytes_for(end_ns)
             while True:
                 try:
@@ -248,7 +256,7 @@ def produce_windows(
                 except BufferError:
                     producer.poll(0.05)
         producer.poll(0)
-        end_ns += WINDOW_NS
+        end_ns += period_ns
     producer.flush(30)
 
 
