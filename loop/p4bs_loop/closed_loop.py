@@ -54,7 +54,9 @@ LOOP_SECTIONS: dict[str, dict[str, Any]] = {
         "jvm_args": "-XX:TieredStopAtLevel=1",
     },
     "dataplane": {"rtt_batch_interval": "100ms", "long_flow_threshold": 500},
-    "optimizer": {"stale_after": "30s"},
+    # One fit process: a loop drives one link, so more would only load Ax again beside the
+    # traffic's start on two cores.
+    "optimizer": {"stale_after": "30s", "fit_processes": 1},
 }
 
 
