@@ -227,8 +227,12 @@ class SimRun:
 
     @property
     def settled_ns(self) -> int | None:
-        """When the policy first settled (P4BS), since the traffic started."""
-        return next((t for t, d in self.decisions if d.phase == SETTLED), None)
+        """When the policy settled for the last time, since the traffic started: its first
+        settled decision after its last search step (a search begun again counts from its
+        end); None if the run ended searching, or the policy never searches."""
+        searched = [i for i, (_, d) in enumerate(self.decisions) if d.phase != SETTLED]
+        after = self.decisions[searched[-1] + 1 :] if searched else self.decisions
+        return next((t for t, d in after if d.phase == SETTLED), None)
 
     @property
     def search_ns(self) -> int | None:

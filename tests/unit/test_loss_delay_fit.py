@@ -143,6 +143,31 @@ def test_flows_that_do_not_fill_the_buffer_in_force_are_left_there() -> None:
     assert "a mean queue of 15% of the buffer: the flows do not fill it" in decisions[0].reason
 
 
+def test_flows_that_come_to_fill_the_buffer_left_to_them_get_a_search() -> None:
+    """Few loss-based flows fill a large buffer slowly (3 Reno flows take tens of seconds to
+    fill 200 ms at 100 Mbit/s): step 0 sees a queue of 20% of the 5 MB in force and settles
+    there, watching; once the queue fills half the buffer, a search begins with step 0 there
+    again and ends on a buffer far below it, better than the one left in force."""
+    policy = LossDelayFitPolicy(LINK, {})
+    link = power_law_link(buffer=5_000_000)
+    growing = {"ns": 0.0}
+
+    def filling(buffer: int) -> float:
+        """The queue grows by 1% of the buffer a window until full: B / C at most."""
+        growing["ns"] = min(growing["ns"] + 0.01 * delay_of(buffer), delay_of(buffer))
+        return growing["ns"] if buffer == 5_000_000 else delay_of(buffer)
+
+    link.delay_of = filling
+    decisions = run(policy, link, lambda d: len(d) > 1 and settled(d), limit=3000)
+    first, *search = decisions
+    assert (first.phase, first.buffer_bytes) == ("settled", 5_000_000)
+    assert "the flows do not fill it (watched" in first.reason
+    assert search[0].phase == "search"
+    assert "the flows now fill the buffer they did not" in search[0].reason
+    assert search[0].reason.count("step 0: at 5000000 B") == 1
+    assert search[-1].buffer_bytes < 1_000_000 and f_of(search[-1].buffer_bytes) > f_of(5_000_000)
+
+
 def test_heavy_loss_in_the_buffer_in_force_has_the_top_probed_first() -> None:
     """From 300 kB, below the flows' standing queue: 15% loss, 56 times what 16 loss-based
     flows would lose there and the larger term of f. Step 1 is the search max; f is higher

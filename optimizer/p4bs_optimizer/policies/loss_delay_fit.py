@@ -12,7 +12,10 @@ about B^1). Two measured buffers already place the optimum of the fitted sum.
   measured as step 0, without a change, from the first busy window on. Two things measured
   there end the search at once, on that buffer: a mean queue below `unfilled_fraction` of
   the buffer (the flows keep a standing queue of their own, as BBR does with few flows: a
-  smaller buffer cannot lower it and may cause loss), or loss that is both the larger of
+  smaller buffer cannot lower it and may cause loss; that buffer stays watched, for few
+  loss-based flows fill a large one slowly, 3 Reno flows 200 ms at 100 Mbit/s in ~10 s:
+  once the queue fills `unfilled_fraction` of it over `measure_ns`, a search begins as this
+  one, with step 0 there), or loss that is both the larger of
   f's terms and `loss_insensitive_ratio` times what loss-based flows would lose there (the
   flows do not back off on loss; a smaller buffer only loses more): if the buffer in force
   is below the search max, the top is probed first, as below. Step 0 costs no traffic at
@@ -46,6 +49,8 @@ the measured points as JSON data.
 from __future__ import annotations
 
 import math
+import statistics
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
@@ -54,7 +59,7 @@ from p4bs.config import LinkConfig
 from p4bs.units import bytes_for_duration, duration_for_bytes
 from p4bs_optimizer.policies.base import Decision, Window
 from p4bs_optimizer.policies.baselines import OptionReader
-from p4bs_optimizer.policies.stepped import SETTLED, Step, SteppedPolicy
+from p4bs_optimizer.policies.stepped import MIN_WINDOWS, SETTLED, Step, SteppedPolicy
 
 SEARCH = "search"
 MSS_BYTES = 1448  # a TCP segment's payload on a 1500-byte MTU with timestamps
@@ -199,6 +204,10 @@ class LossDelayFitPolicy(SteppedPolicy):
         self.edge_steps = 0  # consecutive fitted steps that went to the edge of their reach
         self.note = ""  # why the search began, for the next decision's reason
         self.probing = False  # step 2 probes the search max (loss-insensitive flows)
+        # Settled because step 0's queue did not fill the buffer: watched, as few flows (3
+        # Reno flows at 100 Mbit/s) take tens of seconds to fill 200 ms.
+        self.unfilled = False
+        self._queue: deque[tuple[int, int]] = deque()  # (window end, mean queueing delay)
 
     def _search_max(self) -> int:
         if self.config.search_max_ns is None:
@@ -236,6 +245,7 @@ class LossDelayFitPolicy(SteppedPolicy):
 
     def _restart(self, window: Window, prefix: str) -> list[Decision]:
         self.phase, self.points, self.edge_steps, self.probing = SEARCH, [], 0, False
+        self.unfilled = False
         self.note = prefix + "new search from the settled buffer; "
         assert self.step is not None
         return self._measure_in_force(window, self.step.buffer_bytes, 1)
@@ -311,8 +321,9 @@ class LossDelayFitPolicy(SteppedPolicy):
         if step.mean_delay_ns() < self.config.unfilled_fraction * drain_ns:
             reason = (
                 f"{seen}; a mean queue of {step.mean_delay_ns() / drain_ns:.0%} of the buffer: "
-                f"the flows do not fill it"
+                f"the flows do not fill it (watched: a search begins if they come to)"
             )
+            self.unfilled = True
             return self._settle(window, buffer, reason, point.f)
         rtt_ns = step.rtt_min_ns if step.rtt_min_ns is not None else window.srtt_ns
         if rtt_ns is None:
@@ -411,6 +422,31 @@ class LossDelayFitPolicy(SteppedPolicy):
 
     # -- persistence ----------------------------------------------------------------------
 
+    def _watch_for_change(self, step: Step, window: Window) -> list[Decision]:
+        """While settled: besides the change detector, a buffer settled on because the flows
+        did not fill it is watched: once the mean queue over `measure_ns` fills
+        `unfilled_fraction` of it, a search begins as the first did, with step 0 there."""
+        if self.unfilled and window.queue_delay_ns is not None:
+            end = window.window_end_ns
+            self._queue.append((end, window.queue_delay_ns))
+            while self._queue[0][0] <= end - self.config.measure_ns:
+                self._queue.popleft()
+            drain_ns = duration_for_bytes(step.buffer_bytes, self.link.capacity_bps)
+            mean_ns = statistics.fmean(d for _, d in self._queue)
+            full = len(self._queue) >= MIN_WINDOWS and mean_ns >= (
+                self.config.unfilled_fraction * drain_ns
+            )
+            if full:  # a search as the first one, step 0 at the buffer in force
+                self._queue.clear()
+                self.phase, self.points, self.edge_steps, self.probing = SEARCH, [], 0, False
+                self.unfilled = False
+                self.note = (
+                    f"the flows now fill the buffer they did not ({mean_ns / drain_ns:.0%} over "
+                    f"{self.config.measure_ns / 1e9:g} s): new search; "
+                )
+                return self._measure_in_force(window, step.buffer_bytes, 0)
+        return super()._watch_for_change(step, window)
+
     def snapshot(self) -> dict[str, Any]:
         return {
             **self._step_state(),
@@ -418,6 +454,7 @@ class LossDelayFitPolicy(SteppedPolicy):
             "edge_steps": self.edge_steps,
             "note": self.note,
             "probing": self.probing,
+            "unfilled": self.unfilled,
         }
 
     def restore(self, state: Mapping[str, Any]) -> None:
@@ -426,3 +463,4 @@ class LossDelayFitPolicy(SteppedPolicy):
         self.edge_steps = state["edge_steps"]
         self.note = state["note"]
         self.probing = state.get("probing", False)  # absent from earlier snapshots
+        self.unfilled = state.get("unfilled", False)  # absent from earlier snapshots
