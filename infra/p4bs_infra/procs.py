@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -113,15 +114,27 @@ def free_ports(count: int) -> list[int]:
 
 
 def free_port_block(count: int, avoid: Iterable[int] = ()) -> int:
-    """The first of `count` consecutive ports on 127.0.0.1 that nobody listens on right now
-    and that are not in `avoid` (a Kafka cluster's nodes take consecutive ports)."""
+    """The first of `count` consecutive ports on 127.0.0.1 free to bind right now and not in
+    `avoid` (a Kafka cluster's nodes take consecutive ports), below the kernel's ephemeral
+    range: a block inside it could be taken by any outgoing connection before its servers
+    bind it."""
+    low, _ = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
     avoided = set(avoid)
+    rng = random.Random()
     while True:
-        base = free_port()
+        base = rng.randrange(10_000, low - count)
         block = range(base, base + count)
-        free = not any(port_open("127.0.0.1", port) for port in block[1:])
-        if base + count <= 65_535 and not avoided.intersection(block) and free:
+        if not avoided.intersection(block) and all(_bindable(port) for port in block):
             return base
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def log_tail(logfile: Path, lines: int = 20) -> str:
