@@ -59,11 +59,13 @@ def cmd_links_apply(args: argparse.Namespace) -> int:
         print(f"p4bs links apply: {exc}", file=sys.stderr)
         return 1
     topic = config.kafka.topics["links"]
-    for what, ids in (("added", changes.added), ("changed", changes.changed)):
+    for what, ids in (
+        ("added", changes.added),
+        ("changed", changes.changed),
+        ("removed", changes.removed),
+    ):
         for link_id in ids:
             print(f"  {what} {link_id}")
-    for link_id in changes.removed:
-        print(f"  removed {link_id}")
     print(
         f"{topic}: {len(changes.added)} added, {len(changes.changed)} changed, "
         f"{len(changes.removed)} removed, {len(changes.unchanged)} unchanged"
