@@ -411,15 +411,29 @@ def test_jenks_reruns_only_when_the_groups_change() -> None:
     outlier = flow_key(0, 3)
     policy.observe_flows(T0 + 5 * WINDOW_NS, jittered(rng) | {outlier: 210 * MS})
     assert policy.decide(window(4)) == []
-    # Its path now takes 100 ms: once all of its last five intervals are high (the outlier
-    # and four at 100 ms), the flow moves to the last queue.
-    for i in range(5, 8):
+    # Its path now takes 100 ms: once four of its last five intervals are high (the outlier
+    # and three at 100 ms), the flow moves to the last queue.
+    for i in range(5, 7):
         policy.observe_flows(T0 + (i + 1) * WINDOW_NS, jittered(rng) | {outlier: 100 * MS})
         assert policy.decide(window(i)) == []
-    policy.observe_flows(T0 + 9 * WINDOW_NS, jittered(rng) | {outlier: 100 * MS})
-    decisions = policy.decide(window(8))
+    policy.observe_flows(T0 + 8 * WINDOW_NS, jittered(rng) | {outlier: 100 * MS})
+    decisions = policy.decide(window(7))
     assert outlier in decisions[3].flows and outlier not in decisions[0].flows
     assert len(decisions[0].flows) == 24 and len(decisions[3].flows) == 26
+
+
+def test_jenks_passes_over_one_interval_read_below_the_path() -> None:
+    """A late tap timestamp makes one interval's lowest sample too short (a 20 ms path read
+    15.6 ms in CI): the queue's buffer does not follow it down and back."""
+    rng = random.Random(8)
+    policy = JenksPolicy(make_link(), {})
+    observe(policy, T0 + WINDOW_NS, jittered(rng))
+    assert len(policy.decide(window(0))) == 4
+    early = {flow_key(0, i): 14 * MS for i in range(25)}  # the whole 20 ms group, 30% low
+    policy.observe_flows(T0 + 2 * WINDOW_NS, jittered(rng) | early)
+    assert policy.decide(window(1)) == []
+    policy.observe_flows(T0 + 3 * WINDOW_NS, jittered(rng) | early)
+    assert buffers(policy.decide(window(2)))[0] == round(100e6 / 4 * 0.014 / 8 / 5)
 
 
 def test_jenks_decides_again_when_a_queues_buffer_moves_beyond_the_tolerance() -> None:
