@@ -113,6 +113,22 @@ def test_a_fit_that_rises_towards_a_buffer_measured_lower_is_overruled() -> None
     assert "the fit disagrees with the measurements" in last.reason
 
 
+def test_no_step_is_taken_where_the_fit_promises_little() -> None:
+    """60 flows: the first guess is 870 kB, the second step 470 kB. The fit then puts the
+    optimum at ~565 kB, its f 2.4% above the fit's at 470 kB: by default a third step; with
+    `min_gain` 5% none, the search settling on the better measured buffer (whose f is 2%
+    below the true optimum's)."""
+    plain = run(LossDelayFitPolicy(LINK, {}), power_law_link(flows=60), settled, 2000)
+    assert [d.trial for d in plain if d.phase == "search"] == [1, 2, 3]
+    link = power_law_link(flows=60)
+    decisions = run(LossDelayFitPolicy(LINK, {"min_gain": 0.05}), link, settled, 2000)
+    *steps, last = decisions
+    assert [d.trial for d in steps] == [1, 2]
+    better = max((d.buffer_bytes for d in steps), key=f_of)
+    assert (last.phase, last.buffer_bytes) == ("settled", better)
+    assert "promises less than 5%" in last.reason
+
+
 STANDING_NS = 60_000_000  # the queue BBR-like flows keep of their own
 
 
@@ -146,8 +162,9 @@ def test_flows_that_do_not_fill_the_buffer_in_force_are_left_there() -> None:
 def test_flows_that_come_to_fill_the_buffer_left_to_them_get_a_search() -> None:
     """Few loss-based flows fill a large buffer slowly (3 Reno flows take tens of seconds to
     fill 200 ms at 100 Mbit/s): step 0 sees a queue of 20% of the 5 MB in force and settles
-    there, watching; once the queue fills half the buffer, a search begins with step 0 there
-    again and ends on a buffer far below it, better than the one left in force."""
+    there, watching; once the queue fills half the buffer, a search begins, the watched
+    windows its step 0 (not measured again, while the full buffer costs), and ends on a
+    buffer far below it, better than the one left in force."""
     policy = LossDelayFitPolicy(LINK, {})
     link = power_law_link(buffer=5_000_000)
     growing = {"ns": 0.0}
@@ -165,6 +182,13 @@ def test_flows_that_come_to_fill_the_buffer_left_to_them_get_a_search() -> None:
     assert search[0].phase == "search"
     assert "the flows now fill the buffer they did not" in search[0].reason
     assert search[0].reason.count("step 0: at 5000000 B") == 1
+    # Step 0's queue is the watched one (here 2% of the buffer more each window, from 60% at
+    # the settling): measured again, 1 s to settle and 2 s to measure, the buffer full.
+    watched = re.search(r"fill the buffer they did not \(([0-9]+)% over 2 s\)", search[0].reason)
+    zero = re.search(r"step 0: at 5000000 B .*?delay ([0-9.]+) ms", search[0].reason)
+    assert watched and zero, search[0].reason
+    filled = float(zero[1]) * 1e6 / delay_of(5_000_000)
+    assert filled == pytest.approx(int(watched[1]) / 100, abs=0.01) and filled < 0.75
     assert search[-1].buffer_bytes < 1_000_000 and f_of(search[-1].buffer_bytes) > f_of(5_000_000)
 
 
@@ -264,6 +288,7 @@ def test_restored_policy_decides_what_the_uninterrupted_one_does() -> None:
         ({"close_enough": 1}, "close_enough"),
         ({"max_stride": 0.5}, "max_stride"),
         ({"max_steps": 0}, "max_steps"),
+        ({"min_gain": 1.5}, "min_gain"),
         ({"loss_insensitive_ratio": 1}, "loss_insensitive_ratio"),
         ({"measure_ns": 0}, "measure_ns"),
         ({"search_max_ns": "soon"}, "search_max_ns"),

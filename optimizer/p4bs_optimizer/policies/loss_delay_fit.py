@@ -15,7 +15,7 @@ about B^1). Two measured buffers already place the optimum of the fitted sum.
   smaller buffer cannot lower it and may cause loss; that buffer stays watched, for few
   loss-based flows fill a large one slowly, 3 Reno flows 200 ms at 100 Mbit/s in ~10 s:
   once the queue fills `unfilled_fraction` of it over `measure_ns`, a search begins as this
-  one, with step 0 there), or loss that is both the larger of
+  one, those windows its step 0), or loss that is both the larger of
   f's terms and `loss_insensitive_ratio` times what loss-based flows would lose there (the
   flows do not back off on loss; a smaller buffer only loses more): if the buffer in force
   is below the search max, the top is probed first, as below. Step 0 costs no traffic at
@@ -34,11 +34,12 @@ about B^1). Two measured buffers already place the optimum of the fitted sum.
   and the fitted f is maximised between the measured neighbours of the best measured buffer
   (f taken as unimodal), or past it within reach when it is the smallest or the largest:
   `max_stride`, widened by that factor for each step in a row that went to the edge of its
-  reach. A maximiser within `close_enough` of a measured buffer settles the search on that
-  buffer (measured, where the maximiser is a prediction); one at a measured neighbour means
-  the fit disagrees with the measured f, and the search settles on the best measured
-  buffer; else the maximiser is the next step. After `max_steps` steps it settles on the
-  best measured buffer.
+  reach. A maximiser at a measured neighbour means the fit disagrees with the measured f,
+  and one whose fitted f is less than `min_gain` above the fitted f at the best measured
+  buffer is not worth a step: either settles the search on the best measured buffer; one
+  within `close_enough` of a measured buffer settles it on that buffer (measured, where
+  the maximiser is a prediction); else the maximiser is the next step. After `max_steps`
+  steps it settles on the best measured buffer.
 - "settled": the buffer stays until the change detector flags f; the search then starts
   again with the settled buffer, in force, as its first step (measured without a change).
 
@@ -97,6 +98,12 @@ class LossDelayFitOptions:
     # two close points.
     close_enough: float = 1.15
     max_stride: float = 1.5
+    # Settle on the best measured buffer when the fitted optimum promises less than this
+    # over the fitted f there (relative): a step costs 7 s of traffic. Off by default:
+    # offline, 0.05 took the 21 s searches of Cubic 10 and Reno 10 at the paper's per-flow
+    # BDP to 14 s, but left Cubic 10 below the Stanford rule (-0.004 [-0.007, -0.001]), tied
+    # without it; 0.02-0.1 moved no Fig. 11 cell's f by 0.001.
+    min_gain: float = 0.0
     # The second step's reach: the 1/B-and-B prior from one point may be far off (BBR keeps
     # a standing queue, and loses heavily below it, whatever the first guess says).
     first_stride: float = 4.0
@@ -125,6 +132,7 @@ class LossDelayFitOptions:
             max_steps=r.integer("max_steps", d.max_steps, low=1, high=100),
             close_enough=r.number("close_enough", d.close_enough, low=1, low_open=True),
             max_stride=r.number("max_stride", d.max_stride, low=1, low_open=True),
+            min_gain=r.number("min_gain", d.min_gain, low=0, high=1),
             first_stride=r.number("first_stride", d.first_stride, low=1, low_open=True),
             loss_insensitive_ratio=r.number(
                 "loss_insensitive_ratio", d.loss_insensitive_ratio, low=1, low_open=True
@@ -207,7 +215,7 @@ class LossDelayFitPolicy(SteppedPolicy):
         # Settled because step 0's queue did not fill the buffer: watched, as few flows (3
         # Reno flows at 100 Mbit/s) take tens of seconds to fill 200 ms.
         self.unfilled = False
-        self._queue: deque[tuple[int, int]] = deque()  # (window end, mean queueing delay)
+        self._watched: deque[Window] = deque()  # the last `measure_ns` of them, while unfilled
 
     def _search_max(self) -> int:
         if self.config.search_max_ns is None:
@@ -289,12 +297,19 @@ class LossDelayFitPolicy(SteppedPolicy):
                     f"{seen}; f higher at the top than at {first.buffer_bytes} B ({first.f:.4f})"
                 )
                 return self._settle(window, point.buffer_bytes, reason, point.f)
-        best, predicted, note, at_edge = self._fitted_optimum()
         top = max(self.points, key=lambda p: p.f)
+        best, predicted, at_top, note, at_edge = self._fitted_optimum(top.buffer_bytes)
         if best != top.buffer_bytes and any(p.buffer_bytes == best for p in self.points):
             reason = (
                 f"{seen}; {note}: the fitted f rises towards {best} B, measured lower than "
                 f"{top.buffer_bytes} B (f {top.f:.4f}): the fit disagrees with the measurements"
+            )
+            return self._settle(window, top.buffer_bytes, reason, point.f)
+        if self.config.min_gain > 0 and predicted - at_top < self.config.min_gain * abs(at_top):
+            reason = (
+                f"{seen}; {note}: the fitted optimum {best} B (f {predicted:.4f}) promises less "
+                f"than {self.config.min_gain:.0%} over the best measured, {top.buffer_bytes} B "
+                f"(fitted f {at_top:.4f})"
             )
             return self._settle(window, top.buffer_bytes, reason, point.f)
         nearest = min(self.points, key=lambda p: abs(math.log(p.buffer_bytes / best)))
@@ -384,11 +399,12 @@ class LossDelayFitPolicy(SteppedPolicy):
             link.weight_delay * delay_ns / link.max_queue_delay_ns,
         )
 
-    def _fitted_optimum(self) -> tuple[int, float, str, bool]:
-        """The buffer with the highest fitted f around the best measured buffer (and within
-        the link's bounds), that f, what the fit found, and whether it is at the edge of the
-        reach. The reach is `max_stride`, widened by that factor for each step in a row
-        that went to its edge: the fit keeps pointing further, so go further."""
+    def _fitted_optimum(self, top: int) -> tuple[int, float, float, str, bool]:
+        """The buffer with the highest fitted f around the best measured buffer `top` (and
+        within the link's bounds), that f, the fitted f at `top`, what the fit found, and
+        whether it is at the edge of the reach. The reach is `max_stride`, widened by that
+        factor for each step in a row that went to its edge: the fit keeps pointing further,
+        so go further."""
         xs = [float(p.buffer_bytes) for p in self.points]
         loss = PowerLaw.fit(xs, [p.loss for p in self.points], LOSS_EXPONENTS)
         delay = PowerLaw.fit(xs, [p.delay_ns for p in self.points], DELAY_EXPONENTS)
@@ -413,7 +429,7 @@ class LossDelayFitPolicy(SteppedPolicy):
         limits = (self.link.min_buffer_bytes, self._search_max())
         at_edge = index in (0, CANDIDATES - 1) and round(best) not in limits
         note = f"loss ~ B^{loss.exponent:.2f}, delay ~ B^{delay.exponent:.2f}"
-        return round(best), fitted_f(best), note, at_edge
+        return round(best), fitted_f(best), fitted_f(top), note, at_edge
 
     def _settle(self, window: Window, buffer: int, reason: str, last_f: float) -> list[Decision]:
         self.phase = SETTLED
@@ -425,26 +441,31 @@ class LossDelayFitPolicy(SteppedPolicy):
     def _watch_for_change(self, step: Step, window: Window) -> list[Decision]:
         """While settled: besides the change detector, a buffer settled on because the flows
         did not fill it is watched: once the mean queue over `measure_ns` fills
-        `unfilled_fraction` of it, a search begins as the first did, with step 0 there."""
+        `unfilled_fraction` of it, a search begins as the first did, those windows being its
+        step 0 (measuring it again would keep the full buffer 3 s longer)."""
         if self.unfilled and window.queue_delay_ns is not None:
             end = window.window_end_ns
-            self._queue.append((end, window.queue_delay_ns))
-            while self._queue[0][0] <= end - self.config.measure_ns:
-                self._queue.popleft()
+            self._watched.append(window)
+            while self._watched[0].window_end_ns <= end - self.config.measure_ns:
+                self._watched.popleft()
             drain_ns = duration_for_bytes(step.buffer_bytes, self.link.capacity_bps)
-            mean_ns = statistics.fmean(d for _, d in self._queue)
-            full = len(self._queue) >= MIN_WINDOWS and mean_ns >= (
+            mean_ns = statistics.fmean(w.queue_delay_ns or 0 for w in self._watched)
+            full = len(self._watched) >= MIN_WINDOWS and mean_ns >= (
                 self.config.unfilled_fraction * drain_ns
             )
-            if full:  # a search as the first one, step 0 at the buffer in force
-                self._queue.clear()
+            if full:
                 self.phase, self.points, self.edge_steps, self.probing = SEARCH, [], 0, False
                 self.unfilled = False
                 self.note = (
                     f"the flows now fill the buffer they did not ({mean_ns / drain_ns:.0%} over "
                     f"{self.config.measure_ns / 1e9:g} s): new search; "
                 )
-                return self._measure_in_force(window, step.buffer_bytes, 0)
+                zero = Step(step.buffer_bytes, SEARCH, 0, None, decided_ns=end, in_force_ns=end)
+                for watched in self._watched:
+                    zero.measure(watched)
+                self._watched.clear()
+                self.step = zero
+                return self._step_done(zero, window)
         return super()._watch_for_change(step, window)
 
     def snapshot(self) -> dict[str, Any]:
