@@ -230,8 +230,11 @@ def _close(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def assert_windows_match(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> None:
-    """Every window once, none missing, each value as computed (counts exact, floats 1e-9)."""
+def assert_windows_match(
+    got: list[dict[str, Any]], want: list[dict[str, Any]], link_id: str = LINK
+) -> None:
+    """Every window of `link_id` once, none missing, each value as computed (counts exact,
+    floats 1e-9)."""
     got = sorted(got, key=lambda r: r["window_start_ns"])
     starts = [g["window_start_ns"] for g in got]
     wanted = [e["window_start_ns"] for e in want]
@@ -243,6 +246,6 @@ def assert_windows_match(got: list[dict[str, Any]], want: list[dict[str, Any]]) 
         "duplicated": len(starts) - len(set(starts)),
     }
     for g, e in zip(got, want, strict=True):
-        assert g["link_id"] == LINK
+        assert g["link_id"] == link_id
         wrong = {k: (g[k], v) for k, v in e.items() if not _close(g[k], v)}
         assert not wrong, (e["window_start_ns"], wrong)

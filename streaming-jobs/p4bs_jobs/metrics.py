@@ -1,14 +1,17 @@
 """The metrics job: raw data-plane records in, one LinkMetrics record per link and window out.
 
 Everything runs on the JVM. One tumbling window per link runs over the union of the RTT
-batches, the link counters, the flow events and the applied buffer decisions; a Java aggregate
+batches, the link counters, the flow events, the applied buffer decisions and the links
+topic's LinkSpec records (links as data, core/p4bs/links.py); a Java aggregate
 (`FlowRtts`, streaming-jobs/functions) reduces the window's RTT samples per flow (count, sum,
 minimum). A batch or a counters record covers [ts_ns - interval_ns, ts_ns) and lands in the
 window of that interval (its event time is the interval's last ns, ts_ns - 1, which windows
 of whole intervals hold with its start). The links' window rows then go through a second Java
 aggregate (`LinkMetrics`) as an OVER aggregate per link in window order: the sequential SRTT,
 RTT minimum, N, EWMAs, f, z-score and SLA state of each link live in Flink's keyed state, so
-checkpoints cover them. SLA alerts come out with their window.
+checkpoints cover them. SLA alerts come out with their window. A LinkSpec record sets its
+link's capacity, weights and SLA bounds (or removes it) from the window its ts_ns falls in,
+over the config's: a link is added, changed or removed without restarting the job.
 """
 
 from __future__ import annotations
@@ -62,8 +65,10 @@ def create_sources(
     source_options: Mapping[str, str],
     stop_offsets: Mapping[str, Mapping[int, int]] | None = None,
 ) -> None:
-    """Kafka tables for the four input streams, with event time and watermarks; a stream
-    named in `stop_offsets` is read up to those offsets (see `stop_at`)."""
+    """Kafka tables for the five input streams, with event time and watermarks; a stream
+    named in `stop_offsets` is read up to those offsets (see `stop_at`). The links topic is
+    read from its start whenever the job starts afresh (from a checkpoint, where it was):
+    the keyed state that holds a link's settings is new then, and the topic is compacted."""
     lag = metrics.max_out_of_orderness_ns
     stop_offsets = stop_offsets or {}
     env.create_java_temporary_system_function("RTT_BATCH_TIME", RTT_BATCH_TIME_CLASS)
@@ -76,7 +81,9 @@ def create_sources(
         ("counters_in", "link_counters", _ns_to_ms("ts_ns - 1"), None),
         ("events_in", "flow_events", _ns_to_ms("ts_ns"), None),
         ("decisions_in", "buffer_decisions", _ns_to_ms("ts_ns"), None),
+        ("links_in", "links", _ns_to_ms("ts_ns"), None),
     ):
+        startup = {"scan.startup.mode": "earliest-offset"} if stream == "links" else {}
         env.execute_sql(
             kafka_table_ddl(
                 table,
@@ -85,14 +92,15 @@ def create_sources(
                 cluster,
                 raw_value=raw_value,
                 extra_columns=_rowtime(time_ms, lag),
-                options={**source_options, **stop_at(stop_offsets.get(stream))},
+                options={**source_options, **startup, **stop_at(stop_offsets.get(stream))},
             )
         )
 
 
 def declare_link_windows(env: StreamTableEnvironment, window_ns: int) -> None:
     """The view `per_link`: one row per link and window, its raw records reduced (RTT per
-    flow, summed counters, the flow events and applied decisions as text)."""
+    flow, summed counters, the flow events, applied decisions and link specs as text, and
+    whether the link specs were all there was)."""
     size = f"INTERVAL '{window_ns // 1_000_000 / 1000:.3f}' SECOND"
     env.create_java_temporary_system_function("FLOW_RTTS", FLOW_RTTS_CLASS)
     batch = RTT_BATCH_COLUMN
@@ -103,25 +111,34 @@ def declare_link_windows(env: StreamTableEnvironment, window_ns: int) -> None:
         "CAST(NULL AS BIGINT) AS retransmissions, "
         "CAST(NULL AS BIGINT) AS qd_n, CAST(NULL AS BIGINT) AS qd_sum"
     )
+    no_text = "CAST(NULL AS STRING)"
     rows = f"""
         SELECT link_id, rowtime, {batch}, {no_counts},
-               CAST(NULL AS STRING) AS event, CAST(NULL AS STRING) AS decision
+               {no_text} AS event, {no_text} AS decision, {no_text} AS spec
         FROM rtt_in WHERE rowtime > TO_TIMESTAMP_LTZ(0, 3)
         UNION ALL
         SELECT link_id, rowtime, {no_rtt}, `bytes`, after_bytes, data_packets,
                retransmissions, queue_delay_samples, queue_delay_sum_ns,
-               CAST(NULL AS STRING), CAST(NULL AS STRING)
+               {no_text}, {no_text}, {no_text}
         FROM counters_in
         UNION ALL
         SELECT link_id, rowtime, {no_rtt}, {no_counts},
                CONCAT(CAST(ts_ns AS STRING), ' ', kind, ' ', {FLOW_KEY_SQL}),
-               CAST(NULL AS STRING)
+               {no_text}, {no_text}
         FROM events_in
         UNION ALL
         SELECT link_id, rowtime, {no_rtt}, {no_counts},
-               CAST(NULL AS STRING),
-               CONCAT(CAST(ts_ns AS STRING), ' ', CAST(buffer_bytes AS STRING))
-        FROM decisions_in WHERE outcome = 'applied' AND queue = 0"""
+               {no_text},
+               CONCAT(CAST(ts_ns AS STRING), ' ', CAST(buffer_bytes AS STRING)),
+               {no_text}
+        FROM decisions_in WHERE outcome = 'applied' AND queue = 0
+        UNION ALL
+        SELECT link_id, rowtime, {no_rtt}, {no_counts}, {no_text}, {no_text},
+               CONCAT_WS(' ', CAST(ts_ns AS STRING), IF(removed, '1', '0'),
+                         CAST(capacity_bps AS STRING), CAST(weight_loss AS STRING),
+                         CAST(weight_delay AS STRING), CAST(max_loss AS STRING),
+                         CAST(max_queue_delay_ns AS STRING))
+        FROM links_in"""
     env.create_temporary_view("link_rows", env.sql_query(rows))
     per_link = f"""
         SELECT link_id, window_start, window_end, window_time,
@@ -133,7 +150,9 @@ def declare_link_windows(env: StreamTableEnvironment, window_ns: int) -> None:
                COALESCE(SUM(qd_n), 0) AS queue_delay_samples,
                COALESCE(SUM(qd_sum), 0) AS queue_delay_sum_ns,
                LISTAGG(event, ',') AS flow_events,
-               LISTAGG(decision, ',') AS decisions
+               LISTAGG(decision, ',') AS decisions,
+               LISTAGG(spec, ',') AS link_specs,
+               COUNT(spec) = COUNT(*) AS specs_only
         FROM TABLE(TUMBLE(TABLE link_rows, DESCRIPTOR(rowtime), {size}))
         GROUP BY link_id, window_start, window_end, window_time"""
     env.create_temporary_view("per_link", env.sql_query(per_link))
@@ -141,7 +160,8 @@ def declare_link_windows(env: StreamTableEnvironment, window_ns: int) -> None:
 
 def declare_link_metrics(env: StreamTableEnvironment, config: Config) -> None:
     """The view `link_metrics_rows`: per link and window, `LinkMetrics`'s output (the
-    metrics and the SLA alerts the window raises or resolves) for the config's links."""
+    metrics and the SLA alerts the window raises or resolves) for the links the config or
+    the links topic describe."""
     env.get_config().set(
         "pipeline.global-job-parameters",
         f"{LINK_METRICS_PARAMETER}:{link_metrics_parameter(config)}",
@@ -158,7 +178,7 @@ def declare_link_metrics(env: StreamTableEnvironment, config: Config) -> None:
                     link_id, window_start, window_end, rtt.samples, rtt.flows,
                     rtt.inverse_sum, rtt.min_ns, rtt.flow_keys, `bytes`, after_bytes,
                     data_packets, retransmissions, queue_delay_samples, queue_delay_sum_ns,
-                    flow_events, decisions
+                    flow_events, decisions, link_specs, specs_only
                 ) OVER (PARTITION BY link_id ORDER BY window_time
                         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS m
                 FROM per_link)
@@ -167,7 +187,8 @@ def declare_link_metrics(env: StreamTableEnvironment, config: Config) -> None:
 
 
 def link_metrics_parameter(config: Config) -> str:
-    """The links and metrics settings as `LinkMetrics` reads them: base64 (a job parameter
+    """The config's links and the metrics settings as `LinkMetrics` reads them (the links
+    topic's records override a link's from their window on): base64 (a job parameter
     value must not hold ':' or ',') of tab-separated lines; floats in repr, which Java parses
     back to the same double."""
     m = config.metrics

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -20,6 +21,7 @@ from replay import (
     replay,
 )
 
+from p4bs.bus import RecordProducer
 from p4bs_infra.stack import Stack
 from p4bs_jobs.flink_env import flink_configuration
 from p4bs_jobs.metrics import FLOW_RTTS_CLASS, RTT_BATCH_TIME_CLASS, run_metrics_job
@@ -60,6 +62,81 @@ def test_every_window_matches_an_independent_computation(
     run_metrics_job(config, topics, conf, group_id="metrics-test", bounded=True).wait(300_000)
 
     assert_windows_match(consume(stack.kafka.bootstrap, topics, len(want), "reader"), want)
+
+
+def test_links_topic_adds_changes_and_removes_links_in_a_running_job(
+    stack: Stack, topics: dict[str, str], repo: Path, tmp_path: Path
+) -> None:
+    """The replay on the config's link r1:eth1 and, relabelled, on r9:eth9, which the config
+    does not have. The links topic adds r9:eth9 a minute before its traffic (with r1's
+    figures), halves r1:eth1's capacity 4 s into the replay and removes it at 8 s: r9's
+    windows are the reference's, all of them and nothing for the minute its spec waited
+    alone; r1's are the reference's until 4 s, then with twice the utilisation, and none
+    from 8 s. One bounded run of the job: the links come as data, not at a restart."""
+    records = replay()
+    config = config_for(repo, stack.kafka.bootstrap)
+    link = config.links[0]
+    first = min(r["ts_ns"] for r in records)
+    made = decisions(first)
+    window = config.flink.window_ns
+    halved_from = (first + 4_000_000_000) // window * window
+    removed_from = (first + 8_000_000_000) // window * window
+    want_r1 = expected(records, made, config)
+    want_r9 = [{**w, "buffer_bytes": None} for w in expected(records, [], config)]
+    assert want_r1[0]["window_start_ns"] < halved_from < removed_from
+    assert want_r1[-1]["window_start_ns"] > removed_from
+
+    def spec(link_id: str, ts_ns: int, capacity_bps: int, removed: bool = False) -> dict[str, Any]:
+        return {
+            "link_id": link_id,
+            "ts_ns": ts_ns,
+            "removed": removed,
+            "capacity_bps": capacity_bps,
+            "max_queue_delay_ns": link.max_queue_delay_ns,
+            "max_loss": link.max_loss,
+            "weight_loss": link.weight_loss,
+            "weight_delay": link.weight_delay,
+            "config": "{}",
+        }
+
+    producer = RecordProducer(stack.kafka.bootstrap, topics)
+    for record in (
+        spec("r9:eth9", first - 60_000_000_000, link.capacity_bps),
+        spec(LINK, halved_from + 1, link.capacity_bps // 2),
+        spec(LINK, removed_from + 1, link.capacity_bps // 2, removed=True),
+    ):
+        producer.produce("links", record)
+    assert producer.flush(30) == 0
+    # Both links' records in time order: a partition's watermark follows the newest record.
+    relabelled = [{**r, "link_id": "r9:eth9"} for r in records]
+    both = sorted(records + relabelled, key=lambda r: r["ts_ns"])
+    produce(stack.kafka.bootstrap, topics, both, made)
+
+    conf = flink_configuration(
+        checkpoint_interval_ns=1_000_000_000, checkpoint_dir=tmp_path / "checkpoints"
+    )
+    run_metrics_job(config, topics, conf, group_id="links-test", bounded=True).wait(300_000)
+
+    kept_r1 = [w for w in want_r1 if w["window_start_ns"] < removed_from]
+    got = consume(stack.kafka.bootstrap, topics, len(kept_r1) + len(want_r9), "reader", 2.0)
+    by_link: dict[str, list[dict[str, Any]]] = {}
+    for record in got:
+        by_link.setdefault(record["link_id"], []).append(record)
+    assert set(by_link) == {LINK, "r9:eth9"}
+    assert_windows_match(by_link["r9:eth9"], want_r9, link_id="r9:eth9")
+    assert_windows_match(
+        by_link[LINK],
+        [
+            w
+            if w["window_start_ns"] < halved_from
+            else {
+                **w,
+                "utilisation": 2 * w["utilisation"],
+                "offered_utilisation": 2 * w["offered_utilisation"],
+            }
+            for w in kept_r1
+        ],
+    )
 
 
 def _batch(ts_ns: int, flows: int, flow_index: list[int], rtt_ns: list[int]) -> bytes:

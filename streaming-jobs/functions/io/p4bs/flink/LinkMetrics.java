@@ -28,14 +28,19 @@ import org.apache.flink.types.Row;
  * checkpoints, and every window row in gives that window's LinkMetrics row out.
  *
  * <p>Input: one link's window as the job's SQL reduces it (RTT per flow from FlowRtts, summed
- * counters (before-tap and after-tap bytes among them), the window's flow events as "ts_ns kind flow_key" and applied decisions as "ts_ns
- * buffer_bytes", each comma separated). Output: the LinkMetrics fields (streaming-jobs/README.md
- * defines each), whether the link is one of the config's (known; other links' rows are counted
- * in the metric unknown_links and left out), and the SLA alert each bound raises or resolves in
- * this window (state "raise"/"resolve", else null).
+ * counters (before-tap and after-tap bytes among them), the window's flow events as "ts_ns kind
+ * flow_key", applied decisions as "ts_ns buffer_bytes" and LinkSpec records of the links topic
+ * as "ts_ns removed(0/1) capacity_bps weight_loss weight_delay max_loss max_queue_delay_ns", each
+ * comma separated, and whether the specs were all the window had). Output: the LinkMetrics
+ * fields (streaming-jobs/README.md defines each), whether the link is known (other links' rows
+ * are counted in the metric unknown_links and left out), and the SLA alert each bound raises or
+ * resolves in this window (state "raise"/"resolve", else null).
  *
- * <p>The links and the metrics settings come from the job parameter {@value #CONFIG_PARAMETER}
- * (base64 of tab-separated lines, written by p4bs_jobs.metrics.link_metrics_parameter).
+ * <p>The metrics settings and the config's links come from the job parameter {@value
+ * #CONFIG_PARAMETER} (base64 of tab-separated lines, written by
+ * p4bs_jobs.metrics.link_metrics_parameter). A link's LinkSpec records, kept in its state, take
+ * over from the config's from the window they fall in: the newest sets its capacity, weights and
+ * SLA bounds, or removes it (unknown from then on). A window of nothing but specs gives no row.
  * Arithmetic follows the definitions step by step as the tests' reference computation does:
  * sums of the z-score are exactly rounded (Shewchuk's algorithm, as Python's math.fsum) and ns
  * values are rounded half to even.
@@ -57,7 +62,9 @@ import org.apache.flink.types.Row;
       @DataTypeHint("BIGINT"),
       @DataTypeHint("BIGINT"),
       @DataTypeHint("STRING"),
-      @DataTypeHint("STRING")
+      @DataTypeHint("STRING"),
+      @DataTypeHint("STRING"),
+      @DataTypeHint("BOOLEAN")
     },
     accumulator =
         @DataTypeHint(
@@ -97,10 +104,42 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
     int zscoreLag, slaWindows;
   }
 
-  /** One link of the config: its capacity, weights and SLA bounds. */
+  /** One link of the config or the links topic: its capacity, weights and SLA bounds. */
   static final class Link {
     long capacityBps, maxQueueDelayNs;
     double weightLoss, weightDelay, maxLoss;
+
+    /**
+     * From fields 2-6 of a config line ("link", id, ...) or a spec ("ts_ns", removed, ...):
+     * capacity_bps, weight_loss, weight_delay, max_loss, max_queue_delay_ns.
+     */
+    static Link parse(String[] f) {
+      Link link = new Link();
+      link.capacityBps = Long.parseLong(f[2]);
+      link.weightLoss = Double.parseDouble(f[3]);
+      link.weightDelay = Double.parseDouble(f[4]);
+      link.maxLoss = Double.parseDouble(f[5]);
+      link.maxQueueDelayNs = Long.parseLong(f[6]);
+      return link;
+    }
+
+    void write(DataOutputView target) throws IOException {
+      target.writeLong(capacityBps);
+      target.writeLong(maxQueueDelayNs);
+      target.writeDouble(weightLoss);
+      target.writeDouble(weightDelay);
+      target.writeDouble(maxLoss);
+    }
+
+    static Link read(DataInputView source) throws IOException {
+      Link link = new Link();
+      link.capacityBps = source.readLong();
+      link.maxQueueDelayNs = source.readLong();
+      link.weightLoss = source.readDouble();
+      link.weightDelay = source.readDouble();
+      link.maxLoss = source.readDouble();
+      return link;
+    }
   }
 
   /** What a link carries from one window to the next. */
@@ -116,6 +155,10 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
     /** Per SLA bound: consecutive windows outside, inside, and the raised alert's id. */
     final int[] outside = new int[2], inside = new int[2];
     final String[] alertId = new String[2];
+    /** The newest LinkSpec so far (null: none; the config's link holds), and its ts_ns. */
+    Link spec;
+    boolean removed;
+    long specTsNs = Long.MIN_VALUE;
     /** The last window's output, read by getValue right after accumulate; not state. */
     transient Row out;
   }
@@ -148,6 +191,9 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
         to.inside[k] = from.inside[k];
         to.alertId[k] = from.alertId[k];
       }
+      to.spec = from.spec; // never modified: a new spec is a new Link
+      to.removed = from.removed;
+      to.specTsNs = from.specTsNs;
       to.out = from.out;
       return to;
     }
@@ -181,6 +227,12 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
           target.writeUTF(s.alertId[k]);
         }
       }
+      target.writeBoolean(s.spec != null);
+      if (s.spec != null) {
+        s.spec.write(target);
+      }
+      target.writeBoolean(s.removed);
+      target.writeLong(s.specTsNs);
     }
 
     @Override
@@ -205,6 +257,9 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
         s.inside[k] = source.readInt();
         s.alertId[k] = source.readBoolean() ? source.readUTF() : null;
       }
+      s.spec = source.readBoolean() ? Link.read(source) : null;
+      s.removed = source.readBoolean();
+      s.specTsNs = source.readLong();
       return s;
     }
 
@@ -248,13 +303,7 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
         settings.zscoreInfluence = Double.parseDouble(f[8]);
         settings.slaWindows = Integer.parseInt(f[9]);
       } else if (f[0].equals("link")) {
-        Link link = new Link();
-        link.capacityBps = Long.parseLong(f[2]);
-        link.weightLoss = Double.parseDouble(f[3]);
-        link.weightDelay = Double.parseDouble(f[4]);
-        link.maxLoss = Double.parseDouble(f[5]);
-        link.maxQueueDelayNs = Long.parseLong(f[6]);
-        links.put(f[1], link);
+        links.put(f[1], Link.parse(f));
       } else {
         throw new IllegalArgumentException("unknown line in " + CONFIG_PARAMETER + ": " + f[0]);
       }
@@ -286,10 +335,17 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
       Long queueDelaySamples,
       Long queueDelaySumNs,
       String flowEvents,
-      String decisions) {
-    Link link = links.get(linkId);
-    if (link == null) {
-      unknownLinks.inc();
+      String decisions,
+      String linkSpecs,
+      Boolean specsOnly) {
+    if (linkSpecs != null) {
+      takeSpecs(s, linkSpecs);
+    }
+    Link link = s.removed ? null : s.spec != null ? s.spec : links.get(linkId);
+    if (link == null || Boolean.TRUE.equals(specsOnly)) {
+      if (link == null && !Boolean.TRUE.equals(specsOnly)) {
+        unknownLinks.inc();
+      }
       s.out = new Row(OUTPUT_FIELDS);
       s.out.setField(0, false);
       return;
@@ -382,6 +438,27 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
             alerts[5],
             alerts[6],
             alerts[7]);
+  }
+
+  /**
+   * The window's LinkSpec records, in time order over the ones already taken (a record older
+   * than the newest taken, as a replay of the compacted topic can bring, is passed over).
+   */
+  private static void takeSpecs(State s, String linkSpecs) {
+    List<String[]> specs = new ArrayList<>();
+    for (String item : linkSpecs.split(",")) {
+      specs.add(item.split(" "));
+    }
+    specs.sort((a, b) -> Long.compare(Long.parseLong(a[0]), Long.parseLong(b[0])));
+    for (String[] f : specs) {
+      long ts = Long.parseLong(f[0]);
+      if (ts < s.specTsNs) {
+        continue;
+      }
+      s.specTsNs = ts;
+      s.removed = f[1].equals("1");
+      s.spec = Link.parse(f);
+    }
   }
 
   @Override
