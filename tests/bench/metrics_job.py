@@ -78,7 +78,7 @@ TARGET = 1_000_000  # RTT samples/s
 LATENCY_TARGET_S = 1.0
 WINDOW_NS = 100_000_000
 PARALLELISM = 2
-INPUTS = ("rtt_samples", "link_counters", "flow_events", "buffer_decisions")
+INPUTS = ("rtt_samples", "link_counters", "flow_events", "buffer_decisions", "links")
 OUTPUTS = ("link_metrics", "sla_alerts")
 
 
