@@ -83,9 +83,11 @@ OUTPUTS = ("link_metrics", "sla_alerts")
 
 
 # A link's counters per 100 ms after link_id, ts_ns, interval_ns and seq, in schema order.
-COUNTERS = {
+COUNTERS = {  # in LinkCounters' field order: the template is its Avro encoding
     "packets": 860,
     "bytes": 1_250_000,
+    "after_packets": 858,
+    "after_bytes": 1_247_000,
     "data_packets": 830,
     "data_bytes": 1_240_000,
     "retransmissions": 2,
