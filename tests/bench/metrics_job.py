@@ -599,7 +599,7 @@ def main() -> int:
     parser.add_argument(
         "--rounds", type=int, default=3, help="measured reads of the backlog, after a warm-up"
     )
-    parser.add_argument("--live", type=int, default=150, help="live traffic, s")
+    parser.add_argument("--live", type=int, default=150, help="live traffic, s (0: none)")
     parser.add_argument(
         "--warmup", type=int, default=60, help="s after the first live window left out"
     )
@@ -635,9 +635,11 @@ def main() -> int:
             )
             # Live at a rate the job sustains (half its measured throughput), up to the target.
             live_links = min(args.links, max(1, int(job / 2 / (args.samples * 10))))
-        live = Traffic(live_links, args.flows, args.samples)
-        print(f"live: {live_links:,} links ({live_links * args.samples * 10:,} RTT samples/s)")
-        p99 = latency(config, live, args.live, args.warmup, work)
+        p99 = 0.0  # no live phase: the throughput alone decides
+        if args.live > 0:
+            live = Traffic(live_links, args.flows, args.samples)
+            print(f"live: {live_links:,} links ({live_links * args.samples * 10:,} RTT samples/s)")
+            p99 = latency(config, live, args.live, args.warmup, work)
     finally:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)
