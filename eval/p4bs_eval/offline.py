@@ -10,7 +10,10 @@ time, so the measured noise and its autocorrelation come along), from one measur
 buffer drawn by the run's seed; the change detector is run again on the simulated f, as the
 metrics job would. The policy sees a window `metrics_lag` after it ended; what it decides is
 in force from the first window that starts at least `apply` after the decision, no sooner
-than `min_change_interval` after the previous change (the service's guard).
+than `min_change_interval` after the previous change (the service's guard). A raised buffer
+is not full at once where the surface shows loss-based flows filling it (`_filling`): the
+queue carries over and grows at the flows' pace, without loss, until it reaches the measured
+windows' queue.
 
 What it reports per run: the whole-run mean f (after the warm-up, as the live evaluation
 does), the mean f after the policy settled and when, and the regret to the oracle, the best
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import gzip
+import itertools
 import json
 import math
 import random
@@ -45,6 +49,10 @@ BLENDED = (
     "queue_delay_ns", "queue_delay_ewma_ns", "throughput_bps", "utilisation", "f",
 )  # fmt: skip
 SETTLED = "settled"
+# A queue above this fraction of its buffer is pinned at the limit (its rises are not the
+# flows' growth); one below the second does not fill it (BBR's own queue).
+FILL_PINNED = 0.95
+FILL_FILLED = 0.5
 
 
 class SurfaceError(ValueError):
@@ -75,6 +83,31 @@ class Surface:
         out, as a simulated run leaves out its warm-up), and that mean."""
         best = max(self.buffers, key=lambda b: self.mean_f(b, skip))
         return best, self.mean_f(best, skip)
+
+    def fill_constant_s(self, window_ns: int, skip: int) -> float | None:
+        """How fast loss-based flows fill a queue, from the largest buffer's sawtooth: a queue
+        q below the limit grows as K / (RTT_min + q) (each flow's window one segment per
+        round trip: K = N·MSS/C, s), K from the median rise between windows after `skip`
+        at the median queue there. None when the flows do not fill that buffer with a
+        sawtooth (BBR's own queue, or a queue pinned at the limit): a raised buffer is then
+        taken as in its steady state at once."""
+        top = self.buffers[-1]
+        windows = [w for run in self.runs[top] for w in run[skip:]]
+        drain_s = top * 8 / statistics.fmean(w["throughput_bps"] or 1 for w in windows)
+        queue_s = statistics.median((w["queue_delay_ns"] or 0) / 1e9 for w in windows)
+        lossy = any(w["retransmissions"] for w in windows)
+        if not lossy or queue_s > FILL_PINNED * drain_s or queue_s < FILL_FILLED * drain_s:
+            return None
+        rises = [
+            (b["queue_delay_ns"] - a["queue_delay_ns"]) / window_ns
+            for run in self.runs[top]
+            for a, b in itertools.pairwise(run[skip:])
+            if a["queue_delay_ns"] is not None
+            and b["queue_delay_ns"] is not None
+            and b["queue_delay_ns"] > a["queue_delay_ns"]
+        ]
+        rtt_s = statistics.median(w["rtt_min_ns"] / 1e9 for w in windows if w["rtt_min_ns"])
+        return statistics.median(rises) * (rtt_s + queue_s) if rises else None
 
     def neighbours(self, buffer: int) -> tuple[int, int, float]:
         """The measured buffers around `buffer` and the weight of the upper one (log scale);
@@ -274,6 +307,28 @@ def _window_at(run: Sequence[WindowRecord], k: int, steady: int) -> WindowRecord
     return run[steady + (k - steady) % (len(run) - steady)]
 
 
+def _filling(
+    metrics: dict[str, Any], link: LinkConfig, k_s: float, queue_s: float | None, window_ns: int
+) -> float | None:
+    """A raised buffer fills at the flows' pace: from the queue `queue_s` the window's
+    queue grows as dq/dt = K / (RTT_min + q) towards the buffer's steady queue, with no
+    loss (nothing overflows) and f from the queue reached. Returns the queue at the window's
+    end, or None once it has reached the steady one (the measured windows again)."""
+    if queue_s is None:
+        return None
+    target_s = (metrics["queue_delay_ns"] or 0) / 1e9
+    rtt_s = (metrics["rtt_min_ns"] or 0) / 1e9
+    end_s = math.sqrt((rtt_s + queue_s) ** 2 + 2 * k_s * window_ns / 1e9) - rtt_s
+    if end_s >= target_s:
+        return None
+    mean_ns = (queue_s + end_s) / 2 * 1e9
+    metrics["queue_delay_ns"] = round(mean_ns)
+    metrics["loss_rate"] = 0.0
+    metrics["retransmissions"] = 0
+    metrics["f"] = -link.weight_delay * mean_ns / link.max_queue_delay_ns
+    return end_s
+
+
 def simulate(
     policy: Policy,
     surface: Surface,
@@ -293,6 +348,9 @@ def simulate(
     in_flight: deque[tuple[int, Window]] = deque()  # (delivered at, window)
     pending: tuple[int, int] | None = None  # (in force from, buffer)
     buffer, last_change = initial_buffer, -timing.min_change_interval_ns
+    fill_k = surface.fill_constant_s(w, steady)
+    queue_s: float | None = None  # while a raised buffer fills: the queue, s of line rate
+    previous, last_queue_s = buffer, 0.0
     for k in range(timing.duration_ns // w):
         start, end = k * w, (k + 1) * w
         if pending is not None and pending[0] <= start:
@@ -303,6 +361,14 @@ def simulate(
         metrics_now = _blend(
             _window_at(run_low, k, steady), _window_at(run_high, k, steady), weight
         )
+        if fill_k is not None:
+            if buffer > previous and queue_s is None:
+                queue_s = last_queue_s  # the queue the last window ended with carries over
+            queue_s = _filling(metrics_now, link, fill_k, queue_s, w)
+            last_queue_s = (
+                queue_s if queue_s is not None else ((metrics_now["queue_delay_ns"] or 0) / 1e9)
+            )
+        previous = buffer
         zscore, change = detect(metrics_now["f"])
         window = Window(
             link_id=link.id,

@@ -224,3 +224,44 @@ def test_eval_offline_reports_each_policy_against_the_oracle(
     assert again.splitlines()[1:-1] == report.splitlines()[1:-1]
     packed.write_bytes(b"not gzip")
     assert main(argv) == 2 and "not a run folder or a surfaces file" in capsys.readouterr().err
+
+
+def test_a_raised_buffer_fills_at_the_pace_the_largest_buffers_sawtooth_shows() -> None:
+    """At the largest buffer the queue saws between 70% and 90% of it (a loss every fifth
+    window, rising 5% of the buffer a window): loss-based flows, K = rise/s x (RTT_min +
+    median queue). Raised there from 25 kB, the queue carries over and grows as
+    dq/dt = K / (RTT_min + q), without loss, until it reaches the measured windows' queue;
+    f follows that queue. Full queues (the other surfaces here) are left as measured."""
+    rng = random.Random(7)
+    top = BUFFERS[-1]
+    drain_ns = top * 8e9 / RATE_BPS
+    runs = {b: [windows(LINK, b, 60, rng)] for b in BUFFERS[:-1]}
+    saw = []
+    for i, window in enumerate(windows(LINK, top, 60, rng)):
+        queue_ns = round((0.7 + 0.05 * (i % 5)) * drain_ns)
+        lost = i % 5 == 0
+        saw.append({**window, "queue_delay_ns": queue_ns, "retransmissions": 9 if lost else 0})
+    surface = Surface({**runs, top: [saw]})
+    rise_s = 0.05 * drain_ns / 1e9 / (WINDOW_NS / 1e9)
+    k_s = rise_s * (0.020 + 0.8 * drain_ns / 1e9)
+    assert surface.fill_constant_s(WINDOW_NS, 10) == pytest.approx(k_s)
+    assert known_surface().fill_constant_s(WINDOW_NS, 10) is None  # queues pinned full
+
+    policy = POLICIES["bloated"](LINK, {"delay_ns": "64ms"})
+    run = simulate(policy, surface, LINK, CONFIG.metrics, BUFFERS[0], TIMING, seed=1)
+    raised = run.buffers.index(top)
+    queue_s = BUFFERS[0] * 8 / RATE_BPS  # the 25 kB queue, full, carried over
+    filled = raised
+    while True:
+        end_s = math.sqrt((0.020 + queue_s) ** 2 + 2 * k_s * WINDOW_NS / 1e9) - 0.020
+        target_s = saw[filled % len(saw)]["queue_delay_ns"] / 1e9
+        if end_s >= target_s:
+            break
+        mean_ns = (queue_s + end_s) / 2 * 1e9
+        assert run.f[filled] == pytest.approx(
+            -LINK.weight_delay * mean_ns / LINK.max_queue_delay_ns
+        )
+        queue_s, filled = end_s, filled + 1
+    assert filled - raised >= 3  # seconds of filling, not one window
+    assert filled < len(saw)  # still in the measured run's windows, not its repetition
+    assert run.f[filled] == pytest.approx(saw[filled % len(saw)]["f"])
