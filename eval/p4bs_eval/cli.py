@@ -42,6 +42,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     path = args.scenario
     if not path.exists() and (SCENARIOS / f"{path}.toml").exists():
         path = SCENARIOS / f"{path}.toml"
+    # With --resume, --policies are the folder's policies and any added (each added one's
+    # runs pair with the finished ones); fewer than the folder's are refused (runner.py).
+    policies: tuple[str, ...] | None = None
     try:
         scenario = load_scenario(path)
         if args.policies:
@@ -64,7 +67,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = args.resume or args.out or paths.home() / ".run" / "eval" / f"{scenario.name}-{stamp}"
     _unwind_on_signals()
     try:
-        failed = run_eval(scenario, out, args.config, resume=args.resume is not None)
+        failed = run_eval(scenario, out, args.config, policies, resume=args.resume is not None)
     except ResumeError as exc:
         print(f"p4bs eval: {exc}", file=sys.stderr)
         return 2

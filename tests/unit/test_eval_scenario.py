@@ -191,6 +191,29 @@ def test_a_run_done_again_replaces_its_earlier_row_in_the_report(tmp_path: Path)
     assert "failed" not in report and "| base | globecom | 1 |" in report
 
 
+def test_eval_run_resume_refuses_fewer_policies_than_the_folder_has(tmp_path: Path) -> None:
+    """`--policies p4bs --resume RUN_DIR` on a folder of two policies: refused before any run
+    (it once went on, silently, with the folder's policies)."""
+    scenario_file = tmp_path / "two.toml"
+    scenario_file.write_text(
+        'policies = ["none", "globecom"]\n[[groups]]\nflows = 10\ncca = "cubic"\nrtt = "20ms"\n'
+    )
+    out = tmp_path / "run"
+    _run_folder(out, load_scenario(scenario_file), [_row("base", "none", 1, f_mean=-1.0)])
+    env = {**os.environ, "P4BS_ROUTER_USER": "u", "P4BS_ROUTER_PASSWORD": "p"}
+    argv = [sys.executable, "-m", "p4bs_cli", "eval", "run", str(scenario_file)]
+    done = subprocess.run(
+        [*argv, "--policies", "globecom", "--resume", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "policies ['none'] there" in done.stderr
+    assert len((out / "results.jsonl").read_text().splitlines()) == 1
+    assert not (out / "stack").exists()
+
+
 def test_eval_run_refuses_resume_with_out(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "p4bs_cli", "eval", "run", "globecom-test1"]
     argv += ["--resume", str(tmp_path), "--out", str(tmp_path / "x")]
