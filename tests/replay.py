@@ -21,6 +21,21 @@ from p4bs_schemas.rtt_batch import RttBatcher
 
 FIXTURE = Path(__file__).with_name("fixtures") / "metrics-replay.jsonl.gz"
 LINK = "r1:eth1"
+# A LinkCounters record's figures, all zero, for records made up in a test.
+EMPTY_COUNTERS = {
+    "interval_ns": 100_000_000,
+    "seq": 0,
+    "packets": 0,
+    "bytes": 0,
+    "after_packets": 0,
+    "after_bytes": 0,
+    "data_packets": 0,
+    "data_bytes": 0,
+    "retransmissions": 0,
+    "queue_delay_samples": 0,
+    "queue_delay_sum_ns": 0,
+    "queue_delay_ewma_ns": 0,
+}
 
 
 def replay() -> list[dict[str, Any]]:

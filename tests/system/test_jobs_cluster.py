@@ -16,7 +16,16 @@ from typing import Any
 
 import pytest
 from offsets import partition_offsets
-from replay import assert_windows_match, config_for, consume, decisions, expected, produce, replay
+from replay import (
+    EMPTY_COUNTERS,
+    assert_windows_match,
+    config_for,
+    consume,
+    decisions,
+    expected,
+    produce,
+    replay,
+)
 
 from p4bs.bus import RecordProducer
 from p4bs_infra.procs import free_ports, wait_until
@@ -24,21 +33,6 @@ from p4bs_infra.services import FlinkJobManager, FlinkTaskManager
 from p4bs_infra.stack import Stack
 from p4bs_jobs.flink_env import flink_configuration
 from p4bs_jobs.metrics import run_metrics_job
-
-_EMPTY_COUNTERS = {
-    "interval_ns": 100_000_000,
-    "seq": 0,
-    "packets": 0,
-    "bytes": 0,
-    "after_packets": 0,
-    "after_bytes": 0,
-    "data_packets": 0,
-    "data_bytes": 0,
-    "retransmissions": 0,
-    "queue_delay_samples": 0,
-    "queue_delay_sum_ns": 0,
-    "queue_delay_ewma_ns": 0,
-}
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +112,7 @@ def test_taskmanager_lost_mid_stream_every_window_exactly_once(
         # The held records: counters of a link the config does not describe, past the replay.
         last = max(r["ts_ns"] for r in records if r["kind"] == "link_counters")
         producer = RecordProducer(bootstrap, topics)
-        counters = {**_EMPTY_COUNTERS, "link_id": "r9:held", "ts_ns": last + 100_000_000}
+        counters = {**EMPTY_COUNTERS, "link_id": "r9:held", "ts_ns": last + 100_000_000}
         for partition in held:
             producer.produce("link_counters", counters, partition=partition)
         assert producer.flush(30) == 0
