@@ -149,10 +149,13 @@ def test_links_topic_adds_changes_and_removes_links_in_a_running_job(
 
 
 @pytest.mark.xfail(
-    strict=True,
+    # Not strict: the loss depends on when the record meets a flush, and the suite must not
+    # fail the day a slower machine lets it through.
+    strict=False,
     reason="live, the first LinkSpec the job reads after it starts is lost when stamped at "
-    "the moment it is applied (2026-11-27: no window of the added link; the same record "
-    "stamped 2 s ahead, or after another LinkSpec, reaches the job); cause not found yet",
+    "the moment it is applied (2026-11-27, 3 runs of 3: no window of the added link; the "
+    "same record stamped 400 ms ahead, or after another LinkSpec, reaches the job; 150 ms "
+    "ahead it is lost); streaming-jobs/README.md",
 )
 def test_a_link_applied_while_the_job_runs_live_has_windows_until_it_is_removed(
     stack: Stack, topics: dict[str, str], repo: Path, tmp_path: Path
