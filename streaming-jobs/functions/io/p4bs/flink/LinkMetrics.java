@@ -342,8 +342,9 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
       takeSpecs(s, linkSpecs);
     }
     Link link = s.removed ? null : s.spec != null ? s.spec : links.get(linkId);
-    if (link == null || Boolean.TRUE.equals(specsOnly)) {
-      if (link == null && !Boolean.TRUE.equals(specsOnly)) {
+    boolean noData = Boolean.TRUE.equals(specsOnly);
+    if (link == null || noData) {
+      if (!noData) {
         unknownLinks.inc();
       }
       s.out = new Row(OUTPUT_FIELDS);
