@@ -7,12 +7,15 @@ import json
 import logging
 import sys
 import tomllib
+from datetime import UTC, datetime
 from pathlib import Path
 
 from confluent_kafka import KafkaException
 
 from p4bs import paths
 from p4bs.config import ConfigError, load_config
+from p4bs.links import DEFAULT_LEAD_NS, apply_links, published
+from p4bs.units import UnitError, parse_duration_ns
 from p4bs_eval import cli as eval_cli
 from p4bs_exporter import cli as exporter_cli
 from p4bs_infra import cli as infra_cli
@@ -46,15 +49,15 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 
 def cmd_links_apply(args: argparse.Namespace) -> int:
     """The links topic made to say what the config's [[links]] say (core/p4bs/links.py)."""
-    from p4bs.links import apply_links
-
     try:
         config = load_config(args.config)
         problems = optimizer_cli.check_policies(config)
         if problems:
             raise ConfigError(str(args.config), problems)
         tables = tomllib.loads(Path(args.config).read_text())["links"]
-        changes = apply_links(config, tables, prune=args.prune)
+        changes = apply_links(
+            config, tables, prune=args.prune, lead_ns=args.lead, republish=args.republish
+        )
     except (ConfigError, KafkaException, RuntimeError) as exc:
         print(f"p4bs links apply: {exc}", file=sys.stderr)
         return 1
@@ -69,15 +72,16 @@ def cmd_links_apply(args: argparse.Namespace) -> int:
     print(
         f"{topic}: {len(changes.added)} added, {len(changes.changed)} changed, "
         f"{len(changes.removed)} removed, {len(changes.unchanged)} unchanged"
+        + (" (republished)" if args.republish else "")
         + ("" if args.prune else " (links only the topic has are kept: --prune removes them)")
     )
+    at = datetime.fromtimestamp(changes.effective_ns / 1e9, UTC).isoformat(timespec="milliseconds")
+    print(f"in effect from {at} (the metrics job's windows from that time on)")
     return 0
 
 
 def cmd_links_list(args: argparse.Namespace) -> int:
     """The links the topic describes now."""
-    from p4bs.links import published
-
     try:
         config = load_config(args.config)
         links = published(config.kafka, dict(config.kafka.topics))
@@ -96,6 +100,14 @@ def cmd_links_list(args: argparse.Namespace) -> int:
     current = sum(not spec["removed"] for spec in links.values())
     print(f"{config.kafka.topics['links']}: {current} links ({len(links) - current} removed)")
     return 0
+
+
+def duration_ns_arg(text: str) -> int:
+    """A command-line duration ("2s", "500ms") in ns."""
+    try:
+        return parse_duration_ns(text)
+    except UnitError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -119,6 +131,14 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument(
         "--prune", action="store_true", help="remove the links the topic has and the config not"
     )
+    apply.add_argument(
+        "--lead",
+        type=duration_ns_arg,
+        default=DEFAULT_LEAD_NS,
+        help="the changes take effect this long after the command runs, so that every part "
+        "has them by then (default 2s)",
+    )
+    apply.add_argument("--republish", action="store_true", help="publish unchanged links again too")
     apply.set_defaults(func=cmd_links_apply)
     listing = links_sub.add_parser("list", help="the links the topic describes now")
     listing.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
