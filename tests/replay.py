@@ -9,6 +9,7 @@ import dataclasses
 import gzip
 import json
 import math
+import re
 import statistics
 import time
 from collections import defaultdict
@@ -17,11 +18,12 @@ from typing import Any
 
 from p4bs.bus import RecordConsumer, RecordProducer
 from p4bs.config import Config, load_config
-from p4bs_schemas.rtt_batch import RttBatcher
+from p4bs_schemas.intervals import COUNT_FIELDS, IntervalAssembler
 
 FIXTURE = Path(__file__).with_name("fixtures") / "metrics-replay.jsonl.gz"
 LINK = "r1:eth1"
-# A LinkCounters record's figures, all zero, for records made up in a test.
+# A LinkCounters record's figures, all zero (no flow event, no RTT sample), for records made
+# up in a test.
 EMPTY_COUNTERS = {
     "interval_ns": 100_000_000,
     "seq": 0,
@@ -35,6 +37,13 @@ EMPTY_COUNTERS = {
     "queue_delay_samples": 0,
     "queue_delay_sum_ns": 0,
     "queue_delay_ewma_ns": 0,
+    "part": 0,
+    "complete": True,
+    "flow_events": [],
+    "flows": [],
+    "flow_index": [],
+    "offset_ns": [],
+    "rtt_ns": [],
 }
 
 
@@ -59,6 +68,17 @@ def config_for(repo: Path, bootstrap: str) -> Config:
         kafka=dataclasses.replace(config.kafka, bootstrap=bootstrap),
         metrics=dataclasses.replace(config.metrics, zscore_lag=10, long_flow_ttl_ns=1_500_000_000),
     )
+
+
+def config_file(repo: Path, bootstrap: str, topics: dict[str, str], path: Path) -> Path:
+    """`config_for`'s config as a file, for a process of its own, on the test's topics."""
+    text = (repo / "config" / "testbed.toml").read_text().replace("127.0.0.1:9092", bootstrap)
+    text = re.sub(r"^zscore_lag = .*$", "zscore_lag = 10", text, count=1, flags=re.M)
+    text = re.sub(r'^long_flow_ttl = "10s"', 'long_flow_ttl = "1500ms"', text, count=1, flags=re.M)
+    names = "".join(f'{stream} = "{topic}"\n' for stream, topic in topics.items())
+    path.write_text(f"{text}\n[kafka.topics]\n{names}")
+    assert load_config(path).metrics == config_for(repo, bootstrap).metrics
+    return path
 
 
 def decisions(start_ns: int) -> list[dict[str, Any]]:
@@ -86,12 +106,12 @@ def expected(
     samples: dict[int, dict[tuple[Any, ...], list[int]]] = defaultdict(lambda: defaultdict(list))
     events: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
+        # Windows hold whole export intervals: a sample or an event is in the window of its
+        # interval's record, the window of its own time.
         if r["kind"] == "link_counters":
             counters[(r["ts_ns"] - r["interval_ns"]) // window].append(r)
         elif r["kind"] == "rtt_sample":
-            # A sample travels in the batch of its 10 ms interval; the batch's start places it.
-            start = r["ts_ns"] // 10_000_000 * 10_000_000
-            samples[start // window][_flow(r)].append(r["rtt_ns"])
+            samples[r["ts_ns"] // window][_flow(r)].append(r["rtt_ns"])
         elif r["kind"] == "long_flow":
             events[r["ts_ns"] // window].append(r)
     applied = sorted(
@@ -190,6 +210,24 @@ def expected(
     return out
 
 
+def interval_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The model's records as the exporter sends them: per link and export interval, one
+    LinkCounters record with the interval's counters, flow events and RTT samples."""
+    interval_ns = next(r["interval_ns"] for r in records if r["kind"] == "link_counters")
+    assembler = IntervalAssembler(interval_ns)
+    out = []
+    for r in records:
+        body = {k: v for k, v in r.items() if k not in ("kind", "link_id")}
+        if r["kind"] == "rtt_sample":
+            out += assembler.add_sample(r["link_id"], body)
+        elif r["kind"] == "long_flow":
+            assembler.add_event(r["link_id"], {**body, "kind": body["event"]})
+        elif r["kind"] == "link_counters":
+            counts = {k: r[k] for k in COUNT_FIELDS}
+            out += assembler.close(r["link_id"], r["ts_ns"], r["interval_ns"], counts)
+    return out + assembler.close_all()
+
+
 def produce(
     bootstrap: str,
     topics: dict[str, str],
@@ -197,19 +235,8 @@ def produce(
     decisions: list[dict[str, Any]],
 ) -> None:
     producer = RecordProducer(bootstrap, topics)
-    batcher = RttBatcher(interval_ns=10_000_000, max_samples=1024)
-    for r in records:
-        body = {k: v for k, v in r.items() if k not in ("kind", "link_id")}
-        if r["kind"] == "rtt_sample":
-            for batch in batcher.add(r["link_id"], body):
-                producer.produce("rtt_samples", batch)
-        elif r["kind"] == "link_counters":
-            producer.produce("link_counters", {"link_id": r["link_id"], **body})
-        elif r["kind"] == "long_flow":
-            body["kind"] = body.pop("event")
-            producer.produce("flow_events", {"link_id": r["link_id"], **body})
-    for batch in batcher.close():
-        producer.produce("rtt_samples", batch)
+    for record in interval_records(records):
+        producer.produce("link_counters", record)
     for d in decisions:
         producer.produce("buffer_decisions", d)
     assert producer.flush(30) == 0

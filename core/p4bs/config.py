@@ -175,8 +175,9 @@ class DataplaneConfig:
     qdelay_slots: int = 65_536
     qdelay_max_age_ns: int = 1_000_000_000
     export_interval_ns: int = 100_000_000
-    rtt_batch_interval_ns: int = 10_000_000  # RTT samples travel in batches of this interval
-    rtt_batch_max_samples: int = 1024
+    # An interval's RTT samples travel in its LinkCounters record; one with more comes in
+    # several (about 8 bytes a sample and 40 a flow: 8192 keep a record far below Kafka's 1 MB).
+    max_rtt_samples_per_record: int = 8192
 
 
 @dataclass(frozen=True)
@@ -650,6 +651,14 @@ def _power_of_two(value: Any) -> int:
     return value
 
 
+# Fields of [dataplane] a release stopped reading, and what took their place.
+RETIRED_DATAPLANE_FIELDS = {
+    "rtt_batch_interval": "RTT samples travel in their export interval's LinkCounters record "
+    "(export_interval)",
+    "rtt_batch_max_samples": "renamed max_rtt_samples_per_record",
+}
+
+
 def _read_dataplane(r: _Reader, data: dict[str, Any]) -> DataplaneConfig:
     d = DataplaneConfig()
     durations = {
@@ -659,7 +668,6 @@ def _read_dataplane(r: _Reader, data: dict[str, Any]) -> DataplaneConfig:
         "window": "window_ns",
         "qdelay_max_age": "qdelay_max_age_ns",
         "export_interval": "export_interval_ns",
-        "rtt_batch_interval": "rtt_batch_interval_ns",
     }
     slots = ("rtt_slots", "cms_width", "loss_slots", "qdelay_slots")
     counts = {
@@ -667,10 +675,14 @@ def _read_dataplane(r: _Reader, data: dict[str, Any]) -> DataplaneConfig:
         "long_flow_threshold": (1, 2**31),
         "long_flow_capacity": (1, 2**24),
         "window_packets": (1, 2**31),
-        "rtt_batch_max_samples": (1, 65_536),
+        # Kafka's default largest record is 1 MB: 16,384 samples of as many flows take 0.8 MB.
+        "max_rtt_samples_per_record": (1, 16_384),
     }
+    for old, new in RETIRED_DATAPLANE_FIELDS.items():
+        if old in data:
+            r.problem(old, f"no longer read: {new}")
     known = {*durations, *slots, *counts, "rtt_min_interval", "long_flows"}
-    r.unknown(data, known)
+    r.unknown({k: v for k, v in data.items() if k not in RETIRED_DATAPLANE_FIELDS}, known)
     values: dict[str, Any] = {}
     for key, attr in durations.items():
         values[attr] = r.get(data, key, _positive(parse_duration_ns, key), getattr(d, attr))
@@ -683,14 +695,6 @@ def _read_dataplane(r: _Reader, data: dict[str, Any]) -> DataplaneConfig:
         values[key] = r.get(data, key, _int_in(low, high), getattr(d, key))
     values["long_flows"] = r.get(data, "long_flows", _one_of(LONG_FLOW_MODES), d.long_flows)
     if any(v is None for v in values.values()):
-        return d
-    if values["export_interval_ns"] % values["rtt_batch_interval_ns"]:
-        # A window of whole export intervals then holds whole RTT batches.
-        r.problem(
-            "rtt_batch_interval",
-            f"must divide export_interval ({values['export_interval_ns']} ns), "
-            f"got {values['rtt_batch_interval_ns']} ns",
-        )
         return d
     return DataplaneConfig(**values)
 

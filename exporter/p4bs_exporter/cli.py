@@ -138,7 +138,7 @@ def cmd_exporter_run(args: argparse.Namespace) -> int:
     produced = ", ".join(f"{k} {v:,}" for k, v in sorted(stats.produced.items()))
     print(
         f"exporter {stats.state} after {took:.1f} s: produced {stats.produced_total:,} "
-        f"({produced}; {stats.rtt_samples_produced:,} RTT samples in the batches), "
+        f"({produced}; {stats.rtt_samples_produced:,} RTT samples in them), "
         f"delivered {stats.delivered:,}, failed {stats.failed:,}, "
         f"dropped {stats.dropped:,}, undelivered {stats.undelivered_at_exit or 0:,}"
     )

@@ -101,10 +101,7 @@ def run_spec(
             },
         },
         "streams": {s: stream_spec(s, names[s]) for s in EXPORTED_STREAMS},
-        "rtt_batch": {
-            "interval_ns": config.dataplane.rtt_batch_interval_ns,
-            "max_samples": config.dataplane.rtt_batch_max_samples,
-        },
+        "max_rtt_samples_per_record": config.dataplane.max_rtt_samples_per_record,
         "source": source,
         "stats": {"path": str(stats_path), "interval_s": stats_interval_s},
         "flush_timeout_s": flush_timeout_s,

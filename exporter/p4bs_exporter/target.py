@@ -17,8 +17,9 @@ from typing import Any, Protocol
 from p4bs_schemas.codec import codec
 from p4bs_schemas.registry import STREAMS, current_schema
 
-# The streams an exporter writes (config keys of [kafka.topics]).
-EXPORTED_STREAMS = ("rtt_samples", "flow_events", "link_counters")
+# The streams an exporter writes (config keys of [kafka.topics]): one record per link and
+# export interval carries its counters, long-flow events and RTT samples (LinkCounters v3).
+EXPORTED_STREAMS = ("link_counters",)
 
 
 class ExporterError(RuntimeError):
@@ -51,9 +52,9 @@ class ExporterStats:
     delivered: int = 0
     failed: int = 0
     dropped: int = 0
-    rtt_samples_produced: int = 0  # RTT samples inside the produced rtt_samples batches
-    rtt_samples_dropped: int = 0  # RTT samples inside the dropped batches
-    invalid: int = 0  # records the schema cannot carry, or the client refused
+    rtt_samples_produced: int = 0  # RTT samples inside the produced records
+    rtt_samples_dropped: int = 0  # RTT samples inside the dropped records
+    invalid: int = 0  # records (or RTT samples) the schema cannot carry, or the client refused
     in_flight: int = 0
     waits: int = 0  # back-pressure: times a full client queue made the source wait
     records_per_s: float = 0.0  # produced, over the last interval

@@ -1,11 +1,12 @@
 """The `tofino` target: the P4 program of p4/tofino on a switch, driven over bfrt_grpc.
 
-`TofinoTarget` programs the port → link tables from the deployment config, turns the data
-plane's digests (RTT samples, batched per link as the model exporter does, long-flow starts
-and ends) and the long-flow table's idle notifications into records, and every export
-interval reads the per-link registers from the hardware and produces their differences as
-`LinkCounters`. Names, field orders and units are
-the control-plane contract of p4/tofino/README.md.
+`TofinoTarget` programs the port → link tables from the deployment config, gathers the data
+plane's digests (RTT samples, long-flow starts and ends) and the long-flow table's idle
+notifications by link and export interval, and every export interval reads the per-link
+registers from the hardware: their differences close the link's interval, which goes out as
+`LinkCounters` records (v3: counters, flow events and RTT samples of the interval, assembled
+by `p4bs_schemas.intervals.IntervalAssembler` as the model exporter does). Names, field
+orders and units are the control-plane contract of p4/tofino/README.md.
 
 `bfrt_grpc` (the SDE's Python client) is imported only when a target starts; nothing else in
 the project needs the SDE.
@@ -28,9 +29,9 @@ from typing import Any
 
 from p4bs.bus import RecordProducer
 from p4bs.config import Config, ConfigError, LinkConfig, SwitchConfig
-from p4bs_exporter.target import EXPORTED_STREAMS, ExporterError, ExporterStats, SpecError
+from p4bs_exporter.target import ExporterError, ExporterStats, SpecError
 from p4bs_schemas.codec import RecordError
-from p4bs_schemas.rtt_batch import RttBatcher
+from p4bs_schemas.intervals import IntervalAssembler
 
 # --- The contract with p4/tofino -----------------------------------------------------------
 # Every name, code and width the exporter takes from the P4 program is here and nowhere else
@@ -172,6 +173,7 @@ LPF_MAX_TIME_CONSTANT_NS = 1e9
 # Reconnecting after the notification stream broke: the first attempt at once, then waits
 # doubling up to the maximum; the loop checks for stop this often meanwhile.
 RECONNECT_FIRST_S, RECONNECT_MAX_S, RECONNECT_POLL_S = 0.5, 5.0, 0.05
+STREAM = "link_counters"  # the one stream the target writes (LinkCounters v3)
 
 SDE_HINT = (
     "the tofino target needs the SDE's Python client bfrt_grpc: set PYTHONPATH to "
@@ -315,7 +317,6 @@ class _ClockMap:
 class _LinkState:
     index: int
     link: LinkConfig
-    seq: int = 0
     last: dict[str, int] | None = None  # cumulative register values at the last read
 
 
@@ -359,8 +360,8 @@ class TofinoTarget:
             _LinkState(i, link) for i, link in enumerate(tofino_links(config, self.switch))
         ]
         self.interval_ns = config.dataplane.export_interval_ns
-        self._rtt_batches = RttBatcher(
-            config.dataplane.rtt_batch_interval_ns, config.dataplane.rtt_batch_max_samples
+        self._intervals = IntervalAssembler(
+            self.interval_ns, config.dataplane.max_rtt_samples_per_record
         )
         self._lock = threading.Lock()
         self._stats = ExporterStats(target=self.name, pid=os.getpid())
@@ -405,7 +406,7 @@ class TofinoTarget:
             ) from exc
         self._producer = RecordProducer(
             self.config.kafka,
-            {s: self.topics[s] for s in EXPORTED_STREAMS},
+            {STREAM: self.topics[STREAM]},
             client_id=f"p4bs-exporter-{self.switch.name}",
         )
         self._started = time.monotonic()
@@ -439,8 +440,10 @@ class TofinoTarget:
             self._thread.join(timeout_s)
         failed = self.stats().state == "failed"
         if self._producer is not None:
-            for batch in self._rtt_batches.close():
-                self._produce("rtt_samples", batch)
+            # The loop has ended: what is left of the open intervals goes out, counts 0 (the
+            # registers of a partial interval are not read).
+            for record in self._intervals.close_all():
+                self._produce(record)
             self._set(state="flushing")
             remaining = self._producer.flush(timeout_s)
             self._set(undelivered_at_exit=remaining)
@@ -675,8 +678,7 @@ class TofinoTarget:
         self._close_interface()
         now = time.time_ns()
         for key in sorted(self.listed):
-            event = self._flow_event(self.links[key[0]], key, "end", "idle_timeout", 0, now)
-            self._produce("flow_events", event)
+            self._add_event(self.links[key[0]], key, "end", "idle_timeout", 0, now)
         self.listed.clear()
         self._next_reconnect = time.monotonic()
         self._reconnect_delay = RECONNECT_FIRST_S
@@ -768,8 +770,8 @@ class TofinoTarget:
             "protocol": TCP,
             "rtt_ns": v["rtt"],
         }
-        for batch in self._rtt_batches.add(state.link.id, sample):
-            self._produce("rtt_samples", batch)
+        for part in self._intervals.add_sample(state.link.id, sample):
+            self._produce(part)
 
     def _flow(self, v: dict[str, int], what: str) -> None:
         _check_range(v, FLOW_DIGEST_LAYOUT, what)
@@ -793,13 +795,14 @@ class TofinoTarget:
                 return
             self._delete(key)
         ts = self._clock.to_unix(v["ts"], time.time_ns())
-        self._produce("flow_events", self._flow_event(state, key, kind, reason, packets, ts))
+        self._add_event(state, key, kind, reason, packets, ts)
 
-    def _flow_event(
+    def _add_event(
         self, state: _LinkState, key: FlowKey, kind: str, reason: str, packets: int, ts: int
-    ) -> dict[str, Any]:
-        return {
-            "link_id": state.link.id,
+    ) -> None:
+        """A long flow's start or end, into its link's interval (it goes out with the
+        interval's counters)."""
+        event = {
             "ts_ns": ts,
             "kind": kind,
             "reason": reason,
@@ -810,6 +813,7 @@ class TofinoTarget:
             "protocol": TCP,
             "packets": packets,
         }
+        self._intervals.add_event(state.link.id, event)
 
     def _flow_key(self, table: Any, key: FlowKey) -> Any:
         return table.make_key(
@@ -873,8 +877,7 @@ class TofinoTarget:
             self._count_pipeline("idle_notifications_unlisted")
             return
         self._delete(key)
-        event = self._flow_event(state, key, "end", "idle_timeout", 0, time.time_ns())
-        self._produce("flow_events", event)
+        self._add_event(state, key, "end", "idle_timeout", 0, time.time_ns())
 
     # --- counters ---------------------------------------------------------------------
 
@@ -924,48 +927,38 @@ class TofinoTarget:
         except Exception as exc:  # next tick's record covers this interval too
             self._problem(f"register read at {tick_ns}: {type(exc).__name__}: {exc}")
             return
-        for batch in self._rtt_batches.close(tick_ns):
-            self._produce("rtt_samples", batch)
         interval = tick_ns - self._last_tick_ns
         samples: dict[int, int] = {}
         for state in self.links:
             now, last = values[state.index], state.last or values[state.index]
-            record: dict[str, Any] = {
-                "link_id": state.link.id,
-                "ts_ns": tick_ns,
-                "interval_ns": interval,
-                "seq": state.seq,
-            }
-            for name in COUNTER_FIELDS:
-                record[name] = (now[name] - last[name]) % COUNTER_WRAP
-            record["queue_delay_sum_ns"] = (
+            counts = {name: (now[name] - last[name]) % COUNTER_WRAP for name in COUNTER_FIELDS}
+            counts["queue_delay_sum_ns"] = (
                 now["queue_delay_sum_ns"] - last["queue_delay_sum_ns"]
             ) % QDELAY_SUM_WRAP
-            record["queue_delay_ewma_ns"] = now["queue_delay_ewma_ns"]
+            counts["queue_delay_ewma_ns"] = now["queue_delay_ewma_ns"]
             state.last = now
-            state.seq += 1
-            self._produce("link_counters", record)
-            samples[state.index] = record["queue_delay_samples"]
+            for record in self._intervals.close(state.link.id, tick_ns, interval, counts):
+                self._produce(record)
+            samples[state.index] = counts["queue_delay_samples"]
         self._last_tick_ns = tick_ns
         self._retune_lpf(samples, interval)
 
     # --- stats ------------------------------------------------------------------------
 
-    def _produce(self, stream: str, record: dict[str, Any]) -> None:
+    def _produce(self, record: dict[str, Any]) -> None:
         assert self._producer is not None
         try:
-            self._producer.produce(stream, record)
+            self._producer.produce(STREAM, record)
         except RecordError as exc:
             with self._lock:
                 self._stats.invalid += 1
-            self._problem(f"{stream}: record refused by its schema: {exc}")
+            self._problem(f"{STREAM}: record refused by its schema: {exc}")
             return
         with self._lock:
             s = self._stats
-            s.produced[stream] = s.produced.get(stream, 0) + 1
+            s.produced[STREAM] = s.produced.get(STREAM, 0) + 1
             s.produced_total += 1
-            if stream == "rtt_samples":
-                s.rtt_samples_produced += len(record["rtt_ns"])
+            s.rtt_samples_produced += len(record["rtt_ns"])
         if self._first_record is None:
             self._first_record = time.monotonic()
 

@@ -1,48 +1,21 @@
-//! Schemaless Avro binary of the three exported records, byte for byte what
-//! `p4bs_schemas.codec.codec(NAME).encode(record)` writes: fields in schema order, `int` and
-//! `long` as zigzag varints, strings as a varint length and UTF-8 bytes, an array as one
-//! block (its item count, the items, then 0). Nothing allocates once warm: every record is
-//! appended to a caller's buffer, and an RTT batch's columns keep their capacity between
-//! batches.
+//! Schemaless Avro binary of the exported record, `LinkCounters` v3, byte for byte what
+//! `p4bs_schemas.codec.codec("LinkCounters").encode(record)` writes: fields in schema order,
+//! `int` and `long` as zigzag varints, a boolean as one byte, strings as a varint length and
+//! UTF-8 bytes, an array as one block (its item count, the items, then 0). Nothing allocates
+//! once warm: records are appended to a caller's buffer, and the RTT columns keep their
+//! capacity between records.
 
 use std::collections::HashMap;
 
-use p4bs_model::record::{Flow, Record};
+use p4bs_model::record::{Flow, FlowEventKind, FlowEventReason, LinkCounters};
 
-/// The fields (path, Avro type) each encoder writes, in order; a nested record's fields follow
-/// their array as `array[].field`, an array of numbers' item type as `array[]`. The run spec
-/// carries the schemas' own field lists and the exporter refuses to start if they differ.
-pub const RTT_SAMPLE_BATCH: &[(&str, &str)] = &[
-    ("link_id", "string"),
-    ("ts_ns", "long"),
-    ("interval_ns", "long"),
-    ("flows", "array"),
-    ("flows[].src_ip", "string"),
-    ("flows[].dst_ip", "string"),
-    ("flows[].src_port", "int"),
-    ("flows[].dst_port", "int"),
-    ("flows[].protocol", "int"),
-    ("flow_index", "array"),
-    ("flow_index[]", "int"),
-    ("offset_ns", "array"),
-    ("offset_ns[]", "long"),
-    ("rtt_ns", "array"),
-    ("rtt_ns[]", "long"),
-];
+/// The stream (`[kafka.topics]` key) and the schema this exporter writes.
+pub const STREAM: &str = "link_counters";
+pub const SCHEMA: &str = "io.p4bs.LinkCounters";
 
-pub const FLOW_EVENT: &[(&str, &str)] = &[
-    ("link_id", "string"),
-    ("ts_ns", "long"),
-    ("kind", "string"),
-    ("reason", "string"),
-    ("src_ip", "string"),
-    ("dst_ip", "string"),
-    ("src_port", "int"),
-    ("dst_port", "int"),
-    ("protocol", "int"),
-    ("packets", "long"),
-];
-
+/// The fields (path, Avro type) `put_link_counters` writes, in order; a nested record's fields
+/// follow their array as `array[].field`, an array of numbers' item type as `array[]`. The run
+/// spec carries the schema's own field list and the exporter refuses to start if it differs.
 pub const LINK_COUNTERS: &[(&str, &str)] = &[
     ("link_id", "string"),
     ("ts_ns", "long"),
@@ -58,13 +31,37 @@ pub const LINK_COUNTERS: &[(&str, &str)] = &[
     ("queue_delay_samples", "long"),
     ("queue_delay_sum_ns", "long"),
     ("queue_delay_ewma_ns", "long"),
+    ("part", "int"),
+    ("complete", "boolean"),
+    ("flow_events", "array"),
+    ("flow_events[].ts_ns", "long"),
+    ("flow_events[].kind", "string"),
+    ("flow_events[].reason", "string"),
+    ("flow_events[].src_ip", "string"),
+    ("flow_events[].dst_ip", "string"),
+    ("flow_events[].src_port", "int"),
+    ("flow_events[].dst_port", "int"),
+    ("flow_events[].protocol", "int"),
+    ("flow_events[].packets", "long"),
+    ("flows", "array"),
+    ("flows[].src_ip", "string"),
+    ("flows[].dst_ip", "string"),
+    ("flows[].src_port", "int"),
+    ("flows[].dst_port", "int"),
+    ("flows[].protocol", "int"),
+    ("flow_index", "array"),
+    ("flow_index[]", "int"),
+    ("offset_ns", "array"),
+    ("offset_ns[]", "long"),
+    ("rtt_ns", "array"),
+    ("rtt_ns[]", "long"),
 ];
 
 /// TCP: the only protocol the data plane measures.
 const PROTOCOL_TCP: i64 = 6;
 
 /// A value the schema cannot carry (a `long` above 2^63 - 1): the record is not sent.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OutOfRange(pub &'static str);
 
 /// Appends `v` as a zigzag varint (Avro `int` and `long` alike).
@@ -124,46 +121,28 @@ fn put_flow(buf: &mut Vec<u8>, flow: &Flow) {
     put_long(buf, PROTOCOL_TCP);
 }
 
-/// Which stream a record goes to.
+/// A record's counts: the interval's counters on its complete record, zero on earlier parts
+/// and on intervals whose counters never came.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub counters: LinkCounters,
+    pub queue_delay_ewma_ns: u64,
+}
+
+/// A long flow starting or ending (the schema's `LongFlowChange`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stream {
-    RttSamples = 0,
-    FlowEvents = 1,
-    LinkCounters = 2,
+pub struct LongFlowChange {
+    pub ts_ns: u64,
+    pub kind: FlowEventKind,
+    pub reason: FlowEventReason,
+    pub flow: Flow,
+    pub packets: u64,
 }
 
-impl Stream {
-    pub const ALL: [Stream; 3] = [Stream::RttSamples, Stream::FlowEvents, Stream::LinkCounters];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Stream::RttSamples => "rtt_samples",
-            Stream::FlowEvents => "flow_events",
-            Stream::LinkCounters => "link_counters",
-        }
-    }
-
-    pub fn schema(self) -> &'static str {
-        match self {
-            Stream::RttSamples => "io.p4bs.RttSampleBatch",
-            Stream::FlowEvents => "io.p4bs.FlowEvent",
-            Stream::LinkCounters => "io.p4bs.LinkCounters",
-        }
-    }
-
-    pub fn fields(self) -> &'static [(&'static str, &'static str)] {
-        match self {
-            Stream::RttSamples => RTT_SAMPLE_BATCH,
-            Stream::FlowEvents => FLOW_EVENT,
-            Stream::LinkCounters => LINK_COUNTERS,
-        }
-    }
-}
-
-/// The columns of an open `RttSampleBatch`, encoded as its samples come: each flow once, in
+/// A record's RTT samples as its columns, encoded as the samples come: each flow once, in
 /// the order of its first sample, and per sample its flow's index, its offset in the
-/// interval and its RTT. Cleared, the buffers and the flow table keep their capacity, so a
-/// link's batches stop allocating once it has had its busiest one.
+/// interval and its RTT. Cleared, the buffers and the flow table keep their capacity, so
+/// they stop allocating once a link has had its busiest record.
 #[derive(Default)]
 pub struct RttColumns {
     index_of: HashMap<Flow, u32>,
@@ -175,10 +154,6 @@ pub struct RttColumns {
 }
 
 impl RttColumns {
-    pub fn samples(&self) -> u32 {
-        self.samples
-    }
-
     /// Appends a sample of `flow` seen `offset_ns` after the interval's start. A value the
     /// schema cannot carry leaves the columns as they were.
     pub fn push(&mut self, flow: &Flow, offset_ns: u64, rtt_ns: u64) -> Result<(), OutOfRange> {
@@ -215,72 +190,53 @@ fn put_array(buf: &mut Vec<u8>, count: u32, items: &[u8]) {
     buf.push(0); // end of the array
 }
 
-/// Writes an `RttSampleBatch` to `buf` (cleared first): the samples of `columns`, for the
-/// interval `[end_ns - interval_ns, end_ns)`.
-pub fn put_rtt_batch(
+/// Where a record stands: its link, its interval `[end_ns - interval_ns, end_ns)`, its
+/// place in the link's records (`seq`) and in its interval's (`part`, `complete`).
+pub struct RecordHead<'a> {
+    /// The link id as an Avro string (`link_field`).
+    pub link_field: &'a [u8],
+    pub end_ns: u64,
+    pub interval_ns: u64,
+    pub seq: u64,
+    pub part: u32,
+    pub complete: bool,
+}
+
+/// Appends a `LinkCounters` record to `buf`. On an error `buf` holds part of it: the caller
+/// cuts it off.
+pub fn put_link_counters(
     buf: &mut Vec<u8>,
-    link_id: &[u8],
-    end_ns: u64,
-    interval_ns: u64,
+    head: &RecordHead<'_>,
+    counts: &Counts,
+    events: &[LongFlowChange],
     columns: &RttColumns,
 ) -> Result<(), OutOfRange> {
-    buf.clear();
-    buf.extend_from_slice(link_id);
-    put_u64(buf, end_ns, "ts_ns")?;
-    put_u64(buf, interval_ns, "interval_ns")?;
+    buf.extend_from_slice(head.link_field);
+    put_u64(buf, head.end_ns, "ts_ns")?;
+    put_u64(buf, head.interval_ns, "interval_ns")?;
+    put_u64(buf, head.seq, "seq")?;
+    for (field, value) in counts.counters.named() {
+        put_u64(buf, value, field)?;
+    }
+    put_u64(buf, counts.queue_delay_ewma_ns, "queue_delay_ewma_ns")?;
+    put_long(buf, i64::from(head.part));
+    buf.push(u8::from(head.complete));
+    if !events.is_empty() {
+        put_long(buf, events.len() as i64);
+        for e in events {
+            put_u64(buf, e.ts_ns, "flow_events[].ts_ns")?;
+            put_bytes(buf, e.kind.name().as_bytes());
+            put_bytes(buf, e.reason.name().as_bytes());
+            put_flow(buf, &e.flow);
+            put_u64(buf, e.packets, "flow_events[].packets")?;
+        }
+    }
+    buf.push(0); // end of flow_events
     put_array(buf, columns.index_of.len() as u32, &columns.flows);
     for column in [&columns.flow_index, &columns.offset_ns, &columns.rtt_ns] {
         put_array(buf, columns.samples, column);
     }
     Ok(())
-}
-
-/// Appends `record` to `buf` (cleared first) with `link_id` already Avro-encoded (see
-/// `put_bytes`). Returns its stream, or None for records that are not sent one by one: RTT
-/// samples travel in batches (`put_rtt_batch`), queue-delay samples not at all.
-pub fn encode(
-    buf: &mut Vec<u8>,
-    record: &Record,
-    link_id: &[u8],
-) -> Result<Option<Stream>, OutOfRange> {
-    buf.clear();
-    match record {
-        Record::FlowEvent {
-            ts_ns,
-            kind,
-            reason,
-            flow,
-            packets,
-            ..
-        } => {
-            buf.extend_from_slice(link_id);
-            put_u64(buf, *ts_ns, "ts_ns")?;
-            put_bytes(buf, kind.name().as_bytes());
-            put_bytes(buf, reason.name().as_bytes());
-            put_flow(buf, flow);
-            put_u64(buf, *packets, "packets")?;
-            Ok(Some(Stream::FlowEvents))
-        }
-        Record::Counters {
-            ts_ns,
-            interval_ns,
-            seq,
-            counters: c,
-            queue_delay_ewma_ns,
-            ..
-        } => {
-            buf.extend_from_slice(link_id);
-            put_u64(buf, *ts_ns, "ts_ns")?;
-            put_u64(buf, *interval_ns, "interval_ns")?;
-            put_u64(buf, *seq, "seq")?;
-            for (field, value) in c.named() {
-                put_u64(buf, value, field)?;
-            }
-            put_u64(buf, *queue_delay_ewma_ns, "queue_delay_ewma_ns")?;
-            Ok(Some(Stream::LinkCounters))
-        }
-        Record::Rtt { .. } | Record::QueueDelay { .. } => Ok(None),
-    }
 }
 
 /// A link id as the Avro string every record of the link starts with.
@@ -293,7 +249,6 @@ pub fn link_field(link_id: &str) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use p4bs_model::record::{FlowEventKind, FlowEventReason, LinkCounters};
     use std::net::Ipv4Addr;
 
     fn long(v: i64) -> Vec<u8> {
@@ -346,14 +301,11 @@ mod tests {
         }
     }
 
-    fn encoded(record: &Record) -> (Option<Stream>, Vec<u8>) {
-        let mut buf = vec![0xaa; 3]; // cleared by encode
-        let stream = encode(&mut buf, record, &link_field("r1:eth1")).unwrap();
-        (stream, buf)
-    }
-
     // The expected bytes below were written once by fastavro through
-    // `p4bs_schemas.codec.codec(NAME).encode(...)` for the same records, and pinned here.
+    // `p4bs_schemas.codec.codec("LinkCounters").encode(...)` for the same records, and pinned
+    // here.
+
+    const END_NS: u64 = 1_700_000_000_100_000_000;
 
     /// (flow, offset_ns, rtt_ns): several flows, flow 0 more than once.
     const SAMPLES: [(u8, u64, u64); 5] = [
@@ -364,20 +316,6 @@ mod tests {
         (0, 9_999_999, 1),
     ];
 
-    fn rtt_batch(columns: &RttColumns) -> Vec<u8> {
-        let mut buf = vec![0xaa; 3]; // cleared
-        let link = link_field("r1:eth1");
-        put_rtt_batch(
-            &mut buf,
-            &link,
-            1_700_000_000_130_000_000,
-            10_000_000,
-            columns,
-        )
-        .unwrap();
-        buf
-    }
-
     fn columns(samples: &[(u8, u64, u64)]) -> RttColumns {
         let mut columns = RttColumns::default();
         for &(i, offset_ns, rtt_ns) in samples {
@@ -386,38 +324,31 @@ mod tests {
         columns
     }
 
-    #[test]
-    fn rtt_sample_batch_matches_the_python_codec() {
-        let mut reused = columns(&SAMPLES);
-        assert_eq!(reused.samples(), 5);
-        assert_eq!(rtt_batch(&reused), PY_RTT_SAMPLE_BATCH);
-        // Cleared, the columns start the next batch afresh: its first flow gets index 0.
-        reused.clear();
-        reused.push(&flow(2), 1, 2).unwrap();
-        assert_eq!(rtt_batch(&reused), rtt_batch(&columns(&[(2, 1, 2)])));
-    }
-
-    #[test]
-    fn flow_event_matches_the_python_codec() {
-        let (stream, bytes) = encoded(&Record::FlowEvent {
-            link: 0,
-            ts_ns: 1_700_000_000_000_000_000,
-            kind: FlowEventKind::End,
-            reason: FlowEventReason::IdleTimeout,
-            flow: flow(0),
-            packets: 2001,
-        });
-        assert_eq!(stream, Some(Stream::FlowEvents));
-        assert_eq!(bytes, PY_FLOW_EVENT);
-    }
-
-    #[test]
-    fn link_counters_match_the_python_codec() {
-        let (stream, bytes) = encoded(&Record::Counters {
-            link: 0,
-            ts_ns: 1_700_000_000_100_000_000,
+    fn record(
+        seq: u64,
+        part: u32,
+        complete: bool,
+        counts: &Counts,
+        events: &[LongFlowChange],
+        columns: &RttColumns,
+    ) -> Vec<u8> {
+        let link = link_field("r1:eth1");
+        let head = RecordHead {
+            link_field: &link,
+            end_ns: END_NS,
             interval_ns: 100_000_000,
-            seq: 7,
+            seq,
+            part,
+            complete,
+        };
+        let mut buf = vec![0xaa; 3]; // appended to
+        put_link_counters(&mut buf, &head, counts, events, columns).unwrap();
+        assert_eq!(buf[..3], [0xaa; 3]);
+        buf.split_off(3)
+    }
+
+    fn counts() -> Counts {
+        Counts {
             counters: LinkCounters {
                 packets: 1000,
                 bytes: 1_500_000,
@@ -430,72 +361,119 @@ mod tests {
                 queue_delay_sum_ns: 0,
             },
             queue_delay_ewma_ns: 123_456,
-        });
-        assert_eq!(stream, Some(Stream::LinkCounters));
-        assert_eq!(bytes, PY_LINK_COUNTERS);
+        }
+    }
+
+    fn events() -> [LongFlowChange; 2] {
+        [
+            LongFlowChange {
+                ts_ns: END_NS - 100_000_000,
+                kind: FlowEventKind::Start,
+                reason: FlowEventReason::Threshold,
+                flow: flow(1),
+                packets: 2001,
+            },
+            LongFlowChange {
+                ts_ns: END_NS - 1,
+                kind: FlowEventKind::End,
+                reason: FlowEventReason::IdleTimeout,
+                flow: flow(0),
+                packets: 70_000,
+            },
+        ]
     }
 
     #[test]
-    fn values_above_the_long_range_are_refused_and_leave_no_bytes() {
+    fn a_complete_record_matches_the_python_codec() {
+        let bytes = record(7, 2, true, &counts(), &events(), &columns(&SAMPLES));
+        assert_eq!(bytes, PY_COMPLETE);
+    }
+
+    #[test]
+    fn a_part_and_an_empty_record_match_the_python_codec() {
+        let mut reused = columns(&SAMPLES);
+        reused.clear();
+        for &(i, offset_ns, rtt_ns) in &SAMPLES[..2] {
+            reused.push(&flow(i), offset_ns, rtt_ns).unwrap();
+        }
+        // Cleared, the columns start afresh: the first flow gets index 0 again.
+        assert_eq!(reused.samples, 2);
+        let part = record(5, 0, false, &Counts::default(), &[], &reused);
+        assert_eq!(part, PY_PART);
+        reused.clear();
+        let empty = record(0, 0, true, &Counts::default(), &[], &reused);
+        assert_eq!(empty, PY_EMPTY);
+    }
+
+    #[test]
+    fn values_above_the_long_range_are_refused() {
         let mut refusing = columns(&SAMPLES[..1]);
         for (offset_ns, rtt_ns, field) in [(1, u64::MAX, "rtt_ns"), (u64::MAX, 1, "offset_ns")] {
             assert_eq!(
                 refusing.push(&flow(1), offset_ns, rtt_ns),
                 Err(OutOfRange(field))
             );
-            assert_eq!(refusing.samples(), 1);
-            assert_eq!(rtt_batch(&refusing), rtt_batch(&columns(&SAMPLES[..1])));
+            assert_eq!(refusing.samples, 1);
         }
+        let link = link_field("r1:eth1");
+        let mut too_many = counts();
+        too_many.counters.retransmissions = u64::MAX;
+        let head = RecordHead {
+            link_field: &link,
+            end_ns: END_NS,
+            interval_ns: 100_000_000,
+            seq: 0,
+            part: 0,
+            complete: true,
+        };
+        let mut buf = Vec::new();
+        let refused = put_link_counters(&mut buf, &head, &too_many, &[], &refusing);
+        assert_eq!(refused, Err(OutOfRange("retransmissions")));
     }
 
     #[test]
-    fn queue_delay_and_single_rtt_samples_are_not_exported_one_by_one() {
-        let record = Record::QueueDelay {
-            link: 0,
-            ts_ns: 1,
-            flow: flow(0),
-            delay_ns: 5,
-        };
-        assert_eq!(encoded(&record).0, None);
-        let record = Record::Rtt {
-            link: 0,
-            ts_ns: 1,
-            flow: flow(0),
-            rtt_ns: 5,
-        };
-        assert_eq!(encoded(&record).0, None);
+    fn the_field_list_is_the_schemas() {
+        // 4 head fields, 10 counts, part, complete, 3 arrays of records and 3 of numbers.
+        assert_eq!(LINK_COUNTERS.len(), 4 + 10 + 2 + (1 + 9) + (1 + 5) + 3 * 2);
+        assert_eq!(LINK_COUNTERS[0], ("link_id", "string"));
     }
 
-    #[test]
-    fn field_lists_are_the_schemas() {
-        assert_eq!(Stream::ALL.map(|s| s.fields().len()), [15, 10, 14]);
-        assert!(Stream::ALL.iter().all(|s| s.fields()[0].0 == "link_id"));
-    }
-
-    const PY_RTT_SAMPLE_BATCH: &[u8] = &[
-        0x0e, 0x72, 0x31, 0x3a, 0x65, 0x74, 0x68, 0x31, 0x80, 0x92, 0xcd, 0xde, 0xc7, 0xbf, 0xce,
-        0x97, 0x2f, 0x80, 0xda, 0xc4, 0x09, 0x06, 0x16, 0x31, 0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e,
-        0x31, 0x2e, 0x31, 0x30, 0x14, 0x31, 0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x32, 0x2e, 0x32,
-        0x80, 0xf1, 0x04, 0xa2, 0x51, 0x0c, 0x16, 0x31, 0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x31,
-        0x2e, 0x31, 0x31, 0x14, 0x31, 0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x32, 0x2e, 0x32, 0x82,
-        0xf1, 0x04, 0xa2, 0x51, 0x0c, 0x16, 0x31, 0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x31, 0x2e,
-        0x31, 0x32, 0x14, 0x31, 0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x32, 0x2e, 0x32, 0x84, 0xf1,
-        0x04, 0xa2, 0x51, 0x0c, 0x00, 0x0a, 0x00, 0x02, 0x00, 0x04, 0x00, 0x00, 0x0a, 0xaa, 0xfc,
-        0xa5, 0x03, 0xc0, 0x9f, 0xab, 0x03, 0x80, 0xad, 0xe2, 0x04, 0x80, 0xbf, 0xd6, 0x06, 0xfe,
-        0xd9, 0xc4, 0x09, 0x00, 0x0a, 0x80, 0xb4, 0x89, 0x13, 0x80, 0xcf, 0xf7, 0x15, 0xc0, 0xce,
-        0x95, 0x13, 0x80, 0xea, 0xe5, 0x18, 0x02, 0x00,
-    ];
-    const PY_FLOW_EVENT: &[u8] = &[
-        0x0e, 0x72, 0x31, 0x3a, 0x65, 0x74, 0x68, 0x31, 0x80, 0x80, 0xd0, 0xe2, 0xc6, 0xbf, 0xce,
-        0x97, 0x2f, 0x06, 0x65, 0x6e, 0x64, 0x18, 0x69, 0x64, 0x6c, 0x65, 0x5f, 0x74, 0x69, 0x6d,
-        0x65, 0x6f, 0x75, 0x74, 0x16, 0x31, 0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x31, 0x2e, 0x31,
-        0x30, 0x14, 0x31, 0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x32, 0x2e, 0x32, 0x80, 0xf1, 0x04,
-        0xa2, 0x51, 0x0c, 0xa2, 0x1f,
-    ];
-    const PY_LINK_COUNTERS: &[u8] = &[
+    const PY_COMPLETE: &[u8] = &[
         0x0e, 0x72, 0x31, 0x3a, 0x65, 0x74, 0x68, 0x31, 0x80, 0x84, 0xff, 0xc1, 0xc7, 0xbf, 0xce,
         0x97, 0x2f, 0x80, 0x84, 0xaf, 0x5f, 0x0e, 0xd0, 0x0f, 0xc0, 0x8d, 0xb7, 0x01, 0x80, 0x0f,
         0xe0, 0xc7, 0xae, 0x01, 0xbc, 0x0f, 0x80, 0xd5, 0xb4, 0x01, 0x06, 0x00, 0x00, 0x80, 0x89,
-        0x0f,
+        0x0f, 0x04, 0x01, 0x04, 0x80, 0x80, 0xd0, 0xe2, 0xc6, 0xbf, 0xce, 0x97, 0x2f, 0x0a, 0x73,
+        0x74, 0x61, 0x72, 0x74, 0x12, 0x74, 0x68, 0x72, 0x65, 0x73, 0x68, 0x6f, 0x6c, 0x64, 0x16,
+        0x31, 0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x31, 0x2e, 0x31, 0x31, 0x14, 0x31, 0x30, 0x2e,
+        0x32, 0x30, 0x31, 0x2e, 0x32, 0x2e, 0x32, 0x82, 0xf1, 0x04, 0xa2, 0x51, 0x0c, 0xa2, 0x1f,
+        0xfe, 0x83, 0xff, 0xc1, 0xc7, 0xbf, 0xce, 0x97, 0x2f, 0x06, 0x65, 0x6e, 0x64, 0x18, 0x69,
+        0x64, 0x6c, 0x65, 0x5f, 0x74, 0x69, 0x6d, 0x65, 0x6f, 0x75, 0x74, 0x16, 0x31, 0x30, 0x2e,
+        0x32, 0x30, 0x31, 0x2e, 0x31, 0x2e, 0x31, 0x30, 0x14, 0x31, 0x30, 0x2e, 0x32, 0x30, 0x31,
+        0x2e, 0x32, 0x2e, 0x32, 0x80, 0xf1, 0x04, 0xa2, 0x51, 0x0c, 0xe0, 0xc5, 0x08, 0x00, 0x06,
+        0x16, 0x31, 0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x31, 0x2e, 0x31, 0x30, 0x14, 0x31, 0x30,
+        0x2e, 0x32, 0x30, 0x31, 0x2e, 0x32, 0x2e, 0x32, 0x80, 0xf1, 0x04, 0xa2, 0x51, 0x0c, 0x16,
+        0x31, 0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x31, 0x2e, 0x31, 0x31, 0x14, 0x31, 0x30, 0x2e,
+        0x32, 0x30, 0x31, 0x2e, 0x32, 0x2e, 0x32, 0x82, 0xf1, 0x04, 0xa2, 0x51, 0x0c, 0x16, 0x31,
+        0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x31, 0x2e, 0x31, 0x32, 0x14, 0x31, 0x30, 0x2e, 0x32,
+        0x30, 0x31, 0x2e, 0x32, 0x2e, 0x32, 0x84, 0xf1, 0x04, 0xa2, 0x51, 0x0c, 0x00, 0x0a, 0x00,
+        0x02, 0x00, 0x04, 0x00, 0x00, 0x0a, 0xaa, 0xfc, 0xa5, 0x03, 0xc0, 0x9f, 0xab, 0x03, 0x80,
+        0xad, 0xe2, 0x04, 0x80, 0xbf, 0xd6, 0x06, 0xfe, 0xd9, 0xc4, 0x09, 0x00, 0x0a, 0x80, 0xb4,
+        0x89, 0x13, 0x80, 0xcf, 0xf7, 0x15, 0xc0, 0xce, 0x95, 0x13, 0x80, 0xea, 0xe5, 0x18, 0x02,
+        0x00,
+    ];
+    const PY_PART: &[u8] = &[
+        0x0e, 0x72, 0x31, 0x3a, 0x65, 0x74, 0x68, 0x31, 0x80, 0x84, 0xff, 0xc1, 0xc7, 0xbf, 0xce,
+        0x97, 0x2f, 0x80, 0x84, 0xaf, 0x5f, 0x0a, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x04, 0x16, 0x31, 0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x31,
+        0x2e, 0x31, 0x30, 0x14, 0x31, 0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x32, 0x2e, 0x32, 0x80,
+        0xf1, 0x04, 0xa2, 0x51, 0x0c, 0x16, 0x31, 0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x31, 0x2e,
+        0x31, 0x31, 0x14, 0x31, 0x30, 0x2e, 0x32, 0x30, 0x31, 0x2e, 0x32, 0x2e, 0x32, 0x82, 0xf1,
+        0x04, 0xa2, 0x51, 0x0c, 0x00, 0x04, 0x00, 0x02, 0x00, 0x04, 0xaa, 0xfc, 0xa5, 0x03, 0xc0,
+        0x9f, 0xab, 0x03, 0x00, 0x04, 0x80, 0xb4, 0x89, 0x13, 0x80, 0xcf, 0xf7, 0x15, 0x00,
+    ];
+    const PY_EMPTY: &[u8] = &[
+        0x0e, 0x72, 0x31, 0x3a, 0x65, 0x74, 0x68, 0x31, 0x80, 0x84, 0xff, 0xc1, 0xc7, 0xbf, 0xce,
+        0x97, 0x2f, 0x80, 0x84, 0xaf, 0x5f, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00,
     ];
 }

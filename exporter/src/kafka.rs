@@ -1,7 +1,8 @@
 //! The Kafka side: one idempotent librdkafka producer (acks=all, lz4, large batches, no
 //! message timeout, so records wait out a broker restart instead of failing), the records'
-//! keys and headers, RTT samples gathered into per-link batches, and the counters of what was
-//! produced, delivered, failed and dropped.
+//! keys and headers, the data plane's records assembled into one `LinkCounters` record per
+//! link and interval (`intervals`), and the counters of what was produced, delivered, failed
+//! and dropped.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -9,15 +10,16 @@ use std::time::{Duration, Instant};
 
 use std::ffi::CString;
 
-use p4bs_model::record::{Flow, Record};
+use p4bs_model::record::Record;
 use rdkafka::bindings as rd;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext};
 use rdkafka::ClientContext;
 
-use crate::avro::{self, Stream};
-use crate::spec::{RttBatchSpec, RunSpec};
+use crate::avro::{self, OutOfRange};
+use crate::intervals::{Assembler, Encoded};
+use crate::spec::RunSpec;
 
 /// What to do with a record when librdkafka's local queue is full.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,22 +122,8 @@ impl ProducerContext for Context {
     }
 }
 
-struct LinkKey {
-    /// The link id as the Avro string each of its records starts with.
-    field: Vec<u8>,
-    /// The link id as the Kafka key.
-    key: Vec<u8>,
-}
-
-/// A link's open RTT batch: samples of the interval ending at `end_ns`, already encoded.
-#[derive(Default)]
-struct RttBatch {
-    end_ns: u64,
-    columns: avro::RttColumns,
-}
-
-/// A stream's topic handle and header prototype as librdkafka objects, so that producing a
-/// record needs no topic lookup by name and builds no strings.
+/// The topic handle and header prototype as librdkafka objects, so that producing a record
+/// needs no topic lookup by name and builds no strings.
 struct Topic {
     name: String,
     rkt: *mut rd::rd_kafka_topic_t,
@@ -144,22 +132,23 @@ struct Topic {
 
 pub struct Sink {
     producer: BaseProducer<Context>,
-    topics: Vec<Topic>,
-    links: Vec<LinkKey>,
-    /// Per link, in the pipeline's link order.
-    batches: Vec<RttBatch>,
-    batching: RttBatchSpec,
-    buf: Vec<u8>,
+    topic: Topic,
+    /// Per link, in the pipeline's link order: the link id as the Kafka key.
+    keys: Vec<Vec<u8>>,
+    assembler: Assembler,
+    /// What the assembler made of the records taken so far, not produced yet.
+    encoded: Encoded,
     since_poll: u32,
-    /// Records handed to librdkafka, per stream (`Stream as usize`).
-    pub produced: [u64; 3],
-    /// RTT samples inside the produced `rtt_samples` records.
+    /// Records handed to librdkafka.
+    pub produced: u64,
+    /// RTT samples inside the produced records.
     pub rtt_samples_produced: u64,
     /// Records not produced because the local queue was full (live sources only).
     pub dropped: u64,
     /// RTT samples inside the dropped records.
     pub rtt_samples_dropped: u64,
-    /// Records the schema cannot carry (a value above 2^63 - 1), or librdkafka refused.
+    /// Records (or single RTT samples) the schema cannot carry (a value above 2^63 - 1), or
+    /// records librdkafka refused.
     pub invalid: u64,
     /// Times a full local queue made the exporter wait (back-pressure).
     pub waits: u64,
@@ -171,8 +160,9 @@ pub struct Sink {
 const POLL_EVERY: u32 = 256;
 
 impl Sink {
-    /// The producer and, for each link, its key; `link_ids` in the pipeline's link order.
-    pub fn new(spec: &RunSpec, link_ids: &[&str]) -> Result<Sink, String> {
+    /// The producer, the topic and, for each link, its key and its intervals; `link_ids` in
+    /// the pipeline's link order, `interval_ns` the pipeline's export interval.
+    pub fn new(spec: &RunSpec, link_ids: &[&str], interval_ns: u64) -> Result<Sink, String> {
         let mut config = ClientConfig::new();
         for (k, v) in producer_properties(spec) {
             config.set(k, v);
@@ -183,87 +173,73 @@ impl Sink {
         let producer: BaseProducer<Context> = config
             .create_with_context(Context::default())
             .map_err(|e| format!("kafka producer: {e}"))?;
-        let mut sink = Sink {
+        let s = &spec.stream;
+        let name = CString::new(s.topic.as_str())
+            .map_err(|_| format!("topic {:?} contains a NUL byte", s.topic))?;
+        // SAFETY: a live client handle and NUL-terminated names; the handles are destroyed in
+        // Drop, before the producer.
+        let topic = unsafe {
+            let rk = producer.client().native_ptr();
+            let rkt = rd::rd_kafka_topic_new(rk, name.as_ptr(), std::ptr::null_mut());
+            let headers = rd::rd_kafka_headers_new(2);
+            for (key, value) in [
+                (c"p4bs-schema", s.schema.as_bytes()),
+                (c"p4bs-fingerprint", s.fingerprint.as_bytes()),
+            ] {
+                let size = value.len() as isize;
+                rd::rd_kafka_header_add(headers, key.as_ptr(), -1, value.as_ptr().cast(), size);
+            }
+            Topic {
+                name: s.topic.clone(),
+                rkt,
+                headers,
+            }
+        };
+        if topic.rkt.is_null() {
+            // SAFETY: created just above, used nowhere else.
+            unsafe { rd::rd_kafka_headers_destroy(topic.headers) };
+            return Err(format!("kafka: cannot open topic {:?}", s.topic));
+        }
+        Ok(Sink {
             producer,
-            topics: Vec::new(),
-            links: link_ids
-                .iter()
-                .map(|id| LinkKey {
-                    field: avro::link_field(id),
-                    key: id.as_bytes().to_vec(),
-                })
-                .collect(),
-            batches: link_ids.iter().map(|_| RttBatch::default()).collect(),
-            batching: spec.rtt_batch,
-            buf: Vec::with_capacity(256),
+            topic,
+            keys: link_ids.iter().map(|id| id.as_bytes().to_vec()).collect(),
+            assembler: Assembler::new(link_ids, interval_ns, spec.max_rtt_samples_per_record),
+            encoded: Encoded::default(),
             since_poll: 0,
-            produced: [0; 3],
+            produced: 0,
             rtt_samples_produced: 0,
             dropped: 0,
             rtt_samples_dropped: 0,
             invalid: 0,
             waits: 0,
             first_produce: None,
-        };
-        for s in &spec.streams {
-            let name = CString::new(s.topic.as_str())
-                .map_err(|_| format!("topic {:?} contains a NUL byte", s.topic))?;
-            // SAFETY: a live client handle and NUL-terminated names; the handles are
-            // destroyed in Drop, before the producer.
-            let topic = unsafe {
-                let rk = sink.producer.client().native_ptr();
-                let rkt = rd::rd_kafka_topic_new(rk, name.as_ptr(), std::ptr::null_mut());
-                let headers = rd::rd_kafka_headers_new(2);
-                for (key, value) in [
-                    (c"p4bs-schema", s.schema.as_bytes()),
-                    (c"p4bs-fingerprint", s.fingerprint.as_bytes()),
-                ] {
-                    let size = value.len() as isize;
-                    rd::rd_kafka_header_add(headers, key.as_ptr(), -1, value.as_ptr().cast(), size);
-                }
-                Topic {
-                    name: s.topic.clone(),
-                    rkt,
-                    headers,
-                }
-            };
-            if topic.rkt.is_null() {
-                // SAFETY: created just above, used nowhere else.
-                unsafe { rd::rd_kafka_headers_destroy(topic.headers) };
-                return Err(format!("kafka: cannot open topic {:?}", s.topic));
-            }
-            sink.topics.push(topic);
-        }
-        Ok(sink)
+        })
     }
 
-    /// Fails unless the broker answers and lists every topic within `timeout` (a topic just
+    /// Fails unless the broker answers and lists the topic within `timeout` (a topic just
     /// created may take a moment to appear in the broker's metadata).
-    pub fn check_topics(&self, timeout: Duration) -> Result<(), String> {
+    pub fn check_topic(&self, timeout: Duration) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
-        for topic in self.topics.iter().map(|t| &t.name) {
-            loop {
-                let left = deadline.saturating_duration_since(Instant::now());
-                let problem = match self.producer.client().fetch_metadata(Some(topic), left) {
-                    Err(e) => format!("kafka: no answer about topic {topic:?}: {e}"),
-                    Ok(metadata) => match metadata.topics().iter().find(|t| t.name() == topic) {
-                        Some(t) if t.error().is_none() && !t.partitions().is_empty() => break,
-                        Some(t) => match t.error() {
-                            Some(e) => {
-                                format!("kafka: topic {topic:?}: {}", RDKafkaErrorCode::from(e))
-                            }
-                            None => format!("kafka: topic {topic:?} has no partitions"),
-                        },
-                        None => format!("kafka: topic {topic:?} does not exist"),
+        let topic = &self.topic.name;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let problem = match self.producer.client().fetch_metadata(Some(topic), left) {
+                Err(e) => format!("kafka: no answer about topic {topic:?}: {e}"),
+                Ok(metadata) => match metadata.topics().iter().find(|t| t.name() == topic) {
+                    Some(t) if t.error().is_none() && !t.partitions().is_empty() => return Ok(()),
+                    Some(t) => match t.error() {
+                        Some(e) => format!("kafka: topic {topic:?}: {}", RDKafkaErrorCode::from(e)),
+                        None => format!("kafka: topic {topic:?} has no partitions"),
                     },
-                };
-                if Instant::now() >= deadline {
-                    return Err(problem);
-                }
-                std::thread::sleep(Duration::from_millis(100));
+                    None => format!("kafka: topic {topic:?} does not exist"),
+                },
+            };
+            if Instant::now() >= deadline {
+                return Err(problem);
             }
+            std::thread::sleep(Duration::from_millis(100));
         }
-        Ok(())
     }
 
     pub fn context(&self) -> &Context {
@@ -276,10 +252,6 @@ impl Sink {
 
     pub fn failed(&self) -> u64 {
         self.context().failed.load(Ordering::Relaxed)
-    }
-
-    pub fn produced_total(&self) -> u64 {
-        self.produced.iter().sum()
     }
 
     /// Records librdkafka holds: queued, in flight or awaiting their delivery report.
@@ -301,124 +273,66 @@ impl Sink {
         self.producer.poll(timeout);
     }
 
-    /// Encodes and produces every record, emptying `records`; RTT samples join their link's
-    /// batch, which is produced when its interval is over (a later record of the link shows
-    /// it) or full. While the local queue is full with `Full::Wait`, serves delivery reports
-    /// and calls `idle` between tries.
+    /// Takes every data-plane record, emptying `records`, and produces the `LinkCounters`
+    /// records they complete (a link's counters close its interval; a grid interval's
+    /// `max_rtt_samples_per_record`-th sample sends a part). While the local queue is full
+    /// with `Full::Wait`, serves delivery reports and calls `idle` between tries.
     pub fn send_all(&mut self, records: &mut Vec<Record>, full: Full, mut idle: impl FnMut(&Sink)) {
         for record in records.iter() {
-            match record {
-                Record::Rtt {
-                    link,
-                    ts_ns,
-                    flow,
-                    rtt_ns,
-                } => self.add_rtt(usize::from(*link), *ts_ns, flow, *rtt_ns, full, &mut idle),
-                Record::FlowEvent { link, ts_ns, .. } | Record::Counters { link, ts_ns, .. } => {
-                    let link = usize::from(*link);
-                    let batch = &self.batches[link];
-                    if batch.columns.samples() > 0 && batch.end_ns <= *ts_ns {
-                        self.send_batch(link, full, &mut idle);
-                    }
-                    self.send(record, full, &mut idle);
-                }
-                Record::QueueDelay { .. } => {}
+            self.assembler.add(record, &mut self.encoded);
+            if !self.encoded.is_empty() {
+                self.produce_encoded(full, &mut idle);
             }
         }
         records.clear();
     }
 
-    /// Produces every open RTT batch whose interval ended by `now_ns` (all with None).
-    pub fn close_batches(&mut self, now_ns: Option<u64>, full: Full, mut idle: impl FnMut(&Sink)) {
-        for link in 0..self.batches.len() {
-            let batch = &self.batches[link];
-            if batch.columns.samples() > 0 && now_ns.is_none_or(|now| batch.end_ns <= now) {
-                self.send_batch(link, full, &mut idle);
+    /// Produces every interval still open (at exit, after the pipeline's last counters).
+    pub fn close_all(&mut self, full: Full, mut idle: impl FnMut(&Sink)) {
+        self.assembler.close_all(&mut self.encoded);
+        self.produce_encoded(full, &mut idle);
+    }
+
+    fn produce_encoded(&mut self, full: Full, idle: &mut impl FnMut(&Sink)) {
+        // Taken out for the loop, as `produce_value` needs the whole Sink; its buffers come
+        // back cleared, with their capacity.
+        let mut encoded = std::mem::take(&mut self.encoded);
+        for record in &encoded.records {
+            let samples = u64::from(record.samples);
+            match &record.value {
+                Ok(range) => {
+                    let value = &encoded.bytes[range.clone()];
+                    if self.produce_value(value, record.link, full, idle) {
+                        self.rtt_samples_produced += samples;
+                    } else if full == Full::Drop {
+                        self.rtt_samples_dropped += samples;
+                    }
+                }
+                Err(OutOfRange(field)) => {
+                    self.invalid += 1;
+                    let link = String::from_utf8_lossy(&self.keys[record.link]);
+                    self.context()
+                        .note_error(format!("not sent (link {link}): {field} is above 2^63 - 1"));
+                }
             }
         }
+        encoded.clear();
+        self.encoded = encoded;
     }
 
-    fn add_rtt(
+    /// Produces `value`, keyed by `link`; true once it is queued. A full local queue is
+    /// waited out or counted as a drop, as `full` says.
+    fn produce_value(
         &mut self,
-        link: usize,
-        ts_ns: u64,
-        flow: &Flow,
-        rtt_ns: u64,
-        full: Full,
-        idle: &mut impl FnMut(&Sink),
-    ) {
-        let interval = self.batching.interval_ns;
-        // The interval's end must fit the schema's long too.
-        let Some(end) = (ts_ns - ts_ns % interval)
-            .checked_add(interval)
-            .filter(|&end| i64::try_from(end).is_ok())
-        else {
-            self.refuse("ts_ns");
-            return;
-        };
-        let batch = &self.batches[link];
-        let samples = batch.columns.samples();
-        if samples > 0 && (batch.end_ns != end || samples >= self.batching.max_samples) {
-            self.send_batch(link, full, idle);
-        }
-        let batch = &mut self.batches[link];
-        match batch.columns.push(flow, ts_ns % interval, rtt_ns) {
-            Ok(()) => batch.end_ns = end,
-            Err(avro::OutOfRange(field)) => self.refuse(field),
-        }
-    }
-
-    fn refuse(&mut self, field: &str) {
-        self.invalid += 1;
-        self.context()
-            .note_error(format!("record not sent: {field} is above 2^63 - 1"));
-    }
-
-    /// Produces link `link`'s open batch and empties it.
-    fn send_batch(&mut self, link: usize, full: Full, idle: &mut impl FnMut(&Sink)) {
-        let batch = &mut self.batches[link];
-        let samples = batch.columns.samples();
-        avro::put_rtt_batch(
-            &mut self.buf,
-            &self.links[link].field,
-            batch.end_ns,
-            self.batching.interval_ns,
-            &batch.columns,
-        )
-        .expect("the batch's end and interval were checked when its first sample came");
-        batch.columns.clear();
-        if self.produce_buf(Stream::RttSamples, link, full, idle) {
-            self.rtt_samples_produced += u64::from(samples);
-        } else if full == Full::Drop {
-            self.rtt_samples_dropped += u64::from(samples);
-        }
-    }
-
-    fn send(&mut self, record: &Record, full: Full, idle: &mut impl FnMut(&Sink)) {
-        let link = usize::from(record.link());
-        match avro::encode(&mut self.buf, record, &self.links[link].field) {
-            Ok(Some(stream)) => {
-                self.produce_buf(stream, link, full, idle);
-            }
-            Ok(None) => {}
-            Err(avro::OutOfRange(field)) => self.refuse(field),
-        }
-    }
-
-    /// Produces the record encoded in `buf` to `stream`, keyed by `link`; true once it is
-    /// queued. A full local queue is waited out or counted as a drop, as `full` says.
-    fn produce_buf(
-        &mut self,
-        stream: Stream,
+        value: &[u8],
         link: usize,
         full: Full,
         idle: &mut impl FnMut(&Sink),
     ) -> bool {
-        let s = stream as usize;
         let queued = loop {
-            match self.produce(s, &self.links[link].key) {
+            match self.produce(value, &self.keys[link]) {
                 Ok(()) => {
-                    self.produced[s] += 1;
+                    self.produced += 1;
                     self.first_produce.get_or_insert_with(Instant::now);
                     break true;
                 }
@@ -440,7 +354,7 @@ impl Sink {
                 Err(e) => {
                     self.invalid += 1;
                     self.context()
-                        .note_error(format!("{} record refused: {e}", stream.name()));
+                        .note_error(format!("{} record refused: {e}", avro::STREAM));
                     break false;
                 }
             }
@@ -453,10 +367,10 @@ impl Sink {
         queued
     }
 
-    /// Hands the encoded record in `buf` to librdkafka (which copies it) for stream `s`.
-    fn produce(&self, s: usize, key: &[u8]) -> Result<(), RDKafkaErrorCode> {
+    /// Hands an encoded record to librdkafka, which copies it.
+    fn produce(&self, value: &[u8], key: &[u8]) -> Result<(), RDKafkaErrorCode> {
         use rd::rd_kafka_vtype_t as V;
-        let topic = &self.topics[s];
+        let topic = &self.topic;
         // SAFETY: the client and topic handles live as long as self; key and value are
         // copied (MSG_F_COPY) before produceva returns; the headers copy belongs to
         // librdkafka once the record is queued, and is destroyed here if it is not.
@@ -470,8 +384,8 @@ impl Sink {
             vus[2].vtype = V::RD_KAFKA_VTYPE_MSGFLAGS;
             vus[2].u.i = rd::RD_KAFKA_MSG_F_COPY;
             vus[3].vtype = V::RD_KAFKA_VTYPE_VALUE;
-            vus[3].u.mem.ptr = self.buf.as_ptr() as *mut _;
-            vus[3].u.mem.size = self.buf.len();
+            vus[3].u.mem.ptr = value.as_ptr() as *mut _;
+            vus[3].u.mem.size = value.len();
             vus[4].vtype = V::RD_KAFKA_VTYPE_KEY;
             vus[4].u.mem.ptr = key.as_ptr() as *mut _;
             vus[4].u.mem.size = key.len();
@@ -506,13 +420,11 @@ impl Sink {
 
 impl Drop for Sink {
     fn drop(&mut self) {
-        for topic in &self.topics {
-            // SAFETY: created in Sink::new and not used after this; the producer (dropped
-            // after this) still holds its own references to the topics.
-            unsafe {
-                rd::rd_kafka_topic_destroy(topic.rkt);
-                rd::rd_kafka_headers_destroy(topic.headers);
-            }
+        // SAFETY: created in Sink::new and not used after this; the producer (dropped after
+        // this) still holds its own reference to the topic.
+        unsafe {
+            rd::rd_kafka_topic_destroy(self.topic.rkt);
+            rd::rd_kafka_headers_destroy(self.topic.headers);
         }
     }
 }

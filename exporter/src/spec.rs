@@ -1,6 +1,6 @@
-//! The run spec (JSON written by `p4bs_exporter.run_spec`): the pipeline, Kafka, the three
-//! streams, how RTT samples are batched, the source and the stats file. Every problem is reported at once, each as
-//! `field.path: what is wrong`.
+//! The run spec (JSON written by `p4bs_exporter.run_spec`): the pipeline, Kafka, the
+//! `link_counters` stream, how many RTT samples a record holds, the source and the stats
+//! file. Every problem is reported at once, each as `field.path: what is wrong`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,7 +8,7 @@ use std::time::Duration;
 use p4bs_model::config::PipelineConfig;
 use serde_json::{Map, Value};
 
-use crate::avro::Stream;
+use crate::avro;
 
 #[derive(Debug)]
 pub struct StreamSpec {
@@ -36,21 +36,12 @@ pub enum Source {
     Live { netns: Option<String> },
 }
 
-/// RTT samples go to Kafka in per-link batches of one interval (`RttSampleBatch`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RttBatchSpec {
-    pub interval_ns: u64,
-    pub max_samples: u32,
-}
-
-impl Default for RttBatchSpec {
-    fn default() -> Self {
-        RttBatchSpec {
-            interval_ns: 10_000_000,
-            max_samples: 1024,
-        }
-    }
-}
+/// An interval's RTT samples per record unless the spec says otherwise: a busier interval
+/// comes in several records (the config's `max_rtt_samples_per_record`, whose default this is).
+const DEFAULT_MAX_RTT_SAMPLES_PER_RECORD: u32 = 8192;
+/// The config's bound too. A record of 65,536 samples of as many flows is about 2.7 MB, above
+/// Kafka's default 1 MB message size (librdkafka refuses it: counted in `invalid`).
+const MAX_RTT_SAMPLES_PER_RECORD: u64 = 16_384;
 
 /// A credential read from where the spec names it; never printed.
 pub struct Secret(pub String);
@@ -71,9 +62,9 @@ pub struct RunSpec {
     /// librdkafka properties whose values are credentials (`sasl.password`), read at start
     /// from the environment variable or the file the spec names, so the spec holds none.
     pub secret_properties: Vec<(String, Secret)>,
-    /// Indexed by `Stream as usize`.
-    pub streams: Vec<StreamSpec>,
-    pub rtt_batch: RttBatchSpec,
+    /// The `link_counters` stream.
+    pub stream: StreamSpec,
+    pub max_rtt_samples_per_record: u32,
     pub source: Source,
     pub stats_path: PathBuf,
     pub stats_interval: Duration,
@@ -256,101 +247,72 @@ fn kafka(r: &mut Reader, v: Option<&Value>) -> Option<KafkaSpec> {
     Some((bootstrap?, client_id?, properties, secrets))
 }
 
-fn streams(r: &mut Reader, v: Option<&Value>) -> Option<Vec<StreamSpec>> {
+/// The `streams` object: `link_counters`, the only stream, with the schema's own fields,
+/// which the hand-written encoder must write exactly.
+fn stream(r: &mut Reader, v: Option<&Value>) -> Option<StreamSpec> {
     let m = r.object(v, "streams")?;
-    let names: Vec<&str> = Stream::ALL.iter().map(|s| s.name()).collect();
-    r.unknown(m, "streams", &names);
-    let mut out = Vec::new();
-    for stream in Stream::ALL {
-        let path = format!("streams.{}", stream.name());
-        let Some(s) = r.object(m.get(stream.name()), &path) else {
-            continue;
-        };
-        r.unknown(s, &path, &["topic", "schema", "fingerprint", "fields"]);
-        let topic = r.text(s, "topic", &path);
-        let schema = r.text(s, "schema", &path);
-        let fingerprint = r.text(s, "fingerprint", &path);
-        if let Some(schema) = &schema {
-            if schema != stream.schema() {
+    r.unknown(m, "streams", &[avro::STREAM]);
+    let path = format!("streams.{}", avro::STREAM);
+    let s = r.object(m.get(avro::STREAM), &path)?;
+    r.unknown(s, &path, &["topic", "schema", "fingerprint", "fields"]);
+    let topic = r.text(s, "topic", &path);
+    let schema = r.text(s, "schema", &path);
+    let fingerprint = r.text(s, "fingerprint", &path);
+    if let Some(schema) = &schema {
+        if schema != avro::SCHEMA {
+            r.problem(
+                &format!("{path}.schema"),
+                format!("this exporter writes {}, not {schema}", avro::SCHEMA),
+            );
+        }
+    }
+    match s.get("fields") {
+        None => r.problem(&format!("{path}.fields"), "is required"),
+        Some(fields) => {
+            let expected: Vec<Value> = avro::LINK_COUNTERS
+                .iter()
+                .map(|(n, t)| Value::from(vec![*n, *t]))
+                .collect();
+            if fields != &Value::Array(expected) {
+                let layout: Vec<String> = avro::LINK_COUNTERS
+                    .iter()
+                    .map(|(n, t)| format!("{n}:{t}"))
+                    .collect();
                 r.problem(
-                    &format!("{path}.schema"),
-                    format!("this exporter writes {}, not {schema}", stream.schema()),
+                    &format!("{path}.fields"),
+                    format!(
+                        "the schema's fields {fields} differ from what this exporter \
+                         encodes ({}): rebuild the exporter for the new schema",
+                        layout.join(", ")
+                    ),
                 );
             }
         }
-        // The schema's own fields: the hand-written encoder must write exactly these.
-        match s.get("fields") {
-            None => r.problem(&format!("{path}.fields"), "is required"),
-            Some(fields) => {
-                let expected: Vec<Value> = stream
-                    .fields()
-                    .iter()
-                    .map(|(n, t)| Value::from(vec![*n, *t]))
-                    .collect();
-                if fields != &Value::Array(expected) {
-                    let layout: Vec<String> = stream
-                        .fields()
-                        .iter()
-                        .map(|(n, t)| format!("{n}:{t}"))
-                        .collect();
-                    r.problem(
-                        &format!("{path}.fields"),
-                        format!(
-                            "the schema's fields {fields} differ from what this exporter \
-                             encodes ({}): rebuild the exporter for the new schema",
-                            layout.join(", ")
-                        ),
-                    );
-                }
-            }
-        }
-        if let (Some(topic), Some(schema), Some(fingerprint)) = (topic, schema, fingerprint) {
-            out.push(StreamSpec {
-                topic,
-                schema,
-                fingerprint,
-            });
+    }
+    Some(StreamSpec {
+        topic: topic?,
+        schema: schema?,
+        fingerprint: fingerprint?,
+    })
+}
+
+fn max_rtt_samples_per_record(r: &mut Reader, v: Option<&Value>) -> Option<u32> {
+    let Some(v) = v else {
+        return Some(DEFAULT_MAX_RTT_SAMPLES_PER_RECORD);
+    };
+    match v.as_u64() {
+        Some(n) if (1..=MAX_RTT_SAMPLES_PER_RECORD).contains(&n) => Some(n as u32),
+        _ => {
+            r.problem(
+                "spec.max_rtt_samples_per_record",
+                format!("must be an integer in [1, {MAX_RTT_SAMPLES_PER_RECORD}], got {v}"),
+            );
+            None
         }
     }
-    (out.len() == Stream::ALL.len()).then_some(out)
 }
 
 /// The pipeline's port names as written, even when the rest of the pipeline has problems.
-fn rtt_batch(r: &mut Reader, v: Option<&Value>) -> Option<RttBatchSpec> {
-    let mut spec = RttBatchSpec::default();
-    let Some(v) = v else {
-        return Some(spec);
-    };
-    let m = r.object(Some(v), "rtt_batch")?;
-    r.unknown(m, "rtt_batch", &["interval_ns", "max_samples"]);
-    let mut ok = true;
-    if let Some(v) = m.get("interval_ns") {
-        match v.as_u64() {
-            Some(n) if n > 0 && n <= i64::MAX as u64 => spec.interval_ns = n,
-            _ => {
-                r.problem(
-                    "rtt_batch.interval_ns",
-                    format!("must be a positive integer, got {v}"),
-                );
-                ok = false;
-            }
-        }
-    }
-    if let Some(v) = m.get("max_samples") {
-        match v.as_u64() {
-            Some(n) if (1..=65_536).contains(&n) => spec.max_samples = n as u32,
-            _ => {
-                r.problem(
-                    "rtt_batch.max_samples",
-                    format!("must be in [1, 65536], got {v}"),
-                );
-                ok = false;
-            }
-        }
-    }
-    ok.then_some(spec)
-}
-
 fn port_names(pipeline: Option<&Value>) -> Option<Vec<String>> {
     let ports = pipeline?.get("ports")?.as_array()?;
     ports
@@ -473,7 +435,7 @@ impl RunSpec {
                 "pipeline",
                 "kafka",
                 "streams",
-                "rtt_batch",
+                "max_rtt_samples_per_record",
                 "source",
                 "stats",
                 "flush_timeout_s",
@@ -482,8 +444,9 @@ impl RunSpec {
         );
         let pipeline = pipeline(&mut r, m.get("pipeline"));
         let kafka = kafka(&mut r, m.get("kafka"));
-        let streams = streams(&mut r, m.get("streams"));
-        let rtt_batch = rtt_batch(&mut r, m.get("rtt_batch"));
+        let stream = stream(&mut r, m.get("streams"));
+        let max_rtt_samples_per_record =
+            max_rtt_samples_per_record(&mut r, m.get("max_rtt_samples_per_record"));
         let ports = port_names(m.get("pipeline"));
         let source = source(&mut r, m.get("source"), ports.as_deref());
         let stats = r.object(m.get("stats"), "stats");
@@ -502,8 +465,8 @@ impl RunSpec {
         match (
             pipeline,
             kafka,
-            streams,
-            rtt_batch,
+            stream,
+            max_rtt_samples_per_record,
             source,
             stats_path,
             stats_interval,
@@ -513,8 +476,8 @@ impl RunSpec {
             (
                 Some(pipeline),
                 Some((bootstrap, client_id, properties, secret_properties)),
-                Some(streams),
-                Some(rtt_batch),
+                Some(stream),
+                Some(max_rtt_samples_per_record),
                 Some(source),
                 Some(stats_path),
                 Some(stats_interval),
@@ -526,8 +489,8 @@ impl RunSpec {
                 client_id,
                 properties,
                 secret_properties,
-                streams,
-                rtt_batch,
+                stream,
+                max_rtt_samples_per_record,
                 source,
                 stats_path: PathBuf::from(stats_path),
                 stats_interval,
@@ -543,10 +506,9 @@ impl RunSpec {
 mod tests {
     use super::*;
 
-    fn fields(stream: Stream) -> Value {
+    fn fields() -> Value {
         Value::Array(
-            stream
-                .fields()
+            avro::LINK_COUNTERS
                 .iter()
                 .map(|(n, t)| Value::from(vec![*n, *t]))
                 .collect(),
@@ -554,20 +516,13 @@ mod tests {
     }
 
     fn good() -> Value {
-        let mut streams = Map::new();
-        for s in Stream::ALL {
-            streams.insert(
-                s.name().into(),
-                serde_json::json!({"topic": format!("t.{}", s.name()), "schema": s.schema(),
-                                   "fingerprint": "123", "fields": fields(s)}),
-            );
-        }
         serde_json::json!({
             "pipeline": {"links": [{"id": "r1:eth1"}],
                          "ports": [{"port": "before", "link": "r1:eth1", "tap": "before"},
                                    {"port": "after", "link": "r1:eth1", "tap": "after"}]},
             "kafka": {"bootstrap": "127.0.0.1:9092"},
-            "streams": streams,
+            "streams": {"link_counters": {"topic": "t.link_counters", "schema": avro::SCHEMA,
+                                          "fingerprint": "123", "fields": fields()}},
             "source": {"pcap": [["before", "/tmp/a.pcap"]], "pace": "realtime"},
             "stats": {"path": "/tmp/stats.json"}
         })
@@ -578,11 +533,8 @@ mod tests {
         let spec = RunSpec::parse(&good().to_string()).unwrap();
         assert_eq!(spec.client_id, "p4bs-exporter");
         assert_eq!(spec.stats_interval, Duration::from_secs(1));
-        assert_eq!(spec.rtt_batch, RttBatchSpec::default());
-        assert_eq!(
-            spec.streams[Stream::FlowEvents as usize].topic,
-            "t.flow_events"
-        );
+        assert_eq!(spec.max_rtt_samples_per_record, 8192);
+        assert_eq!(spec.stream.topic, "t.link_counters");
         match spec.source {
             Source::Pcap { files, pace } => {
                 assert_eq!(pace, Pace::Realtime);
@@ -590,41 +542,55 @@ mod tests {
             }
             Source::Live { .. } => panic!("not live"),
         }
+        let mut v = good();
+        v["max_rtt_samples_per_record"] = 7.into();
+        let spec = RunSpec::parse(&v.to_string()).unwrap();
+        assert_eq!(spec.max_rtt_samples_per_record, 7);
     }
 
     #[test]
     fn every_problem_is_listed() {
         let mut v = good();
         v["kafka"] = serde_json::json!({"bootstrap": 5, "extra": 1});
-        v["streams"]["rtt_samples"]["schema"] = "io.p4bs.Other".into();
-        v["streams"]["flow_events"]["fields"] = serde_json::json!([["link_id", "string"]]);
-        v["streams"]
-            .as_object_mut()
-            .unwrap()
-            .remove("link_counters");
+        v["streams"]["link_counters"]["schema"] = "io.p4bs.Other".into();
+        v["streams"]["link_counters"]["fields"] = serde_json::json!([["link_id", "string"]]);
+        v["streams"]["rtt_samples"] = serde_json::json!({});
         v["source"] = serde_json::json!({"pcap": [["nope", "/x"], "bad"], "pace": "fast"});
         v["stats"]["interval_s"] = (-1).into();
-        v["rtt_batch"] = serde_json::json!({"interval_ns": 0, "max_samples": 70000});
+        v["max_rtt_samples_per_record"] = 70000.into();
+        v["rtt_batch"] = serde_json::json!({"interval_ns": 10000000});
         v["bogus"] = true.into();
         let problems = RunSpec::parse(&v.to_string()).unwrap_err();
         let text = problems.join("\n");
         for expected in [
             "kafka.bootstrap: must be a non-empty string",
             "kafka.extra: unknown field",
-            "streams.rtt_samples.schema: this exporter writes io.p4bs.RttSampleBatch",
-            "streams.flow_events.fields: the schema's fields",
-            "streams.link_counters: is required",
+            "streams.rtt_samples: unknown field (known: link_counters)",
+            "streams.link_counters.schema: this exporter writes io.p4bs.LinkCounters",
+            "streams.link_counters.fields: the schema's fields",
             "source.pace: must be",
             "source.pcap[0]: no port \"nope\"",
             "source.pcap[1]: must be [PORT, FILE]",
             "stats.interval_s: must be a positive number",
-            "rtt_batch.interval_ns: must be a positive integer, got 0",
-            "rtt_batch.max_samples: must be in [1, 65536], got 70000",
+            "spec.max_rtt_samples_per_record: must be an integer in [1, 16384], got 70000",
+            "spec.rtt_batch: unknown field",
             "spec.bogus: unknown field",
         ] {
             assert!(text.contains(expected), "{expected:?} missing from\n{text}");
         }
         assert_eq!(problems.len(), 12, "{text}");
+
+        let mut v = good();
+        v["streams"] = serde_json::json!({});
+        v["max_rtt_samples_per_record"] = 0.into();
+        let problems = RunSpec::parse(&v.to_string()).unwrap_err();
+        assert_eq!(
+            problems,
+            [
+                "streams.link_counters: is required",
+                "spec.max_rtt_samples_per_record: must be an integer in [1, 16384], got 0"
+            ]
+        );
 
         let mut v = good();
         v["pipeline"]["rtt"] = serde_json::json!({"slots_log2": 0});

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use p4bs_model::pipeline::Pipeline;
 use serde_json::{json, Map, Value};
 
-use crate::avro::Stream;
+use crate::avro;
 use crate::kafka::Sink;
 
 pub struct Monitor {
@@ -78,7 +78,7 @@ impl Monitor {
     /// Writes the stats now; `log` adds the stderr line.
     pub fn write(&mut self, sink: &Sink, pipeline: &Pipeline, log: bool) {
         let now = Instant::now();
-        let produced = sink.produced_total();
+        let produced = sink.produced;
         let delivered = sink.delivered();
         let dt = now.duration_since(self.last).as_secs_f64().max(1e-9);
         let records_per_s = (produced - self.last_produced) as f64 / dt;
@@ -89,10 +89,6 @@ impl Monitor {
         self.next = now + self.interval;
         let uptime_s = now.duration_since(self.started).as_secs_f64();
         let in_flight = sink.in_flight();
-        let per_stream: Map<String, Value> = Stream::ALL
-            .iter()
-            .map(|s| (s.name().to_string(), sink.produced[*s as usize].into()))
-            .collect();
         let counters: Map<String, Value> = pipeline
             .counters
             .named()
@@ -104,7 +100,7 @@ impl Monitor {
             "pid": std::process::id(),
             "state": self.state,
             "uptime_s": uptime_s,
-            "produced": per_stream,
+            "produced": Map::from_iter([(avro::STREAM.to_string(), Value::from(produced))]),
             "produced_total": produced,
             "delivered": delivered,
             "failed": sink.failed(),

@@ -53,7 +53,7 @@ LOOP_SECTIONS: dict[str, dict[str, Any]] = {
         "checkpoint_interval": "1s",
         "jvm_args": "-XX:TieredStopAtLevel=1",
     },
-    "dataplane": {"rtt_batch_interval": "100ms", "long_flow_threshold": 500},
+    "dataplane": {"long_flow_threshold": 500},
     # One fit process: a loop drives one link, so more would only load Ax again beside the
     # traffic's start on two cores.
     "optimizer": {"stale_after": "30s", "fit_processes": 1},

@@ -1,8 +1,8 @@
 """The optimizer service: link metrics in, buffer decisions out and applied to routers.
 
-One process drives many links. A thread polls Kafka (the link_metrics topic, and
-rtt_samples when a link separates flows by RTT) and hands each window to its link's
-`LinkController` on the asyncio loop; the controller runs the link's policy, holds its
+One process drives many links. A thread polls Kafka (the link_metrics topic, and the RTT
+samples of link_counters when a link separates flows by RTT) and hands each window to its
+link's `LinkController` on the asyncio loop; the controller runs the link's policy, holds its
 decisions to the safety guards and applies them through the router's driver without blocking
 the other links (each driver limits its own concurrent changes). Processes in one consumer
 group share the links: Kafka gives each its partitions, and records are keyed by link.
@@ -663,7 +663,7 @@ class OptimizerService:
     def _streams(self) -> list[str]:
         streams = ["link_metrics"]
         if any(link.policy == JenksPolicy.name for link in self.config.links):
-            streams.append("rtt_samples")
+            streams.append("link_counters")
         return streams
 
     def handle(self, received: Received) -> None:
@@ -685,7 +685,8 @@ class OptimizerService:
         else:
             # RTT samples of a link this process drives (their partitions may differ).
             driven = self.controllers.get(link_id)
-            if driven is not None and isinstance(driven.policy, JenksPolicy):
+            sampled = bool(received.record["rtt_ns"])
+            if sampled and driven is not None and isinstance(driven.policy, JenksPolicy):
                 driven.policy.observe_flows(
                     received.record["ts_ns"], flow_min_rtts(received.record)
                 )
@@ -956,7 +957,8 @@ def _fit_worker() -> None:
 
 
 def flow_min_rtts(batch: dict[str, Any]) -> dict[str, int]:
-    """An RttSampleBatch's flows ("src:sport>dst:dport/proto") and their lowest RTT, ns."""
+    """The flows of a LinkCounters record's RTT samples ("src:sport>dst:dport/proto") and
+    their lowest RTT, ns."""
     lowest: dict[int, int] = {}
     for index, rtt_ns in zip(batch["flow_index"], batch["rtt_ns"], strict=True):
         if rtt_ns < lowest.get(index, rtt_ns + 1):

@@ -19,8 +19,8 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 from fastavro.validation import ValidationError, validate
 
+from p4bs_schemas.intervals import layout_problem
 from p4bs_schemas.registry import Schema, current_schema, released_schemas
-from p4bs_schemas.rtt_batch import layout_problem
 
 SCHEMA_HEADER = "p4bs-schema"
 FINGERPRINT_HEADER = "p4bs-fingerprint"
@@ -85,7 +85,7 @@ def _within(numbers: list[Any], bound: tuple[int, int]) -> bool:
 # Invariants between fields that a schema cannot state, per schema: a record breaking them
 # fits the schema, but its readers would misread it.
 _LAYOUT_CHECKS: dict[str, Callable[[dict[str, Any]], str | None]] = {
-    "RttSampleBatch": layout_problem,
+    "LinkCounters": layout_problem,
 }
 
 

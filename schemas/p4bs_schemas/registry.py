@@ -17,8 +17,6 @@ Schema = dict[str, Any]
 
 # stream -> record schema name. A stream is a logical topic; the config maps it to a Kafka topic.
 STREAMS: dict[str, str] = {
-    "rtt_samples": "RttSampleBatch",
-    "flow_events": "FlowEvent",
     "link_counters": "LinkCounters",
     "link_metrics": "LinkMetrics",
     "sla_alerts": "SlaAlert",

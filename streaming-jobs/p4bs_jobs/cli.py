@@ -53,8 +53,8 @@ def _start_job(args: argparse.Namespace, mode: str) -> tuple[Any, Config]:
     result = run_metrics_job(config, topics, conf, group_id=args.group, bounded=args.bounded)
     where = f"from {restore}" if restore else "from the group's committed offsets"
     print(
-        f"metrics + SLA job ({mode}) started {where}: {topics['rtt_samples']}, "
-        f"{topics['link_counters']}, {topics['flow_events']}, {topics['buffer_decisions']} -> "
+        f"metrics + SLA job ({mode}) started {where}: {topics['link_counters']}, "
+        f"{topics['buffer_decisions']}, {topics['links']} -> "
         f"{topics['link_metrics']}, {topics['sla_alerts']}; checkpoints in {checkpoints}",
         flush=True,
     )

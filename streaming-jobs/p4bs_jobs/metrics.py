@@ -1,17 +1,19 @@
 """The metrics job: raw data-plane records in, one LinkMetrics record per link and window out.
 
-Everything runs on the JVM. One tumbling window per link runs over the union of the RTT
-batches, the link counters, the flow events, the applied buffer decisions and the links
-topic's LinkSpec records (links as data, core/p4bs/links.py); a Java aggregate
-(`FlowRtts`, streaming-jobs/functions) reduces the window's RTT samples per flow (count, sum,
-minimum). A batch or a counters record covers [ts_ns - interval_ns, ts_ns) and lands in the
-window of that interval (its event time is the interval's last ns, ts_ns - 1, which windows
-of whole intervals hold with its start). The links' window rows then go through a second Java
-aggregate (`LinkMetrics`) as an OVER aggregate per link in window order: the sequential SRTT,
-RTT minimum, N, EWMAs, f, z-score and SLA state of each link live in Flink's keyed state, so
-checkpoints cover them. SLA alerts come out with their window. A LinkSpec record sets its
-link's capacity, weights and SLA bounds (or removes it) from the window its ts_ns falls in,
-over the config's: a link is added, changed or removed without restarting the job.
+Everything runs on the JVM. One tumbling window per link runs over the union of the link
+interval records (LinkCounters v3: an export interval's counters, flow events and RTT
+samples in one record, so that one stream drives event time), the applied buffer decisions
+and the links topic's LinkSpec records (links as data, core/p4bs/links.py); a Java aggregate
+(`IntervalSummary`, streaming-jobs/functions) sums a window's interval records: the counts,
+the flow events and the RTT samples per flow (count, sum, minimum). A record covers
+[ts_ns - interval_ns, ts_ns) and lands in the window of that interval (its event time is the
+interval's last ns, ts_ns - 1, which windows of whole intervals hold with its start). The
+links' window rows then go through a second Java aggregate (`LinkMetrics`) as an OVER
+aggregate per link in window order: the sequential SRTT, RTT minimum, N, EWMAs, f, z-score
+and SLA state of each link live in Flink's keyed state, so checkpoints cover them. SLA alerts
+come out with their window. A LinkSpec record sets its link's capacity, weights and SLA
+bounds (or removes it) from the window its ts_ns falls in, over the config's: a link is
+added, changed or removed without restarting the job.
 """
 
 from __future__ import annotations
@@ -27,16 +29,12 @@ from p4bs.config import Config, MetricsConfig
 from p4bs_jobs.flink_env import kafka_table_ddl, stream_table_environment
 from p4bs_schemas.registry import STREAMS, current_schema
 
-FLOW_KEY_SQL = (
-    "CONCAT(src_ip, ':', CAST(src_port AS STRING), '>', dst_ip, ':', "
-    "CAST(dst_port AS STRING), '/', CAST(protocol AS STRING))"
-)
-# The RTT batches are read as raw bytes (Flink's avro format spent a quarter of the job
-# boxing samples): a Java function (streaming-jobs/functions) gives a batch's event time,
-# and a Java aggregate reduces a window's batches per flow.
-RTT_BATCH_TIME_CLASS = "io.p4bs.flink.RttBatchTime"
-FLOW_RTTS_CLASS = "io.p4bs.flink.FlowRtts"
-RTT_BATCH_COLUMN = "batch"
+# The interval records are read as raw bytes (Flink's avro format spent a quarter of the job
+# boxing RTT samples): a Java function (streaming-jobs/functions) gives a record's event time,
+# and a Java aggregate sums a window's records.
+INTERVAL_TIME_CLASS = "io.p4bs.flink.IntervalTime"
+INTERVAL_SUMMARY_CLASS = "io.p4bs.flink.IntervalSummary"
+INTERVAL_COLUMN = "record"
 # The Java aggregate that carries each link's state from window to window, and the job
 # parameter it reads the links and the metrics settings from.
 LINK_METRICS_CLASS = "io.p4bs.flink.LinkMetrics"
@@ -65,21 +63,19 @@ def create_sources(
     source_options: Mapping[str, str],
     stop_offsets: Mapping[str, Mapping[int, int]] | None = None,
 ) -> None:
-    """Kafka tables for the five input streams, with event time and watermarks; a stream
+    """Kafka tables for the three input streams, with event time and watermarks; a stream
     named in `stop_offsets` is read up to those offsets (see `stop_at`). The links topic is
     read from its start whenever the job starts afresh (from a checkpoint, where it was):
     the keyed state that holds a link's settings is new then, and the topic is compacted."""
     lag = metrics.max_out_of_orderness_ns
     stop_offsets = stop_offsets or {}
-    env.create_java_temporary_system_function("RTT_BATCH_TIME", RTT_BATCH_TIME_CLASS)
+    env.create_java_temporary_system_function("INTERVAL_TIME", INTERVAL_TIME_CLASS)
     for table, stream, time_ms, raw_value in (
         # An interval's record is stamped with the interval's last ns: in the same window as
         # its start (windows are whole intervals), and it moves event time to the interval's
-        # end, so a window closes one interval sooner than with the start. A batch that
+        # end, so a window closes one interval sooner than with the start. A record that
         # does not decode is stamped 0 (counted, then dropped in `declare_link_windows`).
-        ("rtt_in", "rtt_samples", f"RTT_BATCH_TIME({RTT_BATCH_COLUMN})", RTT_BATCH_COLUMN),
-        ("counters_in", "link_counters", _ns_to_ms("ts_ns - 1"), None),
-        ("events_in", "flow_events", _ns_to_ms("ts_ns"), None),
+        ("intervals_in", "link_counters", f"INTERVAL_TIME({INTERVAL_COLUMN})", INTERVAL_COLUMN),
         ("decisions_in", "buffer_decisions", _ns_to_ms("ts_ns"), None),
         ("links_in", "links", _ns_to_ms("ts_ns"), None),
     ):
@@ -98,42 +94,23 @@ def create_sources(
 
 
 def declare_link_windows(env: StreamTableEnvironment, window_ns: int) -> None:
-    """The view `per_link`: one row per link and window, its raw records reduced (RTT per
-    flow, summed counters, the flow events, applied decisions and link specs as text, and
-    whether the link specs were all there was)."""
+    """The view `per_link`: one row per link and window, its records reduced (the interval
+    records' counts, flow events and RTT per flow; applied decisions and link specs as text,
+    and whether the link specs were all there was)."""
     size = f"INTERVAL '{window_ns // 1_000_000 / 1000:.3f}' SECOND"
-    env.create_java_temporary_system_function("FLOW_RTTS", FLOW_RTTS_CLASS)
-    batch = RTT_BATCH_COLUMN
-    no_rtt = f"CAST(NULL AS BYTES) AS {batch}"
-    no_counts = (
-        "CAST(NULL AS BIGINT) AS nbytes, CAST(NULL AS BIGINT) AS after_nbytes, "
-        "CAST(NULL AS BIGINT) AS data_packets, "
-        "CAST(NULL AS BIGINT) AS retransmissions, "
-        "CAST(NULL AS BIGINT) AS qd_n, CAST(NULL AS BIGINT) AS qd_sum"
-    )
+    env.create_java_temporary_system_function("INTERVAL_SUMMARY", INTERVAL_SUMMARY_CLASS)
+    record = INTERVAL_COLUMN
+    no_record = f"CAST(NULL AS BYTES) AS {record}"
     no_text = "CAST(NULL AS STRING)"
     rows = f"""
-        SELECT link_id, rowtime, {batch}, {no_counts},
-               {no_text} AS event, {no_text} AS decision, {no_text} AS spec
-        FROM rtt_in WHERE rowtime > TO_TIMESTAMP_LTZ(0, 3)
+        SELECT link_id, rowtime, {record}, {no_text} AS decision, {no_text} AS spec
+        FROM intervals_in WHERE rowtime > TO_TIMESTAMP_LTZ(0, 3)
         UNION ALL
-        SELECT link_id, rowtime, {no_rtt}, `bytes`, after_bytes, data_packets,
-               retransmissions, queue_delay_samples, queue_delay_sum_ns,
-               {no_text}, {no_text}, {no_text}
-        FROM counters_in
-        UNION ALL
-        SELECT link_id, rowtime, {no_rtt}, {no_counts},
-               CONCAT(CAST(ts_ns AS STRING), ' ', kind, ' ', {FLOW_KEY_SQL}),
-               {no_text}, {no_text}
-        FROM events_in
-        UNION ALL
-        SELECT link_id, rowtime, {no_rtt}, {no_counts},
-               {no_text},
-               CONCAT(CAST(ts_ns AS STRING), ' ', CAST(buffer_bytes AS STRING)),
-               {no_text}
+        SELECT link_id, rowtime, {no_record},
+               CONCAT(CAST(ts_ns AS STRING), ' ', CAST(buffer_bytes AS STRING)), {no_text}
         FROM decisions_in WHERE outcome = 'applied' AND queue = 0
         UNION ALL
-        SELECT link_id, rowtime, {no_rtt}, {no_counts}, {no_text}, {no_text},
+        SELECT link_id, rowtime, {no_record}, {no_text},
                CONCAT_WS(' ', CAST(ts_ns AS STRING), IF(removed, '1', '0'),
                          CAST(capacity_bps AS STRING), CAST(weight_loss AS STRING),
                          CAST(weight_delay AS STRING), CAST(max_loss AS STRING),
@@ -142,14 +119,7 @@ def declare_link_windows(env: StreamTableEnvironment, window_ns: int) -> None:
     env.create_temporary_view("link_rows", env.sql_query(rows))
     per_link = f"""
         SELECT link_id, window_start, window_end, window_time,
-               FLOW_RTTS({batch}) AS rtt,
-               COALESCE(SUM(nbytes), 0) AS `bytes`,
-               COALESCE(SUM(after_nbytes), 0) AS after_bytes,
-               COALESCE(SUM(data_packets), 0) AS data_packets,
-               COALESCE(SUM(retransmissions), 0) AS retransmissions,
-               COALESCE(SUM(qd_n), 0) AS queue_delay_samples,
-               COALESCE(SUM(qd_sum), 0) AS queue_delay_sum_ns,
-               LISTAGG(event, ',') AS flow_events,
+               INTERVAL_SUMMARY({record}) AS w,
                LISTAGG(decision, ',') AS decisions,
                LISTAGG(spec, ',') AS link_specs,
                COUNT(spec) = COUNT(*) AS specs_only
@@ -175,10 +145,10 @@ def declare_link_metrics(env: StreamTableEnvironment, config: Config) -> None:
             SELECT link_id, m.*
             FROM (
                 SELECT link_id, LINK_METRICS(
-                    link_id, window_start, window_end, rtt.samples, rtt.flows,
-                    rtt.inverse_sum, rtt.min_ns, rtt.flow_keys, `bytes`, after_bytes,
-                    data_packets, retransmissions, queue_delay_samples, queue_delay_sum_ns,
-                    flow_events, decisions, link_specs, specs_only
+                    link_id, window_start, window_end, w.samples, w.flows, w.inverse_sum,
+                    w.min_ns, w.flow_keys, w.`bytes`, w.after_bytes, w.data_packets,
+                    w.retransmissions, w.queue_delay_samples, w.queue_delay_sum_ns,
+                    w.flow_events, decisions, link_specs, specs_only
                 ) OVER (PARTITION BY link_id ORDER BY window_time
                         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS m
                 FROM per_link)

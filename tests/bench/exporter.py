@@ -5,9 +5,10 @@ max). A capture of the after tap with SAMPLES data segments, each ACKed 20.5 µs
 flows), is generated once under .cache/bench/ (about 70 bytes a frame, 2 frames a sample).
 A Kafka broker of its own is started on free ports and pinned to CPU 0; `p4bs-exporter` runs
 pinned to CPU 1 (`taskset -c 1`), RUNS times, each into fresh topics; a run's rate is the
-RTT samples delivered (acks=all; in batches, `RttSampleBatch`, as the testbed config cuts
-them) over the time from its first produced record to the end of its final flush. Then the
-Python reference: `p4bs_schemas.rtt_batch.RttBatcher` and `p4bs.bus.RecordProducer` batching
+RTT samples delivered (acks=all; inside `LinkCounters` records, one per link and export
+interval, split into parts of `max_rtt_samples_per_record` as the testbed config has it) over
+the time from its first produced record to the end of its final flush. Then the Python
+reference: `p4bs_schemas.intervals.IntervalAssembler` and `p4bs.bus.RecordProducer` assembling
 and producing the same kind of samples for about 5 s on CPU 1. Prints each run, the median,
 the reference and the ratio.
 
@@ -39,8 +40,8 @@ from p4bs.config import Config, KafkaConfig, load_config
 from p4bs_exporter import EXPORTED_STREAMS, ExporterStats, run_spec
 from p4bs_infra.procs import free_ports
 from p4bs_infra.services import KafkaBroker, wait_ready
+from p4bs_schemas.intervals import NO_COUNTS, IntervalAssembler
 from p4bs_schemas.registry import STREAMS
-from p4bs_schemas.rtt_batch import RttBatcher
 
 TARGET = 1_000_000  # RTT samples/s
 T0 = 1_700_000_000 * 10**9
@@ -170,19 +171,28 @@ def exporter_run(config: Config, pcap: Path, work: Path) -> tuple[float, float, 
 
 
 def python_reference(config: Config, seconds: float = 5.0) -> float:
-    """RttBatcher and RecordProducer batching and producing RTT samples on one core for about
-    `seconds`: samples/s delivered, flush included."""
+    """IntervalAssembler and RecordProducer assembling and producing RTT samples on one core
+    for about `seconds`, each export interval closed by its (zero) counters as the data plane's
+    export does: samples/s delivered, flush included."""
     os.sched_setaffinity(0, {EXPORTER_CPU})
     bootstrap = config.kafka.bootstrap
     producer = RecordProducer(bootstrap, fresh_topics(bootstrap), client_id="bench-python")
     d = config.dataplane
-    batcher = RttBatcher(d.rtt_batch_interval_ns, d.rtt_batch_max_samples)
+    interval = d.export_interval_ns
+    assembler = IntervalAssembler(interval, d.max_rtt_samples_per_record)
+    link = "r1:eth1"
+    end = T0 - T0 % interval + interval
     began = time.monotonic()
     n = 0
     while time.monotonic() - began < seconds:
         for _ in range(1000):
+            ts = T0 + n * STEP_NS
+            if ts >= end:
+                for record in assembler.close(link, end, interval, NO_COUNTS):
+                    producer.produce("link_counters", record)
+                end += interval
             sample = {
-                "ts_ns": T0 + n * STEP_NS,
+                "ts_ns": ts,
                 "src_ip": "10.201.1.10",
                 "dst_ip": "10.201.2.2",
                 "src_port": 40000 + n % FLOWS,
@@ -190,11 +200,11 @@ def python_reference(config: Config, seconds: float = 5.0) -> float:
                 "protocol": 6,
                 "rtt_ns": 20_500,
             }
-            for batch in batcher.add("r1:eth1", sample):
-                producer.produce("rtt_samples", batch)
+            for record in assembler.add_sample(link, sample):
+                producer.produce("link_counters", record)
             n += 1
-    for batch in batcher.close():
-        producer.produce("rtt_samples", batch)
+    for record in assembler.close(link, end, interval, NO_COUNTS):
+        producer.produce("link_counters", record)
     assert producer.flush(120) == 0
     took = time.monotonic() - began
     assert producer.stats.delivered == producer.stats.sent
@@ -238,7 +248,7 @@ def main() -> int:
         reference = python_reference(config)
         print(f"median: {median:,.0f} RTT samples/s ({median / TARGET:.2f} x the 1M/s target)")
         print(
-            f"Python RttBatcher + RecordProducer: {reference:,.0f} RTT samples/s; "
+            f"Python IntervalAssembler + RecordProducer: {reference:,.0f} RTT samples/s; "
             f"ratio {median / reference:.1f}"
         )
     finally:

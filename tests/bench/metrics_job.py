@@ -5,12 +5,13 @@ Target (the streaming-jobs issue): >= 1M RTT samples/s on this machine with 1,00
 window output latency p99 < 1 s after the window closes.
 
 Traffic: LINKS links, each with FLOWS long flows giving SAMPLES RTT samples per 100 ms
-(1M samples/s at the defaults), one `RttSampleBatch` and one `LinkCounters` record per link
-and 100 ms (`rtt_batch_interval` = the export interval; the flows' start events first). The
-batches are Avro made from a per-link template whose ts_ns is rewritten per interval (the
-samples' offsets into the interval stay; encoding 1M samples/s in Python would need more
-than this machine's two cores); one of them is decoded and checked against the schema
-before any run. A Kafka broker of its own runs on free ports.
+(1M samples/s at the defaults), one `LinkCounters` record per link and 100 ms interval, as
+the exporters send them: the interval's counters, flow events (the flows' starts, in the
+first interval) and RTT samples. The records are Avro made from a per-link template whose
+ts_ns and seq are rewritten per interval (the samples' offsets into the interval stay;
+encoding 1M samples/s in Python would need more than this machine's two cores); one of them
+is decoded and checked against the schema before any run. A Kafka broker of its own runs on
+free ports.
 
 1. Throughput: a backlog of SECONDS of traffic is produced first; the metrics job then reads
    it (bounded, parallelism 2, exactly-once sink). The rate is the samples of the windows
@@ -71,18 +72,18 @@ from p4bs_jobs.metrics import (
     source_options,
 )
 from p4bs_schemas.codec import codec
+from p4bs_schemas.intervals import events_of, samples_of
 from p4bs_schemas.registry import STREAMS
-from p4bs_schemas.rtt_batch import samples_of
 
 TARGET = 1_000_000  # RTT samples/s
 LATENCY_TARGET_S = 1.0
 WINDOW_NS = 100_000_000
 PARALLELISM = 2
-INPUTS = ("rtt_samples", "link_counters", "flow_events", "buffer_decisions", "links")
+INPUTS = ("link_counters", "buffer_decisions", "links")
 OUTPUTS = ("link_metrics", "sla_alerts")
 
 
-# A link's counters per 100 ms after link_id, ts_ns, interval_ns and seq, in schema order.
+# A link's counters per 100 ms after link_id, ts_ns, interval_ns and seq.
 COUNTERS = {  # in LinkCounters' field order: the template is its Avro encoding
     "packets": 860,
     "bytes": 1_250_000,
@@ -118,13 +119,14 @@ def _array(items: list[bytes]) -> bytes:
     return (_varint(len(items)) if items else b"") + b"".join(items) + b"\0"
 
 
-COUNTERS_TAIL = b"".join(map(_varint, COUNTERS.values()))
+# The counts, then part 0 of a complete interval.
+COUNTERS_TAIL = b"".join(map(_varint, COUNTERS.values())) + _varint(0) + b"\x01"
 
 
 class Traffic:
-    """The benchmark's records, interval by interval: per link one RTT batch (SAMPLES
-    samples, round-robin over FLOWS flows, evenly spread in the interval) and one counters
-    record."""
+    """The benchmark's records, interval by interval: per link one LinkCounters record with
+    the counters and SAMPLES RTT samples (round-robin over FLOWS flows, evenly spread in the
+    interval); the first interval's also holds the flows' start events."""
 
     def __init__(self, links: int, flows: int, samples: int) -> None:
         self.link_ids = [f"r{i:04d}:eth1" for i in range(links)]
@@ -144,62 +146,66 @@ class Traffic:
         return sample * (WINDOW_NS // self.samples)
 
     def _template(self, link: int) -> tuple[bytes, bytes]:
-        """A link's batch before and after its ts_ns, the one field that changes per
-        interval (samples carry offsets into the interval, not times)."""
+        """A link's record before and after its ts_ns, interval_ns and seq, the fields that
+        change per interval (samples carry offsets into the interval, not times), without
+        flow events."""
         indexes = [j % self.flows for j in range(self.samples)]
         flows = []
         for flow in range(min(self.flows, self.samples)):
             src, dst, sport, dport = self._flow(link, flow)
             flows.append(_string(src) + _string(dst) + b"".join(map(_varint, (sport, dport, 6))))
         columns = [
+            [],  # flow_events
             flows,
             [_varint(i) for i in indexes],
             [_varint(self._offset_ns(j)) for j in range(self.samples)],
             [_varint(self._rtt_ns(link, flow)) for flow in indexes],
         ]
-        tail = _varint(WINDOW_NS) + b"".join(map(_array, columns))
-        return _string(self.link_ids[link]), tail
+        return _string(self.link_ids[link]), COUNTERS_TAIL + b"".join(map(_array, columns))
 
-    def rtt_batches(self, start_ns: int) -> list[bytes]:
-        """The RTT batches of [start_ns, start_ns + 100 ms), one per link."""
-        ts = _varint(start_ns + WINDOW_NS)
-        return [head + ts + tail for head, tail in self.templates]
-
-    def counters_records(self, start_ns: int) -> list[bytes]:
-        """The counters of [start_ns, start_ns + 100 ms), one per link: templates too (the
-        codec's checks cost more per record than the live phase leaves the sender)."""
-        varints = (start_ns + WINDOW_NS, WINDOW_NS, self.seq)
-        middle = b"".join(map(_varint, varints))
+    def records(self, start_ns: int) -> list[bytes]:
+        """The records of [start_ns, start_ns + 100 ms), one per link."""
+        middle = b"".join(map(_varint, (start_ns + WINDOW_NS, WINDOW_NS, self.seq)))
         self.seq += 1
-        return [_string(link_id) + middle + COUNTERS_TAIL for link_id in self.link_ids]
+        return [head + middle + tail for head, tail in self.templates]
 
-    def start_events(self, ts_ns: int) -> list[dict[str, Any]]:
+    def first_records(self, start_ns: int) -> list[bytes]:
+        """The first interval's records: each with its link's flows starting at start_ns
+        (encoded by the codec: once, so its cost does not matter)."""
+        counters = codec(STREAMS["link_counters"])
+        out = []
+        for link, value in enumerate(self.records(start_ns)):
+            record = counters.decode(value)
+            record["flow_events"] = self.start_events(link, start_ns)
+            out.append(counters.encode(record))
+        return out
+
+    def start_events(self, link: int, ts_ns: int) -> list[dict[str, Any]]:
         events = []
-        for link, link_id in enumerate(self.link_ids):
-            for flow in range(self.flows):
-                src, dst, sport, dport = self._flow(link, flow)
-                events.append(
-                    {
-                        "link_id": link_id,
-                        "ts_ns": ts_ns,
-                        "kind": "start",
-                        "reason": "threshold",
-                        "src_ip": src,
-                        "dst_ip": dst,
-                        "src_port": sport,
-                        "dst_port": dport,
-                        "protocol": 6,
-                        "packets": 2000,
-                    }
-                )
+        for flow in range(self.flows):
+            src, dst, sport, dport = self._flow(link, flow)
+            events.append(
+                {
+                    "ts_ns": ts_ns,
+                    "kind": "start",
+                    "reason": "threshold",
+                    "src_ip": src,
+                    "dst_ip": dst,
+                    "src_port": sport,
+                    "dst_port": dport,
+                    "protocol": 6,
+                    "packets": 2000,
+                }
+            )
         return events
 
     def check(self) -> None:
-        """The template bytes decode, with the current schema, to the samples meant."""
+        """The template bytes decode, with the current schema, to the samples and counters
+        meant, and the first interval's hold the start events."""
         start = 1_700_000_000 * 10**9
-        batch = codec(STREAMS["rtt_samples"]).decode(self.rtt_batches(start)[-1])
+        counters = codec(STREAMS["link_counters"])
+        record = counters.decode(self.records(start)[-1])
         last = len(self.link_ids) - 1
-        assert (batch["ts_ns"], batch["interval_ns"]) == (start + WINDOW_NS, WINDOW_NS)
         meant = []
         for j in range(self.samples):
             flow = j % self.flows
@@ -216,17 +222,21 @@ class Traffic:
                     "rtt_ns": self._rtt_ns(last, flow),
                 }
             )
-        assert samples_of(batch) == meant
-        assert len(batch["flows"]) == min(self.flows, self.samples)  # each flow once
-        counters = codec(STREAMS["link_counters"]).decode(self.counters_records(start)[-1])
-        self.seq = 0
-        assert counters == {
+        assert samples_of(record) == meant
+        assert len(record["flows"]) == min(self.flows, self.samples)  # each flow once
+        assert {k: record[k] for k in ("link_id", "ts_ns", "interval_ns", "seq")} == {
             "link_id": self.link_ids[last],
             "ts_ns": start + WINDOW_NS,
             "interval_ns": WINDOW_NS,
             "seq": 0,
-            **COUNTERS,
         }
+        assert {k: record[k] for k in COUNTERS} == COUNTERS
+        assert (record["part"], record["complete"], record["flow_events"]) == (0, True, [])
+        first = counters.decode(self.first_records(start)[-1])
+        assert events_of(first) == [
+            {"link_id": self.link_ids[last], **e} for e in self.start_events(last, start)
+        ]
+        self.seq = 0
 
 
 class Sender:
@@ -253,20 +263,12 @@ class Sender:
                     self.producer.poll(0.05)
         self.producer.poll(0)
 
-    def events(self, ts_ns: int) -> None:
-        stream = codec(STREAMS["flow_events"])
-        for event in self.traffic.start_events(ts_ns):
-            self.producer.produce(
-                self.topics["flow_events"],
-                stream.encode(event),
-                event["link_id"],
-                headers=stream.headers,
-            )
-        self.producer.poll(0)
-
-    def interval(self, start_ns: int) -> None:
-        self._send("rtt_samples", self.traffic.rtt_batches(start_ns))
-        self._send("link_counters", self.traffic.counters_records(start_ns))
+    def interval(self, start_ns: int, first: bool = False) -> None:
+        traffic = self.traffic
+        self._send(
+            "link_counters",
+            traffic.first_records(start_ns) if first else traffic.records(start_ns),
+        )
 
     def flush(self) -> None:
         if self.producer.flush(120) != 0:
@@ -351,9 +353,8 @@ def fresh_topics(bootstrap: str, streams: tuple[str, ...]) -> dict[str, str]:
 
 
 def produce_backlog(sender: Sender, seconds: int, start_ns: int) -> None:
-    sender.events(start_ns)
     for i in range(seconds * 1_000_000_000 // WINDOW_NS):
-        sender.interval(start_ns + i * WINDOW_NS)
+        sender.interval(start_ns + i * WINDOW_NS, first=i == 0)
     sender.flush()
 
 
@@ -390,9 +391,9 @@ def run_baseline(
     env.execute_sql(f"CREATE TABLE baseline_out ({columns}) WITH ({with_clause})")
     return env.execute_sql("""
         INSERT INTO baseline_out
-        SELECT link_id, window_time, rtt.samples, rtt.flows, rtt.inverse_sum, rtt.min_ns,
-               rtt.flow_keys, `bytes`, data_packets, retransmissions,
-               queue_delay_samples, queue_delay_sum_ns, flow_events, decisions
+        SELECT link_id, window_time, w.samples, w.flows, w.inverse_sum, w.min_ns,
+               w.flow_keys, w.`bytes`, w.data_packets, w.retransmissions,
+               w.queue_delay_samples, w.queue_delay_sum_ns, w.flow_events, decisions
         FROM per_link""")
 
 
@@ -417,7 +418,7 @@ def measure_once(
     """One read of the backlog by the job or the baseline, from its start, into output
     topics of its own; returns its steady RTT samples/s."""
     bootstrap = config.kafka.bootstrap
-    prefix = topics["rtt_samples"].rpartition(".")[0]
+    prefix = topics["link_counters"].rpartition(".")[0]
     outputs = {stream: f"{prefix}.{stream}.{name}{run}" for stream in OUTPUTS}
     ensure_topics(bootstrap, outputs, partitions=PARALLELISM, replication_factor=1)
     watch = OutputWatch(bootstrap, outputs["link_metrics"], committed=False)
@@ -464,7 +465,7 @@ def throughput(
     )
     windows = len(traffic.link_ids) * seconds * 1_000_000_000 // WINDOW_NS
     print(
-        f"  backlog: {windows * traffic.samples:,} RTT samples in {windows:,} batches, "
+        f"  backlog: {windows * traffic.samples:,} RTT samples in {windows:,} interval records, "
         f"produced in {time.monotonic() - started:.1f} s",
         flush=True,
     )
@@ -539,7 +540,6 @@ def latency(config: Config, traffic: Traffic, seconds: int, warmup_s: int, work:
         raise RuntimeError("the live job did not reach RUNNING within 120 s")
     sender = Sender(bootstrap, topics, traffic)
     start = (time.time_ns() // WINDOW_NS + 1) * WINDOW_NS
-    sender.events(start)
     late_ms = []
     for i in range(seconds * 1_000_000_000 // WINDOW_NS):
         interval_start = start + i * WINDOW_NS
@@ -548,7 +548,7 @@ def latency(config: Config, traffic: Traffic, seconds: int, warmup_s: int, work:
         if pause > 0:
             time.sleep(pause)
         late_ms.append(-pause * 1000)
-        sender.interval(interval_start)
+        sender.interval(interval_start, first=i == 0)
     sender.flush()
     windows = len(traffic.link_ids) * seconds * 1_000_000_000 // WINDOW_NS
     # The last windows close when the watermark passes them: the job sees no later record,

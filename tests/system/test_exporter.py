@@ -1,5 +1,7 @@
-"""The model exporter through the real broker: the same bytes as the Python codec, every record
-exactly once and in order per link (through a broker restart), bad input reported."""
+"""The model exporter through the real broker: one LinkCounters record per link and interval
+(counters, long-flow events, RTT samples; parts when the samples are many), the same bytes as
+`IntervalAssembler` and the Python codec make of the model's records, every record exactly once
+and in order per link (through a broker restart), bad input reported."""
 
 from __future__ import annotations
 
@@ -26,14 +28,25 @@ from p4bs_exporter import EXPORTED_STREAMS, ExporterStats, ModelTarget, SpecErro
 from p4bs_infra import procs
 from p4bs_infra.stack import Stack
 from p4bs_schemas.codec import codec
-from p4bs_schemas.registry import STREAMS, current_schema
-from p4bs_schemas.rtt_batch import FLOW_FIELDS, RttBatcher, samples_of
+from p4bs_schemas.intervals import (
+    COUNT_FIELDS,
+    EVENT_FIELDS,
+    FLOW_FIELDS,
+    IntervalAssembler,
+    events_of,
+    samples_of,
+)
 
 T0 = 1_700_000_000 * 10**9  # the captures' first second
 MS = 1_000_000
-# The model's JSON line kinds and the streams they go to.
-KIND_STREAM = {"rtt_sample": "rtt_samples", "long_flow": "flow_events"}
-KIND_STREAM["link_counters"] = "link_counters"
+STREAM = "link_counters"
+SCHEMA = codec("LinkCounters")
+# The fields of the model's JSON lines (`p4bs-model analyze`), by kind, `link_id` aside.
+MODEL_FIELDS = {
+    "rtt_sample": {"ts_ns", *FLOW_FIELDS, "rtt_ns"},
+    "long_flow": set(EVENT_FIELDS),
+    "link_counters": {"ts_ns", "interval_ns", "seq", *COUNT_FIELDS},
+}
 
 
 def write_config(directory: Path, bootstrap: str, topics: dict[str, str]) -> Path:
@@ -96,36 +109,42 @@ def exporting(spec: dict[str, Any]) -> Iterator[ModelTarget]:
         target.stop(timeout_s=15)
 
 
-def model_records(spec: dict[str, Any], directory: Path) -> dict[str, list[dict[str, Any]]]:
-    """What `p4bs-model analyze` emits on the spec's pcaps, per stream, as schema records: its
-    RTT samples in batches as the spec's batching makes them."""
+def model_records(spec: dict[str, Any], directory: Path) -> list[dict[str, Any]]:
+    """The records `IntervalAssembler` makes of what `p4bs-model analyze` emits on the spec's
+    pcaps, fed in the model's order (samples, events, each link's counters closing its
+    interval, then whatever is still open)."""
     pipeline = directory / "pipeline.json"
     pipeline.write_text(json.dumps(spec["pipeline"]))
     argv = [str(paths.built("p4bs-model")), "analyze", "--config", str(pipeline)]
     for port, file in spec["source"]["pcap"]:
         argv += ["--pcap", f"{port}={file}"]
     out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=300).stdout
-    records: dict[str, list[dict[str, Any]]] = {s: [] for s in EXPORTED_STREAMS}
+    assembler = IntervalAssembler(
+        spec["pipeline"]["export"]["interval_ns"], spec["max_rtt_samples_per_record"]
+    )
+    records = []
     for line in out.splitlines():
         data = json.loads(line)
-        stream = KIND_STREAM[data.pop("kind")]
+        kind, link = data.pop("kind"), data.pop("link_id")
         if "event" in data:
             data["kind"] = data.pop("event")
-        if stream == "rtt_samples":  # a sample: its link, time, flow and RTT
-            fields = ["link_id", "ts_ns", *FLOW_FIELDS, "rtt_ns"]
+        assert set(data) == MODEL_FIELDS[kind], f"{kind}: {sorted(data)}"
+        if kind == "rtt_sample":
+            records += assembler.add_sample(link, data)
+        elif kind == "long_flow":
+            assembler.add_event(link, data)
         else:
-            fields = [f["name"] for f in current_schema(STREAMS[stream])["fields"]]
-        assert sorted(data) == sorted(fields), f"{stream}: {sorted(data)}"
-        records[stream].append({f: data[f] for f in fields})
-    batcher = RttBatcher(**spec["rtt_batch"])
-    flat = records["rtt_samples"]
-    records["rtt_samples"] = [b for r in flat for b in batcher.add(r.pop("link_id"), r)]
-    records["rtt_samples"] += batcher.close()
-    return records
+            counts = {f: data[f] for f in COUNT_FIELDS}
+            records += assembler.close(link, data["ts_ns"], data["interval_ns"], counts)
+    return records + assembler.close_all()
 
 
-def samples(batches: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [sample for batch in batches for sample in samples_of(batch)]
+def samples(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [sample for record in records for sample in samples_of(record)]
+
+
+def events(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [event for record in records for event in events_of(record)]
 
 
 def by_link(records: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -183,23 +202,28 @@ def test_records_are_the_python_codecs_bytes_in_the_models_order(
         pcaps=[("before", before), ("after", after)],
         stats_interval_s=0.2,
     )
-    spec["rtt_batch"]["max_samples"] = 7  # busy intervals split over several batches
+    spec["max_rtt_samples_per_record"] = 7  # busy intervals come in several records
     expected = model_records(spec, tmp_path)
-    assert len(samples(expected["rtt_samples"])) == 400 + 300 + 50 + 175
-    sizes = [len(b["rtt_ns"]) for b in expected["rtt_samples"]]
+    assert len(samples(expected)) == 400 + 300 + 50 + 175
+    sizes = [len(r["rtt_ns"]) for r in expected]
     assert max(sizes) == 7 and min(sizes) < 7
-    # Batches with several flows, some of them with several samples.
-    assert any(1 < len(b["flows"]) < len(b["rtt_ns"]) for b in expected["rtt_samples"])
-    events = [(r["kind"], r["reason"]) for r in expected["flow_events"]]
-    assert sorted(set(events)) == [("end", "fin"), ("end", "idle_timeout"), ("start", "threshold")]
-    assert len(expected["link_counters"]) > 30
+    # Parts before their interval's complete record, which has the counts.
+    parts = [r for r in expected if not r["complete"]]
+    assert parts and all(len(r["rtt_ns"]) == 7 and r["packets"] == 0 for r in parts)
+    assert any(r["complete"] and r["part"] > 0 and r["packets"] > 0 for r in expected)
+    # Records with several flows, some of them with several samples.
+    assert any(1 < len(r["flows"]) < len(r["rtt_ns"]) for r in expected)
+    changes = [(e["kind"], e["reason"]) for e in events(expected)]
+    assert sorted(set(changes)) == [("end", "fin"), ("end", "idle_timeout"), ("start", "threshold")]
+    assert sum(r["complete"] for r in expected) > 30
+    assert [r["seq"] for r in expected] == list(range(len(expected)))
 
     with exporting(spec) as target:
         assert target.wait(60), target.log_tail()
         assert target.returncode == 0, target.log_tail()
         stats = target.stats()
     assert stats.state == "done"
-    assert stats.produced == {s: len(expected[s]) for s in EXPORTED_STREAMS}
+    assert stats.produced == {STREAM: len(expected)} and stats.produced_total == len(expected)
     assert stats.delivered == stats.produced_total
     assert (stats.failed, stats.dropped, stats.invalid, stats.in_flight) == (0, 0, 0, 0)
     assert stats.undelivered_at_exit == 0 and stats.problems == []
@@ -207,17 +231,14 @@ def test_records_are_the_python_codecs_bytes_in_the_models_order(
     assert stats.frames == stats.pipeline["packets"] > 0
 
     bootstrap = stack.kafka.bootstrap
-    for stream in EXPORTED_STREAMS:
-        schema = codec(STREAMS[stream])
-        topic = spec["streams"][stream]["topic"]
-        want = expected[stream]
-        got = consume_raw(bootstrap, topic, len(want))
-        assert stored(bootstrap, topic) == len(want)
-        assert [m.key() for m in got] == [r["link_id"].encode() for r in want]
-        assert [m.headers() for m in got] == [schema.headers] * len(want)
-        # Byte for byte what the Python producer would have sent, in the model's order.
-        assert [m.value() for m in got] == [schema.encode(r) for r in want], stream
-        assert [schema.decode(m.value(), m.headers()) for m in got] == want
+    topic = spec["streams"][STREAM]["topic"]
+    got = consume_raw(bootstrap, topic, len(expected))
+    assert stored(bootstrap, topic) == len(expected)
+    assert [m.key() for m in got] == [r["link_id"].encode() for r in expected]
+    assert [m.headers() for m in got] == [SCHEMA.headers] * len(expected)
+    # Byte for byte what the Python producer would have sent, in the model's order.
+    assert [m.value() for m in got] == [SCHEMA.encode(r) for r in expected]
+    assert [SCHEMA.decode(m.value(), m.headers()) for m in got] == expected
 
 
 def test_every_record_once_and_in_order_through_a_broker_restart(
@@ -234,10 +255,14 @@ def test_every_record_once_and_in_order_through_a_broker_restart(
         stats_interval_s=0.1,
         flush_timeout_s=180,
     )
+    # 100 samples an interval in parts of 7: ~150 records/s, whose order within an interval
+    # matters too (parts, then the complete record).
+    spec["max_rtt_samples_per_record"] = 7
     expected = model_records(spec, tmp_path)
-    total = sum(len(v) for v in expected.values())
-    assert len(samples(expected["rtt_samples"])) == 12_000
-    assert len(expected["link_counters"]) >= 119
+    total = len(expected)
+    assert len(samples(expected)) == 12_000
+    assert sum(r["complete"] for r in expected) >= 119
+    assert sum(not r["complete"] for r in expected) > 1000
 
     def stats() -> ExporterStats:
         return target.stats()
@@ -264,8 +289,7 @@ def test_every_record_once_and_in_order_through_a_broker_restart(
     assert (final.failed, final.dropped, final.undelivered_at_exit) == (0, 0, 0)
 
     bootstrap = stack.kafka.bootstrap
-    for stream in EXPORTED_STREAMS:  # nothing stored twice
-        assert stored(bootstrap, spec["streams"][stream]["topic"]) == len(expected[stream])
+    assert stored(bootstrap, spec["streams"][STREAM]["topic"]) == total  # nothing stored twice
 
     reader = RecordConsumer(
         bootstrap,
@@ -273,29 +297,25 @@ def test_every_record_once_and_in_order_through_a_broker_restart(
         EXPORTED_STREAMS,
         {s: spec["streams"][s]["topic"] for s in EXPORTED_STREAMS},
     )
-    got: dict[str, list[dict[str, Any]]] = {s: [] for s in EXPORTED_STREAMS}
-    received = 0
+    got: list[dict[str, Any]] = []
 
     def drain() -> bool:
-        nonlocal received
         r = reader.poll(0.5)
         if r is not None:
-            assert r.key == r.record["link_id"]
-            got[r.stream].append(r.record)
-            received += 1
-        return received >= total
+            assert r.key == r.record["link_id"] and r.stream == STREAM
+            got.append(r.record)
+        return len(got) >= total
 
     try:
-        assert procs.wait_until(drain, 120, interval_s=0), f"{received} of {total}"
+        assert procs.wait_until(drain, 120, interval_s=0), f"{len(got)} of {total}"
     finally:
         reader.close()
     assert reader.stats.malformed == 0
-    for stream in EXPORTED_STREAMS:
-        # One link: one partition per topic, so arrival order is the link's order.
-        assert by_link(got[stream]) == by_link(expected[stream]), stream
-    for link, counters in by_link(got["link_counters"]).items():
-        assert [c["seq"] for c in counters] == list(range(len(counters))), link
-    keys = [(r["ts_ns"], r["src_ip"], r["src_port"]) for r in samples(got["rtt_samples"])]
+    # A link's records share a partition, so arrival order is the link's order.
+    assert by_link(got) == by_link(expected)
+    for link, records in by_link(got).items():
+        assert [r["seq"] for r in records] == list(range(len(records))), link
+    keys = [(r["ts_ns"], r["src_ip"], r["src_port"]) for r in samples(got)]
     assert len(set(keys)) == len(keys) == 12_000
 
 
@@ -303,7 +323,8 @@ def test_a_spec_with_problems_is_refused_with_every_problem(config: Config, tmp_
     spec = run_spec(config, stats_path=tmp_path / "stats.json", pcaps=[("before", tmp_path)])
     spec["source"]["pcap"].append(["sideways", "x.pcap"])
     spec["source"]["pace"] = "ludicrous"
-    spec["streams"]["rtt_samples"]["fields"].append(["extra", "long"])
+    spec["streams"][STREAM]["fields"].append(["extra", "long"])
+    spec["max_rtt_samples_per_record"] = 0
     spec["kafka"]["bootstrap"] = ""
     spec["stats"]["interval_s"] = 0
     spec["pipeline"]["rtt"]["slots_log2"] = 40
@@ -313,13 +334,14 @@ def test_a_spec_with_problems_is_refused_with_every_problem(config: Config, tmp_
     for expected in (
         'source.pcap[1]: no port "sideways"',
         "source.pace: must be",
-        "streams.rtt_samples.fields: the schema's fields",
+        "streams.link_counters.fields: the schema's fields",
+        "spec.max_rtt_samples_per_record: must be an integer in [1, 16384], got 0",
         "kafka.bootstrap: must be a non-empty string",
         "stats.interval_s: must be a positive number",
         "pipeline: rtt.slots_log2",
     ):
         assert expected in problems
-    assert len(err.value.problems) == 6, problems
+    assert len(err.value.problems) == 7, problems
 
     binary = str(paths.built("p4bs-exporter"))
     garbage = tmp_path / "garbage.json"
@@ -370,19 +392,18 @@ def test_a_truncated_capture_exports_what_came_before_the_damage(
         config, stats_path=tmp_path / "stats.json", pcaps=[("before", before), ("after", after)]
     )
     expected = model_records(spec, tmp_path)
-    assert 0 < len(samples(expected["rtt_samples"])) < 925
+    assert 0 < len(samples(expected)) < 925
     with exporting(spec) as target:
         assert target.wait(60), target.log_tail()
         assert target.returncode == 0, target.log_tail()
         stats = target.stats()
-    assert stats.produced == {s: len(expected[s]) for s in EXPORTED_STREAMS}
+    assert stats.produced == {STREAM: len(expected)}
     assert stats.delivered == stats.produced_total
     assert len(stats.problems) == 1
     assert str(after) in stats.problems[0] and "file ends inside record" in stats.problems[0]
-    topic = spec["streams"]["rtt_samples"]["topic"]
-    got = consume_raw(stack.kafka.bootstrap, topic, len(expected["rtt_samples"]))
-    schema = codec("RttSampleBatch")
-    assert [schema.decode(m.value(), m.headers()) for m in got] == expected["rtt_samples"]
+    topic = spec["streams"][STREAM]["topic"]
+    got = consume_raw(stack.kafka.bootstrap, topic, len(expected))
+    assert [SCHEMA.decode(m.value(), m.headers()) for m in got] == expected
 
 
 def ip(*args: str) -> None:
@@ -426,24 +447,30 @@ def test_live_capture_in_a_namespace_exports_until_sigterm(
             argv += [f"{f}={i}" for f, i in files.items()]
             subprocess.run(["ip", "netns", "exec", netns, *argv], check=True, timeout=60)
             assert procs.wait_until(lambda: target.stats().pipeline["rtt_samples"] >= 100, 30)
+            # The intervals end on the wall clock while the taps are quiet: their records go
+            # before the exporter is stopped.
+            assert procs.wait_until(lambda: target.stats().rtt_samples_produced == 100, 10)
             final = target.stop(timeout_s=30)
             assert target.returncode == 0, target.log_tail()
     assert final.state == "done"
     assert final.pipeline["rtt_samples"] == final.rtt_samples_produced == 100
-    assert final.produced["link_counters"] > 0 and final.kernel_drops == 0
+    assert final.kernel_drops == 0 and final.invalid == 0
     assert final.delivered == final.produced_total and final.dropped == 0
-    topic = spec["streams"]["rtt_samples"]["topic"]
-    batches = final.produced["rtt_samples"]
-    got = consume_raw(stack.kafka.bootstrap, topic, batches)
-    schema = codec("RttSampleBatch")
-    records = samples([schema.decode(m.value(), m.headers()) for m in got])
-    assert len(got) == stored(stack.kafka.bootstrap, topic) == batches
-    assert len(records) == 100
-    assert {(r["src_ip"], r["link_id"]) for r in records} == {
+    topic = spec["streams"][STREAM]["topic"]
+    produced = final.produced[STREAM]
+    got = consume_raw(stack.kafka.bootstrap, topic, produced)
+    assert len(got) == stored(stack.kafka.bootstrap, topic) == produced
+    records = [SCHEMA.decode(m.value(), m.headers()) for m in got]
+    for link_id, of_link in by_link(records).items():
+        assert [r["seq"] for r in of_link] == list(range(len(of_link))), link_id
+    assert sum(r["packets"] for r in records) >= 100  # the counters, in the same records
+    flat = samples(records)
+    assert len(flat) == 100
+    assert {(r["src_ip"], r["link_id"]) for r in flat} == {
         ("10.201.1.10", link.id),
         ("10.201.1.11", link.id),
     }
-    rtts = sorted(r["rtt_ns"] for r in records)
+    rtts = sorted(r["rtt_ns"] for r in flat)
     assert rtts[0] > 0 and rtts[-1] < 200 * MS, rtts  # the injector paces loosely
 
 

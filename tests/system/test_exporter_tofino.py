@@ -1,12 +1,15 @@
 """The tofino exporter target against a fake bfrt_grpc (tests/fakebfrt.py: the real client's
 calls and, where the exporter depends on it, its behaviour) and the real broker: tables
 programmed from the config with their entry scope, the queueing-delay filter programmed and
-re-tuned, digests and idle notifications into records, registers synced and read in bulk,
-their differences (with wrap-around) into LinkCounters, insert errors sorted by their code,
-a broken notification stream detected and reconnected, bad digests counted, not fatal."""
+re-tuned, registers synced and read in bulk, their differences (with wrap-around) closing
+each link's interval as a LinkCounters record that also carries the interval's RTT digests
+and long-flow events (several records for a busy interval, the open one sent at stop),
+insert errors sorted by their code, a broken notification stream detected and reconnected,
+bad digests counted, not fatal."""
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import math
 import sys
@@ -15,7 +18,7 @@ import types
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import pytest
 from fakebfrt import (
@@ -38,7 +41,7 @@ from p4bs_exporter.target import ExporterError
 from p4bs_exporter.tofino import TofinoTarget
 from p4bs_infra.procs import wait_until
 from p4bs_infra.stack import Stack
-from p4bs_schemas.rtt_batch import samples_of
+from p4bs_schemas.intervals import COUNT_FIELDS, events_of, layout_problem, samples_of
 
 RTT_ID, FLOW_ID = 101, 202
 LINK0, LINK1 = "r1:eth1", "r1:eth2"
@@ -74,43 +77,78 @@ def config(stack: Stack, topics: dict[str, str], tmp_path: Path) -> Config:
     return load_config(write_config(tmp_path, stack.kafka.bootstrap, topics, optical_from=1))
 
 
+Record = dict[str, Any]
+T = TypeVar("T")
+
+
 class Run:
     def __init__(self, config: Config, topics: dict[str, str], switch: Switch, tmp: Path):
         self.switch = switch
         self.target = TofinoTarget(config, topics=topics, stats_path=tmp / "stats.json")
         self.consumer = RecordConsumer(
-            config.kafka.bootstrap,
-            f"test-{uuid.uuid4().hex[:8]}",
-            ["rtt_samples", "flow_events", "link_counters"],
-            topics,
+            config.kafka.bootstrap, f"test-{uuid.uuid4().hex[:8]}", ["link_counters"], topics
         )
         self.received: list[Received] = []
 
-    def records(self, stream: str) -> list[Received]:
-        """What arrived so far (counters stream on, so read for a bounded time)."""
+    def records(self, link: str | None = None) -> list[Record]:
+        """The LinkCounters records that arrived so far, of one link if given (the stream
+        never pauses, so read for a bounded time). Every one is keyed by its link and
+        readable as an interval."""
         deadline = time.monotonic() + 0.5
         while time.monotonic() < deadline and (got := self.consumer.poll(0.1)) is not None:
+            assert got.key == got.record["link_id"], got
+            assert layout_problem(got.record) is None, (layout_problem(got.record), got.record)
             self.received.append(got)
-        return [r for r in self.received if r.stream == stream]
+        return [r.record for r in self.received if link is None or r.key == link]
 
-    def wait_records(self, stream: str, n: int, timeout_s: float = 90) -> list[Received]:
-        assert wait_until(lambda: len(self.records(stream)) >= n, timeout_s), (
-            f"{stream}: {len(self.records(stream))} of {n}; stats {self.target.stats()}"
+    def samples(self) -> list[Record]:
+        """The RTT samples of the records so far, each with its link_id."""
+        return [s for r in self.records() for s in samples_of(r)]
+
+    def events(self) -> list[Record]:
+        """The long-flow events of the records so far, each with its link_id."""
+        return [e for r in self.records() for e in events_of(r)]
+
+    def wait(self, what: Callable[[], list[T]], n: int, timeout_s: float = 90) -> list[T]:
+        """`what()` once it has at least n items."""
+        assert wait_until(lambda: len(what()) >= n, timeout_s), (
+            f"{len(what())} of {n}; stats {self.target.stats()}"
         )
-        return self.records(stream)
+        return what()
+
+    def wait_records(self, n: int, link: str | None = None) -> list[Record]:
+        return self.wait(lambda: self.records(link), n)
+
+    def wait_closed(self, after_ns: int) -> None:
+        """Until both links have sent a complete record ending after `after_ns`: whatever the
+        exporter took in before then has gone out."""
+
+        def closed() -> list[str]:
+            return [
+                link
+                for link in (LINK0, LINK1)
+                if any(r["complete"] and r["ts_ns"] > after_ns for r in self.records(link))
+            ]
+
+        self.wait(closed, 2)
+
+
+class Runner(Protocol):
+    def __call__(self, switch: Switch, changed: Config | None = None) -> Run: ...
 
 
 @pytest.fixture
 def runner(
     config: Config, topics: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Callable[[Switch], Run]]:
-    """Starts the target on a switch the test prepared; stops it at the end."""
+) -> Iterator[Runner]:
+    """Starts the target on a switch the test prepared (with the test's config, or one the
+    test changed); stops it at the end."""
     runs: list[Run] = []
 
-    def start(switch: Switch) -> Run:
+    def start(switch: Switch, changed: Config | None = None) -> Run:
         for name, module in fake_modules(switch).items():
             monkeypatch.setitem(sys.modules, name, module)
-        r = Run(config, topics, switch, tmp_path)
+        r = Run(changed or config, topics, switch, tmp_path)
         runs.append(r)
         r.target.start()
         return r
@@ -122,8 +160,12 @@ def runner(
 
 
 @pytest.fixture
-def run(runner: Callable[[Switch], Run]) -> Run:
+def run(runner: Runner) -> Run:
     return runner(Switch(counters([W - 100, W - 10, 40, 1040], sum_lo=W - 5)))
+
+
+def with_dataplane(config: Config, **changes: Any) -> Config:
+    return dataclasses.replace(config, dataplane=dataclasses.replace(config.dataplane, **changes))
 
 
 def ip(text: str) -> int:
@@ -186,7 +228,7 @@ def test_tables_programmed_from_config(run: Run) -> None:
     assert idle == [("idle", (True, 1, 50, 2000, 2000))]  # notify mode, 50 ms, TTL 2 s
 
 
-def test_entry_scope_all_pipes_set_on_empty_tables(runner: Callable[[Switch], Run]) -> None:
+def test_entry_scope_all_pipes_set_on_empty_tables(runner: Runner) -> None:
     """A scope an earlier session left (one pipe, with an entry) is reset to all pipes on
     every table the exporter adds entries to: after the table is cleared (pipe_mgr refuses
     to change a non-empty table's scope) and before the config's entries go in."""
@@ -212,7 +254,7 @@ def lpf_weight(gap_ns: float, tau_ns: float) -> float:
     return 1 - math.exp(-gap_ns / tau_ns)
 
 
-def test_queue_delay_filter_programmed_and_retuned(runner: Callable[[Switch], Run]) -> None:
+def test_queue_delay_filter_programmed_and_retuned(runner: Runner) -> None:
     """Every link's Egress.link_qdelay_lpf index is set at start (SAMPLE, unscaled, one time
     constant for rise and fall, as floats) so that a sample gets SPEC §6's weight 1/8 at the
     line-rate sample gap; an interval with many samples re-tunes that link's filter to its
@@ -239,8 +281,8 @@ def test_queue_delay_filter_programmed_and_retuned(runner: Callable[[Switch], Ru
     assert isinstance(tau, float)
     assert lpf_weight(line_rate_gap, tau) == pytest.approx(1 / 8)
 
-    got = run.wait_records("link_counters", 2)
-    (busy,) = [r.record for r in got if r.key == LINK0 and r.record["seq"] == 0]
+    got = run.wait_records(2)
+    (busy,) = [r for r in got if r["link_id"] == LINK0 and r["seq"] == 0]
     assert busy["queue_delay_samples"] == 5000
     gap = busy["interval_ns"] / 5000
     assert wait_until(
@@ -255,17 +297,20 @@ def test_queue_delay_filter_programmed_and_retuned(runner: Callable[[Switch], Ru
     assert lpf.spec(1)["$LPF_SPEC_GAIN_TIME_CONSTANT_NS"] == tau  # no samples: kept
 
 
-def test_rtt_digest_becomes_rtt_sample_in_a_batch(run: Run) -> None:
+def test_rtt_digest_becomes_rtt_sample_of_its_interval(run: Run) -> None:
+    """The sample travels in the one record of its link's interval, beside the interval's
+    counters."""
     before = time.time_ns()
     run.switch.digest(RTT_ID, rtt(link=1, rtt_ns=20_000_064))
-    got = run.wait_records("rtt_samples", 1)[0]  # once the export tick closes its batch
+    run.wait(run.samples, 1)  # once the export tick closes its interval
     after = time.time_ns()
-    assert got.key == LINK1
-    batch = got.record
-    assert batch["link_id"] == LINK1
-    assert batch["interval_ns"] == run.target.config.dataplane.rtt_batch_interval_ns
-    (record,) = samples_of(batch)
-    assert batch["ts_ns"] - batch["interval_ns"] <= record["ts_ns"] < batch["ts_ns"]
+    (interval,) = [r for r in run.records(LINK1) if r["rtt_ns"]]
+    assert interval["complete"] and interval["part"] == 0
+    # Whole export intervals: one, or more when a busy machine made the loop miss a tick.
+    assert interval["interval_ns"] % run.target.config.dataplane.export_interval_ns == 0
+    assert [r for r in run.records(LINK1) if r["ts_ns"] == interval["ts_ns"]] == [interval]
+    (record,) = samples_of(interval)
+    assert interval["ts_ns"] - interval["interval_ns"] <= record["ts_ns"] < interval["ts_ns"]
     assert {k: v for k, v in record.items() if k != "ts_ns"} == {
         "link_id": LINK1,
         "src_ip": "10.201.1.10",
@@ -276,15 +321,61 @@ def test_rtt_digest_becomes_rtt_sample_in_a_batch(run: Run) -> None:
         "rtt_ns": 20_000_064,
     }
     assert before <= record["ts_ns"] <= after  # switch clock mapped to Unix time
+    assert not [s for r in run.records(LINK0) for s in samples_of(r)]
+
+
+def test_busy_interval_split_into_parts(runner: Runner, config: Config) -> None:
+    """An interval with more RTT samples than `max_rtt_samples_per_record` goes out in
+    several records, in order: full parts of samples only, then the complete one with the
+    rest and the interval's counters; `seq` counts every record."""
+    run = runner(Switch(counters([0, 1000])), with_dataplane(config, max_rtt_samples_per_record=2))
+    sent = [rtt(rtt_ns=1_000_000 + i, ts=5_000_000_000 + i * 1000) for i in range(5)]
+    run.switch.digest(RTT_ID, *sent)
+    got = run.wait(run.samples, 5)
+    assert [s["rtt_ns"] for s in got] == [r["rtt"] for r in sent]
+    link0 = run.records(LINK0)
+    assert [r["seq"] for r in link0] == list(range(len(link0)))
+    intervals: list[list[Record]] = [[]]  # each interval's records, up to its complete one
+    for record in link0:
+        intervals[-1].append(record)
+        if record["complete"]:
+            intervals.append([])
+    # Five samples in one interval (or, if a tick fell between them, in two).
+    assert max(len(records) for records in intervals) >= 2, intervals
+    for records in intervals[:-1]:
+        assert [r["part"] for r in records] == list(range(len(records)))
+        for part in records[:-1]:
+            assert len(part["rtt_ns"]) == 2
+            assert all(part[name] == 0 for name in COUNT_FIELDS)
+    assert intervals[0][-1]["packets"] == 1000  # the counters: on the complete record
+
+
+def test_stop_sends_the_open_interval(runner: Runner, config: Config) -> None:
+    """What the last interval gathered before the stop goes out at the stop, as a complete
+    record with zero counts (its registers are not read)."""
+    interval = 10**15  # ns, 11.6 days: no export tick within the test
+    run = runner(Switch(counters([0, 1000])), with_dataplane(config, export_interval_ns=interval))
+    run.switch.digest(RTT_ID, rtt(rtt_ns=9_000_000))
+    run.switch.digest(FLOW_ID, flow(1))  # handled once listed, after the RTT digest
+    assert wait_until(lambda: len(run.switch.tables["Ingress.long_flows"].entries) == 1, 10)
+    assert run.records() == []
+    final = run.target.stop(30)
+    assert final.produced == {"link_counters": 1} and final.rtt_samples_produced == 1
+    (record,) = run.wait_records(1)
+    assert record["link_id"] == LINK0 and record["complete"] and record["seq"] == 0
+    assert record["interval_ns"] == interval and record["ts_ns"] % interval == 0
+    assert all(record[name] == 0 for name in COUNT_FIELDS)
+    assert [s["rtt_ns"] for s in samples_of(record)] == [9_000_000]
+    assert [(e["kind"], e["src_port"]) for e in events_of(record)] == [("start", 40001)]
 
 
 def test_long_flow_start_repeat_and_idle_end(run: Run) -> None:
     table = run.switch.tables["Ingress.long_flows"]
     run.switch.digest(FLOW_ID, flow(1))
-    start = run.wait_records("flow_events", 1)[0]
-    assert start.key == LINK0
-    assert start.record["kind"] == "start" and start.record["reason"] == "threshold"
-    assert start.record["packets"] == 2000 and start.record["src_port"] == 40001
+    start = run.wait(run.events, 1)[0]
+    assert start["link_id"] == LINK0
+    assert start["kind"] == "start" and start["reason"] == "threshold"
+    assert start["packets"] == 2000 and start["src_port"] == 40001
     assert len(table.entries) == 1
     ((key, data),) = table.entries.values()
     assert key.to_dict()["md.link"]["value"] == 0
@@ -297,9 +388,9 @@ def test_long_flow_start_repeat_and_idle_end(run: Run) -> None:
     assert len([c for c in table.calls if c[0] == "add"]) == 1
 
     run.switch.idle.put(types.SimpleNamespace(key=key))
-    events = run.wait_records("flow_events", 2)
+    events = run.wait(run.events, 2)
     assert len(events) == 2
-    end = events[1].record
+    end = events[1]
     assert (end["kind"], end["reason"], end["packets"]) == ("end", "idle_timeout", 0)
     assert (end["src_ip"], end["dst_port"]) == ("10.201.1.11", 5201)
     assert table.entries == {}
@@ -314,13 +405,15 @@ def test_long_flow_start_repeat_and_idle_end(run: Run) -> None:
         ),
         10,
     )
-    assert run.target.stats().produced["flow_events"] == 2
+    run.wait_closed(time.time_ns())
+    assert len(run.events()) == 2
 
 
 def test_counters_deltas_with_wrap(run: Run) -> None:
-    got = run.wait_records("link_counters", 6)
-    link0 = [r.record for r in got if r.key == LINK0]
-    link1 = [r.record for r in got if r.key == LINK1]
+    got = run.wait_records(6)
+    link0 = [r for r in got if r["link_id"] == LINK0]
+    link1 = [r for r in got if r["link_id"] == LINK1]
+    assert all(r["complete"] and r["part"] == 0 for r in got)  # one record per interval
     assert [r["seq"] for r in link0[:3]] == [0, 1, 2]
     assert [r["seq"] for r in link1[:3]] == [0, 1, 2]
     # packets: W-100+3 → W-10+3 → 40+3 (wrapped) → 1040+3
@@ -344,7 +437,7 @@ def test_registers_synced_once_then_read_in_bulk(run: Run) -> None:
     """Each register is read as the SDE's examples do: one Sync (the table copied from the
     hardware at once), then one bulk read of the links' cells from that copy; never one
     hardware read per index. Two round trips per register and interval."""
-    run.wait_records("link_counters", 4)
+    run.wait_records(4)
     registers = [t for t in run.switch.tables.values() if hasattr(t, "reads")]
     assert len(registers) == 7
     for register in registers:
@@ -366,7 +459,7 @@ def test_insert_errors_sorted_by_code(run: Run) -> None:
     assert wait_until(lambda: pipeline(run, "long_flow_insert_transient") == 1, 10)
     assert table.entries == {} and pipeline(run, "long_flow_table_full") == 0
     run.switch.digest(FLOW_ID, flow(1))  # the data plane repeats it: now it goes in
-    start = run.wait_records("flow_events", 1)[0].record
+    start = run.wait(run.events, 1)[0]
     assert (start["kind"], start["src_port"]) == ("start", 40001) and len(table.entries) == 1
 
     other = flow(1)
@@ -380,7 +473,8 @@ def test_insert_errors_sorted_by_code(run: Run) -> None:
     assert "INVALID_ARGUMENT" in "\n".join(run.target.stats().problems)
     assert pipeline(run, "long_flow_insert_transient") == 1
     assert run.target.stats().state == "running"
-    assert run.target.stats().produced["flow_events"] == 1
+    run.wait_closed(time.time_ns())
+    assert len(run.events()) == 1  # no start for the flows the table refused
 
 
 def test_broken_stream_detected_and_reconnected(run: Run) -> None:
@@ -389,8 +483,8 @@ def test_broken_stream_detected_and_reconnected(run: Run) -> None:
     reconnects once the switch takes connections again, programs it as at start (tables,
     filter), re-baselines the counters, and goes on exporting what the switch sends."""
     run.switch.digest(FLOW_ID, flow(1))
-    run.wait_records("flow_events", 1)
-    before = len(run.wait_records("link_counters", 2))
+    run.wait(run.events, 1)
+    before = len(run.wait_records(2, LINK0))
     ports = run.switch.tables["Ingress.port_to_link"]
 
     run.switch.restart(refuse_connects=2)  # two connection attempts fail while it starts
@@ -404,15 +498,13 @@ def test_broken_stream_detected_and_reconnected(run: Run) -> None:
     assert run.switch.tables["Egress.link_qdelay_lpf"].entries  # the filter too
     assert len(run.switch.connected) > 2  # a new ClientInterface
 
-    events = run.wait_records("flow_events", 2)
-    end = events[1].record
+    end = run.wait(run.events, 2)[1]
     assert (end["kind"], end["reason"], end["src_port"]) == ("end", "idle_timeout", 40001)
     run.switch.digest(RTT_ID, rtt(rtt_ns=7_000_000))  # not blind: the new stream is read
-    got = run.wait_records("rtt_samples", 1)
-    assert [v for r in got for v in r.record["rtt_ns"]] == [7_000_000]
+    assert [s["rtt_ns"] for s in run.wait(run.samples, 1)] == [7_000_000]
     run.switch.digest(FLOW_ID, flow(1))  # the forgotten flow lists again
-    assert run.wait_records("flow_events", 3)[2].record["kind"] == "start"
-    after = [r.record for r in run.wait_records("link_counters", before + 4) if r.key == LINK0]
+    assert run.wait(run.events, 3)[2]["kind"] == "start"
+    after = run.wait_records(before + 4, LINK0)
     assert [r["seq"] for r in after] == list(range(len(after)))  # seq goes on
     assert after[-1]["packets"] == 0  # the restarted switch counts from its new baseline
 
@@ -426,8 +518,7 @@ def test_malformed_digests_counted_loop_goes_on(run: Run) -> None:
     run.switch.digest(FLOW_ID, flow(9))
     run.switch.digest(999, rtt())
     run.switch.digest(RTT_ID, rtt(rtt_ns=12_345_600))  # a good one after them
-    got = run.wait_records("rtt_samples", 1)
-    assert [rtt for r in got for rtt in r.record["rtt_ns"]] == [12_345_600]
+    assert [s["rtt_ns"] for s in run.wait(run.samples, 1)] == [12_345_600]
     assert wait_until(lambda: run.target.stats().pipeline.get("malformed_digests") == 5, 10)
     problems = "\n".join(run.target.stats().problems)
     assert "6 fields, expected 7; missing rtt" in problems
@@ -441,12 +532,14 @@ def test_malformed_digests_counted_loop_goes_on(run: Run) -> None:
 
 def test_stats_fields_and_stop(run: Run) -> None:
     run.switch.digest(RTT_ID, rtt())
-    run.wait_records("rtt_samples", 1)
+    run.wait(run.samples, 1)
     assert wait_until(lambda: run.target.stats().delivered >= 1, 10)
     final = run.target.stop(30)
     assert final.state == "done" and final.target == "tofino"
-    assert final.produced["rtt_samples"] == final.rtt_samples_produced == 1
-    assert final.produced_total == sum(final.produced.values())
+    assert final.rtt_samples_produced == 1
+    assert list(final.produced) == ["link_counters"]
+    assert final.produced_total == final.produced["link_counters"]
+    assert len(run.wait_records(final.produced_total)) == final.produced_total
     assert final.delivered == final.produced_total and final.in_flight == 0
     assert final.failed == 0 and final.dropped == 0 and final.undelivered_at_exit == 0
     assert run.target.wait(0)

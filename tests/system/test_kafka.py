@@ -17,12 +17,19 @@ from p4bs_schemas.registry import current_schema
 
 
 def rtt(link_id: str = "r1:eth1", rtt_ns: object = 20_000_000) -> dict[str, Any]:
-    """A batch of one RTT sample."""
+    """A link interval's record with one RTT sample (the counts and flow events left to
+    their defaults)."""
     flow = {"src_ip": "10.0.1.2", "dst_ip": "10.0.2.2", "src_port": 40000, "dst_port": 5201}
+    counts = ("packets", "bytes", "data_packets", "data_bytes", "retransmissions")
     return {
         "link_id": link_id,
-        "ts_ns": 1_700_000_000_010_000_000,
-        "interval_ns": 10_000_000,
+        "ts_ns": 1_700_000_000_100_000_000,
+        "interval_ns": 100_000_000,
+        "seq": 0,
+        **dict.fromkeys(counts, 0),
+        "queue_delay_samples": 0,
+        "queue_delay_sum_ns": 0,
+        "queue_delay_ewma_ns": 0,
         "flows": [{**flow, "protocol": 6}],
         "flow_index": [0],
         "offset_ns": [0],
@@ -43,12 +50,12 @@ def _drain(consumer: RecordConsumer, want: int, timeout_s: float = 60.0) -> list
 
 def test_record_produced_consumed_and_decoded(stack: Stack, topics: dict[str, str]) -> None:
     producer = RecordProducer(stack.kafka.bootstrap, topics)
-    producer.produce("rtt_samples", rtt())
-    producer.produce("rtt_samples", rtt("r2:eth0", 7))
+    producer.produce("link_counters", rtt())
+    producer.produce("link_counters", rtt("r2:eth0", 7))
     assert producer.flush(30) == 0
     assert producer.stats.delivered == 2
 
-    consumer = RecordConsumer(stack.kafka.bootstrap, "test-roundtrip", ["rtt_samples"], topics)
+    consumer = RecordConsumer(stack.kafka.bootstrap, "test-roundtrip", ["link_counters"], topics)
     try:
         got = _drain(consumer, 2)
     finally:
@@ -63,24 +70,22 @@ def test_record_produced_consumed_and_decoded(stack: Stack, topics: dict[str, st
 def test_malformed_record_goes_to_dead_letters_and_consumer_keeps_going(
     stack: Stack, topics: dict[str, str]
 ) -> None:
-    topic = topics["rtt_samples"]
+    topic = topics["link_counters"]
     raw = Producer({"bootstrap.servers": stack.kafka.bootstrap})
-    good = codec("RttSampleBatch").encode(rtt())
+    good = codec("LinkCounters").encode(rtt())
     garbage = b"\xff\xfe not avro"
-    # Fits the schema, but its sample's flow is not in the batch.
+    # Fits the schema, but its sample's flow is not in the record.
     no_flow = io.BytesIO()
-    schemaless_writer(
-        no_flow, parse_schema(current_schema("RttSampleBatch")), rtt() | {"flows": []}
-    )
+    schemaless_writer(no_flow, parse_schema(current_schema("LinkCounters")), rtt() | {"flows": []})
     # One partition (same key) keeps the order: good, garbage, wrong fingerprint, no flow, good.
     raw.produce(topic, good, b"r1:eth1")
     raw.produce(topic, garbage, b"r1:eth1")
     raw.produce(topic, good, b"r1:eth1", headers=[(FINGERPRINT_HEADER, b"deadbeefdeadbeef")])
     raw.produce(topic, no_flow.getvalue(), b"r1:eth1")
-    raw.produce(topic, codec("RttSampleBatch").encode(rtt(rtt_ns=99)), b"r1:eth1")
+    raw.produce(topic, codec("LinkCounters").encode(rtt(rtt_ns=99)), b"r1:eth1")
     assert raw.flush(30) == 0
 
-    consumer = RecordConsumer(stack.kafka.bootstrap, "test-dlq", ["rtt_samples"], topics)
+    consumer = RecordConsumer(stack.kafka.bootstrap, "test-dlq", ["link_counters"], topics)
     try:
         got = _drain(consumer, 2)
     finally:
@@ -101,7 +106,7 @@ def test_malformed_record_goes_to_dead_letters_and_consumer_keeps_going(
     assert by_offset[1]["value"] == garbage and "undecodable" in by_offset[1]["error"]
     assert "unknown writer schema fingerprint deadbeefdeadbeef" in by_offset[2]["error"]
     assert by_offset[3]["error"] == (
-        "RttSampleBatch: flow_index[0] = 0 is not a position in flows (0 flows)"
+        "LinkCounters: flow_index[0] = 0 is not a position in flows (0 flows)"
     )
     assert all(letter["source_topic"] == topic for letter in letters)
     assert all(letter["consumer"] == "test-dlq" for letter in letters)
@@ -112,7 +117,7 @@ def test_producer_refuses_a_malformed_record_before_sending(
 ) -> None:
     producer = RecordProducer(stack.kafka.bootstrap, topics)
     with pytest.raises(RecordError, match="rtt_ns"):
-        producer.produce("rtt_samples", rtt(rtt_ns="slow"))
+        producer.produce("link_counters", rtt(rtt_ns="slow"))
     assert producer.stats.sent == 0
 
 
@@ -126,11 +131,11 @@ def test_read_stream_returns_the_committed_records_and_stops_at_the_end(
         {"bootstrap.servers": stack.kafka.bootstrap, "transactional.id": f"t-{time.time_ns()}"}
     )
     producer.init_transactions(30)
-    encode = codec("RttSampleBatch").encode
+    encode = codec("LinkCounters").encode
     for rtt_ns, commit in ((1, True), (2, False), (3, True)):
         producer.begin_transaction()
         for link in ("r1:eth1", "r2:eth0", "r3:eth2"):
-            producer.produce(topics["rtt_samples"], encode(rtt(link, rtt_ns)), link.encode())
+            producer.produce(topics["link_counters"], encode(rtt(link, rtt_ns)), link.encode())
         if commit:
             producer.commit_transaction(30)
         else:
@@ -138,7 +143,7 @@ def test_read_stream_returns_the_committed_records_and_stops_at_the_end(
 
     idle_s = 120.0
     began = time.monotonic()
-    got = read_stream(stack.kafka.bootstrap, "rtt_samples", topics, idle_s=idle_s)
+    got = read_stream(stack.kafka.bootstrap, "link_counters", topics, idle_s=idle_s)
     assert time.monotonic() - began < idle_s / 2
     assert sorted((r["link_id"], r["rtt_ns"][0]) for r in got) == sorted(
         (link, n) for link in ("r1:eth1", "r2:eth0", "r3:eth2") for n in (1, 3)

@@ -36,8 +36,8 @@ from p4bs_cli.main import main
 from p4bs_exporter import ExporterStats, ModelTarget, SpecError, run_spec
 from p4bs_infra.procs import free_ports, running_pid
 from p4bs_infra.stack import Stack
+from p4bs_schemas.intervals import NO_COUNTS, IntervalAssembler
 from p4bs_schemas.registry import STREAMS
-from p4bs_schemas.rtt_batch import RttBatcher
 
 USER_VAR, PASSWORD_VAR = "P4BS_TEST_KAFKA_USER", "P4BS_TEST_KAFKA_PASSWORD"
 USER = "p4bs-test"
@@ -137,12 +137,14 @@ def test_the_stack_writes_what_clients_need_and_they_produce_and_consume(
         "protocol": 6,
         "rtt_ns": 20_000_000,
     }
-    batcher = RttBatcher(interval_ns=10_000_000, max_samples=1)
-    (record,) = [*batcher.add("r1:eth1", sample), *batcher.close()]
+    assembler = IntervalAssembler(interval_ns=100_000_000)
+    assert assembler.add_sample("r1:eth1", sample) == []
+    end = sample["ts_ns"] + 100_000_000
+    (record,) = assembler.close("r1:eth1", end, 100_000_000, {**NO_COUNTS, "packets": 9})
     producer = RecordProducer(written, secured_topics)
-    producer.produce("rtt_samples", record)
+    producer.produce("link_counters", record)
     assert producer.flush(30) == 0 and producer.stats.delivered == 1
-    assert read_stream(written, "rtt_samples", secured_topics) == [record]
+    assert read_stream(written, "link_counters", secured_topics) == [record]
 
 
 class _Refusal:

@@ -27,9 +27,10 @@ from replay import (
 
 from p4bs.bus import RecordConsumer, RecordProducer
 from p4bs.config import LinkConfig
+from p4bs.links import DEFAULT_LEAD_NS
 from p4bs_infra.stack import Stack
 from p4bs_jobs.flink_env import flink_configuration
-from p4bs_jobs.metrics import FLOW_RTTS_CLASS, RTT_BATCH_TIME_CLASS, run_metrics_job
+from p4bs_jobs.metrics import INTERVAL_SUMMARY_CLASS, INTERVAL_TIME_CLASS, run_metrics_job
 from p4bs_schemas.registry import STREAMS, current_schema
 
 
@@ -46,18 +47,18 @@ def test_every_window_matches_an_independent_computation(
     # after tap) is less than the offered load (from the before tap).
     assert sum(e["throughput_bps"] for e in want) < sum(e["offered_bps"] for e in want)
     assert any(e["offered_utilisation"] > e["utilisation"] + 0.01 for e in want)
-    # Bad RTT batches first, in the first window and in the replay's partition: counted
-    # and skipped, they change nothing (a batch with a plausible time reaches the window).
-    first_end = (min(r["ts_ns"] for r in records) // 10_000_000 + 1) * 10_000_000
+    # Bad interval records first, in the first window and in the replay's partition: counted
+    # and skipped, they change nothing (a record with a plausible time reaches the window).
+    first_end = (min(r["ts_ns"] for r in records) // 100_000_000 + 1) * 100_000_000
     bad = Producer({"bootstrap.servers": stack.kafka.bootstrap})
     for value in (
-        _batch(first_end, 1, [0, 0], [1]),  # columns of different lengths
-        _batch(first_end, 1, [3], [1]),  # a sample of a flow the batch does not list
-        _batch(first_end, 1, [0], [1])[:-2],  # cut short
+        _interval(first_end, 1, [0, 0], [1], retransmissions=5),  # columns of different lengths
+        _interval(first_end, 1, [3], [1]),  # a sample of a flow the record does not list
+        _interval(first_end, 1, [0], [1], retransmissions=5)[:-2],  # cut short
         b"not avro",
         None,
     ):
-        bad.produce(topics["rtt_samples"], value, LINK)
+        bad.produce(topics["link_counters"], value, LINK)
     assert bad.flush(30) == 0
     produce(stack.kafka.bootstrap, topics, records, made)
 
@@ -148,15 +149,6 @@ def test_links_topic_adds_changes_and_removes_links_in_a_running_job(
     )
 
 
-@pytest.mark.xfail(
-    # Not strict: the loss depends on when the record meets a flush, and the suite must not
-    # fail the day a slower machine lets it through.
-    strict=False,
-    reason="live, the first LinkSpec the job reads after it starts is lost when stamped at "
-    "the moment it is applied (2026-11-27, 3 runs of 3: no window of the added link; the "
-    "same record stamped 400 ms ahead, or after another LinkSpec, reaches the job; 150 ms "
-    "ahead it is lost); streaming-jobs/README.md",
-)
 def test_a_link_applied_while_the_job_runs_live_has_windows_until_it_is_removed(
     stack: Stack, topics: dict[str, str], repo: Path, tmp_path: Path
 ) -> None:
@@ -164,7 +156,9 @@ def test_a_link_applied_while_the_job_runs_live_has_windows_until_it_is_removed(
     the config's link and of r9:eth9, which the config lacks, every window as it ends. No
     window of r9:eth9 until a LinkSpec adds it (20 Mbit/s: its 10 Mbit/s read as 50%
     utilisation), then every window from the one its ts_ns falls in, none from its removal:
-    the links topic reaches the running job, no restart."""
+    the links topic reaches the running job, no restart. Each spec is stamped as `p4bs links
+    apply` stamps it, the default lead ahead, from a fresh producer (whose first record took
+    0.5 s to deliver: stamped at the moment it was sent, the job dropped it as late)."""
     config = config_for(repo, stack.kafka.bootstrap)
     link = config.links[0]
     window = config.flink.window_ns
@@ -216,14 +210,15 @@ def test_a_link_applied_while_the_job_runs_live_has_windows_until_it_is_removed(
 
     try:
         assert read_until(lambda: bool(got[link.id]), 120), "no window of the config's link"
+        added_ns = time.time_ns() + DEFAULT_LEAD_NS
         producer = RecordProducer(bootstrap, topics)
-        added_ns = time.time_ns()
         producer.produce("links", _spec(link, "r9:eth9", added_ns, 20_000_000))
-        assert producer.flush(30) == 0
+        assert producer.flush(30) == 0 and time.time_ns() < added_ns
         assert read_until(seen_past(added_ns + 3_000_000_000), 60)
-        removed_ns = time.time_ns()
+        removed_ns = time.time_ns() + DEFAULT_LEAD_NS
+        producer = RecordProducer(bootstrap, topics)
         producer.produce("links", _spec(link, "r9:eth9", removed_ns, 20_000_000, removed=True))
-        assert producer.flush(30) == 0
+        assert producer.flush(30) == 0 and time.time_ns() < removed_ns
         assert read_until(seen_past(removed_ns + 3_000_000_000), 60)
     finally:
         stop.set()
@@ -238,24 +233,44 @@ def test_a_link_applied_while_the_job_runs_live_has_windows_until_it_is_removed(
     assert all(w["utilisation"] == pytest.approx(0.5) for w in got["r9:eth9"])
 
 
-def _batch(ts_ns: int, flows: int, flow_index: list[int], rtt_ns: list[int]) -> bytes:
-    """An RttSampleBatch's Avro bytes as written, without the codec's layout checks."""
+def _interval(
+    ts_ns: int,
+    flows: int,
+    flow_index: list[int],
+    rtt_ns: list[int],
+    events: tuple[str, ...] = (),
+    **counts: int,
+) -> bytes:
+    """A LinkCounters record's Avro bytes as written, without the codec's layout checks: 100
+    ms to ts_ns, these samples of `flows` flows, a start event per name in `events` (of
+    flow 0) and these counts (others 0)."""
     flow_list = [
         {"src_ip": f"10.0.1.{2 + f}", "dst_ip": "10.0.2.2", "src_port": 40000 + f,
          "dst_port": 5201, "protocol": 6}
         for f in range(flows)
     ]  # fmt: skip
     record = {
+        **EMPTY_COUNTERS,
+        **counts,
         "link_id": LINK,
         "ts_ns": ts_ns,
-        "interval_ns": 10_000_000,
+        "flow_events": [
+            {
+                "ts_ns": ts_ns - 1000,
+                "kind": kind,
+                "reason": "threshold",
+                "packets": 1,
+                **flow_list[0],
+            }
+            for kind in events
+        ],
         "flows": flow_list,
         "flow_index": flow_index,
         "offset_ns": [0] * len(flow_index),
         "rtt_ns": rtt_ns,
     }
     out = io.BytesIO()
-    schemaless_writer(out, parse_schema(current_schema(STREAMS["rtt_samples"])), record)
+    schemaless_writer(out, parse_schema(current_schema(STREAMS["link_counters"])), record)
     return out.getvalue()
 
 
@@ -263,34 +278,45 @@ def _bytes_sql(value: bytes) -> str:
     return f"CAST(X'{value.hex()}' AS BYTES)"
 
 
-def test_rtt_batches_are_read_from_their_bytes_and_bad_ones_are_skipped() -> None:
-    """The job reads RTT batches as raw bytes, without the codec's checks: a sample that
-    names a flow the batch does not list is skipped, a batch that does not decode (cut
-    short, columns of different lengths, not Avro) adds nothing and gets event time 0 (the
-    job's filter), and the rest of the window counts."""
+def test_interval_records_are_read_from_their_bytes_and_bad_ones_are_skipped() -> None:
+    """The job reads interval records as raw bytes, without the codec's checks: a sample
+    that names a flow the record does not list is skipped, a record that does not decode
+    (cut short, sample columns of different lengths, a byte left over, not Avro) adds
+    nothing, none of its counts either, and a header that does not decode gets event time 0
+    (the job's filter); the rest of the window counts: counts summed, events listed."""
     settings = EnvironmentSettings.new_instance().in_batch_mode()
     env = TableEnvironment.create(settings.with_configuration(flink_configuration()).build())
-    env.create_java_temporary_system_function("FLOW_RTTS", FLOW_RTTS_CLASS)
-    env.create_java_temporary_system_function("RTT_BATCH_TIME", RTT_BATCH_TIME_CLASS)
-    ts_ns = 1_700_000_000_010_000_000
-    good = _batch(ts_ns, 2, [0, 1, 0, 2, -1], [10, 40, 30, 99, 99])  # the last two: no flow
-    batches = [
+    env.create_java_temporary_system_function("INTERVAL_SUMMARY", INTERVAL_SUMMARY_CLASS)
+    env.create_java_temporary_system_function("INTERVAL_TIME", INTERVAL_TIME_CLASS)
+    ts_ns = 1_700_000_000_100_000_000
+    counts = {"bytes": 3000, "after_bytes": 2000, "data_packets": 2, "retransmissions": 1}
+    counts |= {"queue_delay_samples": 2, "queue_delay_sum_ns": 50}
+    # The last two samples: no such flow.
+    good = _interval(ts_ns, 2, [0, 1, 0, 2, -1], [10, 40, 30, 99, 99], ("start",), **counts)
+    records = [
         good,
-        _batch(ts_ns, 2, [1, 1], [20]),  # columns of different lengths
-        _batch(ts_ns, 2, [1], [5]),
+        _interval(ts_ns, 2, [1, 1], [20], **counts),  # sample columns of different lengths
+        _interval(ts_ns, 2, [1], [5], ("end",), **counts),
         good[:-3],  # cut short
         good + b"\0",  # a byte after the last field
         b"not avro",
     ]
-    rows = " UNION ALL ".join(f"SELECT {_bytes_sql(b)} AS batch" for b in batches)
-    times = f"SELECT RTT_BATCH_TIME(batch) FROM ({rows})"
+    rows = " UNION ALL ".join(f"SELECT {_bytes_sql(b)} AS record" for b in records)
+    times = f"SELECT INTERVAL_TIME(record) FROM ({rows})"
     with env.sql_query(times).execute().collect() as results:
         got_times = [row[0] for row in results]
     # The header (link, ts_ns, interval_ns) is all the event time reads.
     assert got_times == [(ts_ns - 1) // 1_000_000] * 5 + [0]
-    with env.sql_query(f"SELECT FLOW_RTTS(batch) FROM ({rows})").execute().collect() as results:
-        ((rtt,),) = list(results)
-    samples, flows_seen, inverse_sum, min_ns, flow_keys = rtt
+    summary = f"SELECT INTERVAL_SUMMARY(record) FROM ({rows})"
+    with env.sql_query(summary).execute().collect() as results:
+        ((window,),) = list(results)
+    samples, flows_seen, inverse_sum, min_ns, flow_keys, *sums, events = window
     assert (samples, flows_seen, min_ns) == (4, 2, 5)
     assert inverse_sum == pytest.approx(2 / 40 + 2 / 45)  # per flow: samples / sum of RTTs
     assert flow_keys == "10.0.1.2:40000>10.0.2.2:5201/6,10.0.1.3:40001>10.0.2.2:5201/6"
+    assert sums == [2 * n for n in counts.values()]  # the two records that decode
+    flow = "10.0.1.2:40000>10.0.2.2:5201/6"
+    assert sorted(events.split(",")) == [
+        f"{ts_ns - 1000} end {flow}",
+        f"{ts_ns - 1000} start {flow}",
+    ]

@@ -60,7 +60,7 @@ def test_stack_up_then_down_leaves_no_process_and_no_port(repo: Path, tmp_path: 
         status = _p4bs("stack", "status", "--state-dir", str(state))
         assert status.returncode == 0, status.stdout
         assert status.stdout.count(" ready ") == 2
-        assert "p4bs.rtt-samples" in status.stdout
+        assert "p4bs.link-counters" in status.stdout
 
         again = ports.up(state)
         assert again.returncode == 0, again.stderr  # idempotent: same processes kept

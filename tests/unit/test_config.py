@@ -45,7 +45,7 @@ def test_example_config_passes_with_units_converted(repo: Path) -> None:
         == 365 * 86_400 * 10**9
     )
     assert config.routers[0].password == SecretRef(env="P4BS_ROUTER_PASSWORD")
-    assert config.kafka.topics["rtt_samples"] == "p4bs.rtt-samples"
+    assert config.kafka.topics["link_counters"] == "p4bs.link-counters"
     assert config.optimizer.stale_after_ns == 5_000_000_000
     assert config.optimizer.min_change_interval_ns == 1_000_000_000
 
@@ -129,6 +129,12 @@ BAD = [
     (_set("flink.window", "0ms"), "flink.window: the window must be positive"),
     (_set("flink.window", "150ms"), "flink.window: must be a multiple of dataplane.export"),
     (_set("flink.jvm_args", ["-Xmx1g"]), "flink.jvm_args: must be a non-empty string"),
+    (_set("dataplane.rtt_batch_interval", "10ms"), "dataplane.rtt_batch_interval: no longer read"),
+    (
+        _set("dataplane.rtt_batch_max_samples", 9),
+        "dataplane.rtt_batch_max_samples: no longer read: renamed",
+    ),
+    (_set("dataplane.max_rtt_samples_per_record", 0), "dataplane.max_rtt_samples_per_record: must"),
     (_set("metrics.srtt_alpha", 1.0), "metrics.srtt_alpha: must be a fraction"),
     (_set("metrics.zscore_lag", 1), "metrics.zscore_lag: must be an integer in [2"),
     (_set("metrics.long_flow_ttl", "0s"), "metrics.long_flow_ttl: long_flow_ttl must be"),

@@ -20,8 +20,8 @@ from p4bs_schemas.codec import (
     schema_fingerprint,
 )
 from p4bs_schemas.compat import check_backward
+from p4bs_schemas.intervals import NO_COUNTS, IntervalAssembler, events_of, samples_of
 from p4bs_schemas.registry import STREAMS, Schema, current_schema, released_schemas, schema_names
-from p4bs_schemas.rtt_batch import RttBatcher, samples_of
 
 FLOW = {
     "src_ip": "10.0.1.2",
@@ -31,13 +31,30 @@ FLOW = {
     "protocol": 6,
 }
 SAMPLE = {"ts_ns": 1_700_000_000_123_456_789, **FLOW, "rtt_ns": 21_500_000}
-RTT = {
+EVENT = {"ts_ns": 1_700_000_000_101_000_000, "kind": "start", "reason": "threshold", **FLOW}
+EVENT["packets"] = 2000
+# A link's export interval: counters, a flow event, RTT samples.
+INTERVAL = {
     "link_id": "r1:eth1",
-    "ts_ns": 1_700_000_000_130_000_000,
-    "interval_ns": 10_000_000,
+    "ts_ns": 1_700_000_000_200_000_000,
+    "interval_ns": 100_000_000,
+    "seq": 7,
+    "packets": 1000,
+    "bytes": 1_500_000,
+    "after_packets": 960,
+    "after_bytes": 1_430_000,
+    "data_packets": 990,
+    "data_bytes": 1_480_000,
+    "retransmissions": 3,
+    "queue_delay_samples": 5,
+    "queue_delay_sum_ns": 50_000,
+    "queue_delay_ewma_ns": 123_456,
+    "part": 0,
+    "complete": True,
+    "flow_events": [EVENT],
     "flows": [FLOW, {**FLOW, "src_port": 40001}],
     "flow_index": [0, 1, 0],
-    "offset_ns": [3_456_789, 3_456_790, 9_999_999],
+    "offset_ns": [23_456_789, 23_456_790, 99_999_999],
     "rtt_ns": [21_500_000, 7, 22_000_000],
 }
 
@@ -83,53 +100,59 @@ def _items(schema: Schema, name: str) -> Any:
     return _field(schema, name)["type"]["items"]
 
 
-# Changes of FlowEvent (flat), and of RttSampleBatch's arrays of numbers and of records.
+def _event_field(schema: Schema, name: str) -> dict[str, Any]:
+    return next(f for f in _items(schema, "flow_events")["fields"] if f["name"] == name)
+
+
+# Changes of LinkCounters' flat fields, of its arrays of numbers and of records (the flows'
+# and the flow events', which hold values from a fixed set).
+COUNTERS = "LinkCounters"
 BREAKING: dict[str, tuple[str, Change]] = {
     "new field without default": (
-        "FlowEvent",
+        COUNTERS,
         lambda s: s["fields"].append({"name": "x", "type": "long"}),
     ),
-    "long narrowed to int": ("FlowEvent", lambda s: _field(s, "ts_ns").update(type="int")),
-    "string to long": ("FlowEvent", lambda s: _field(s, "src_ip").update(type="long")),
+    "long narrowed to int": (COUNTERS, lambda s: _field(s, "ts_ns").update(type="int")),
+    "string to long": (COUNTERS, lambda s: _field(s, "link_id").update(type="long")),
     "allowed value removed": (
-        "FlowEvent",
-        lambda s: _field(s, "kind").update(allowed=["start"]),
+        COUNTERS,
+        lambda s: _event_field(s, "kind").update(allowed=["start"]),
     ),
-    "long to boolean": ("FlowEvent", lambda s: _field(s, "packets").update(type="boolean")),
+    "long to boolean": (COUNTERS, lambda s: _field(s, "packets").update(type="boolean")),
     "array items narrowed long to int": (
-        "RttSampleBatch",
+        COUNTERS,
         lambda s: _field(s, "rtt_ns")["type"].update(items="int"),
     ),
     "array of numbers to array of strings": (
-        "RttSampleBatch",
+        COUNTERS,
         lambda s: _field(s, "flow_index")["type"].update(items="string"),
     ),
     "array item record: new field without default": (
-        "RttSampleBatch",
+        COUNTERS,
         lambda s: _items(s, "flows")["fields"].append({"name": "x", "type": "long"}),
     ),
 }
 COMPATIBLE: dict[str, tuple[str, Change]] = {
     "new field with default": (
-        "FlowEvent",
+        COUNTERS,
         lambda s: s["fields"].append({"name": "x", "type": ["null", "long"], "default": None}),
     ),
-    "field removed": ("FlowEvent", lambda s: s["fields"].pop()),
-    "int widened to long": ("FlowEvent", lambda s: _field(s, "src_port").update(type="long")),
+    "field removed": (COUNTERS, lambda s: s["fields"].pop()),
+    "int widened to long": (COUNTERS, lambda s: _field(s, "part").update(type="long")),
     "allowed value added": (
-        "FlowEvent",
-        lambda s: _field(s, "kind").update(allowed=["start", "end", "x"]),
+        COUNTERS,
+        lambda s: _event_field(s, "kind").update(allowed=["start", "end", "x"]),
     ),
     "field made nullable": (
-        "FlowEvent",
+        COUNTERS,
         lambda s: _field(s, "packets").update(type=["null", "long"]),
     ),
     "array items widened int to long": (
-        "RttSampleBatch",
+        COUNTERS,
         lambda s: _field(s, "flow_index")["type"].update(items="long"),
     ),
     "array item record: field removed": (
-        "RttSampleBatch",
+        COUNTERS,
         lambda s: _items(s, "flows")["fields"].pop(),
     ),
 }
@@ -146,22 +169,23 @@ def test_checker_accepts_compatible_changes(change: str) -> None:
 
 
 def test_codec_round_trip_and_headers() -> None:
-    rtt = codec("RttSampleBatch")
-    data = rtt.encode(RTT)
-    assert rtt.decode(data, rtt.headers) == RTT
-    assert rtt.decode(data) == RTT  # no headers: Flink-written, current schema
-    assert dict(rtt.headers)[FINGERPRINT_HEADER] == rtt.fingerprint.encode()
+    counters = codec(COUNTERS)
+    data = counters.encode(INTERVAL)
+    assert counters.decode(data, counters.headers) == INTERVAL
+    assert counters.decode(data) == INTERVAL  # no headers: Flink-written, current schema
+    assert dict(counters.headers)[FINGERPRINT_HEADER] == counters.fingerprint.encode()
 
 
 def test_codec_reads_an_older_writer_by_fingerprint() -> None:
-    """A v2 reader with a new defaulted field reads v1 data, found by its fingerprint."""
-    v1 = current_schema("RttSampleBatch")
-    v2 = copy.deepcopy(v1)
-    v2["fields"].append({"name": "seq", "type": ["null", "long"], "default": None, "doc": "x"})
-    reader = Codec("RttSampleBatch")
-    reader.schema = parse_schema(v2)
-    data = codec("RttSampleBatch").encode(RTT)
-    assert reader.decode(data, codec("RttSampleBatch").headers) == {**RTT, "seq": None}
+    """A newer reader with a new defaulted field reads current data, found by its
+    fingerprint."""
+    now = current_schema(COUNTERS)
+    later = copy.deepcopy(now)
+    later["fields"].append({"name": "x", "type": ["null", "long"], "default": None, "doc": "x"})
+    reader = Codec(COUNTERS)
+    reader.schema = parse_schema(later)
+    data = codec(COUNTERS).encode(INTERVAL)
+    assert reader.decode(data, codec(COUNTERS).headers) == {**INTERVAL, "x": None}
 
 
 def _released_codec(name: str, version: int) -> tuple[Any, list[tuple[str, bytes]]]:
@@ -190,9 +214,10 @@ COUNTERS_V1 = {
 }
 
 
-def _read_from_v1(name: str, record: dict[str, Any]) -> dict[str, Any]:
-    """`record` written by a v1 writer (with its headers), read with the current schema."""
-    schema, headers = _released_codec(name, 1)
+def _read_from(name: str, version: int, record: dict[str, Any]) -> dict[str, Any]:
+    """`record` written by a writer of `version` (with its headers), read with the current
+    schema."""
+    schema, headers = _released_codec(name, version)
     out = io.BytesIO()
     schemaless_writer(out, schema, record)
     decoded: dict[str, Any] = codec(name).decode(out.getvalue(), headers)
@@ -202,17 +227,31 @@ def _read_from_v1(name: str, record: dict[str, Any]) -> dict[str, Any]:
 def test_link_counters_v2_counts_the_after_tap_and_reads_v1_records_as_zero_there() -> None:
     """v2 adds what left the router (after_packets, after_bytes); a v1 exporter's record,
     known by its fingerprint, reads with both 0, and a v2 record keeps them."""
-    (v1_version, v1), (v2_version, v2) = released_schemas("LinkCounters")[-2:]
+    (v1_version, v1), (v2_version, v2) = released_schemas(COUNTERS)[:2]
     assert (v1_version, v2_version) == (1, 2)
     assert check_backward(v2, v1) == []
     added = {f["name"] for f in v2["fields"]} - {f["name"] for f in v1["fields"]}
     assert added == {"after_packets", "after_bytes"}
-    assert _read_from_v1("LinkCounters", COUNTERS_V1) == {
-        **COUNTERS_V1, "after_packets": 0, "after_bytes": 0,
+    assert _read_from(COUNTERS, 1, COUNTERS_V1) == {
+        **COUNTERS_V1, "after_packets": 0, "after_bytes": 0, **V3_DEFAULTS,
     }  # fmt: skip
-    counters = codec("LinkCounters")
-    now = {**COUNTERS_V1, "after_packets": 960, "after_bytes": 1_430_000}
-    assert counters.decode(counters.encode(now), counters.headers) == now
+
+
+V3_DEFAULTS = {"part": 0, "complete": True, "flow_events": [], "flows": [], "flow_index": []}
+V3_DEFAULTS |= {"offset_ns": [], "rtt_ns": []}
+
+
+def test_link_counters_v3_carries_the_intervals_events_and_samples_and_reads_v2_without() -> None:
+    """v3 brings the interval's flow events and RTT samples into its counters' record; a v2
+    record, known by its fingerprint, reads as a whole interval (one part, complete) with
+    none."""
+    (v2_version, v2), (v3_version, v3) = released_schemas(COUNTERS)[1:3]
+    assert (v2_version, v3_version) == (2, 3)
+    assert check_backward(v3, v2) == []
+    added = {f["name"] for f in v3["fields"]} - {f["name"] for f in v2["fields"]}
+    assert added == set(V3_DEFAULTS)
+    v2_record = {**COUNTERS_V1, "after_packets": 960, "after_bytes": 1_430_000}
+    assert _read_from(COUNTERS, 2, v2_record) == {**v2_record, **V3_DEFAULTS}
 
 
 def test_link_metrics_v2_adds_the_offered_load_and_reads_v1_records_without_it() -> None:
@@ -234,7 +273,7 @@ def test_link_metrics_v2_adds_the_offered_load_and_reads_v1_records_without_it()
         "queue_delay_ns": None, "queue_delay_ewma_ns": None, "throughput_bps": 99_000_000,
         "utilisation": 0.99, "f": 0.0, "zscore": 0.0, "change": False, "buffer_bytes": None,
     }  # fmt: skip
-    assert _read_from_v1("LinkMetrics", window) == {
+    assert _read_from("LinkMetrics", 1, window) == {
         **window, "offered_bps": None, "offered_utilisation": None,
     }  # fmt: skip
     metrics = codec("LinkMetrics")
@@ -259,31 +298,23 @@ def test_link_metrics_v2_adds_the_offered_load_and_reads_v1_records_without_it()
 def test_encoding_a_bad_record_names_the_field(
     mutate: Callable[[dict[str, Any]], None], message: str
 ) -> None:
-    record = dict(RTT)
+    record = dict(INTERVAL)
     mutate(record)
     with pytest.raises(RecordError, match=message):
-        codec("RttSampleBatch").encode(record)
+        codec(COUNTERS).encode(record)
 
 
 def test_allowed_values_are_enforced_both_ways() -> None:
-    event = {
-        "link_id": "r1:eth1",
-        "ts_ns": 1,
-        "kind": "begin",
-        "reason": "threshold",
-        "src_ip": "a",
-        "dst_ip": "b",
-        "src_port": 1,
-        "dst_port": 2,
-        "protocol": 6,
-        "packets": 9,
-    }
-    with pytest.raises(RecordError, match=r"FlowEvent\.kind: 'begin' is not one of end, start"):
-        codec("FlowEvent").encode(event)
+    """A flow event's kind and reason come from fixed sets: the codec writes no other
+    value, and a consumer reading one gets a RecordError (a dead letter) naming it."""
+    record = {**INTERVAL, "flow_events": [{**EVENT, "kind": "begin"}]}
+    message = r"flow_events\[0\]\.kind: 'begin' is not one of end, start"
+    with pytest.raises(RecordError, match=message):
+        codec(COUNTERS).encode(record)
     out = io.BytesIO()
-    schemaless_writer(out, parse_schema(current_schema("FlowEvent")), event)
-    with pytest.raises(RecordError, match="not one of"):
-        codec("FlowEvent").decode(out.getvalue())
+    schemaless_writer(out, parse_schema(current_schema(COUNTERS)), record)
+    with pytest.raises(RecordError, match=message):
+        codec(COUNTERS).decode(out.getvalue())
 
 
 @pytest.mark.parametrize(
@@ -292,85 +323,161 @@ def test_allowed_values_are_enforced_both_ways() -> None:
         (b"\x01\x02", None, "undecodable"),
         (None, None, "tombstone"),
         (b"", None, "undecodable"),
-        (codec("RttSampleBatch").encode(RTT) + b"\x00", None, "1 trailing bytes"),
-        (codec("RttSampleBatch").encode(RTT), [(FINGERPRINT_HEADER, b"00ff")], "unknown writer"),
+        (codec(COUNTERS).encode(INTERVAL) + b"\x00", None, "1 trailing bytes"),
+        (codec(COUNTERS).encode(INTERVAL), [(FINGERPRINT_HEADER, b"00ff")], "unknown writer"),
     ],
 )
 def test_decoding_garbage_is_a_record_error(
     data: bytes | None, headers: list[tuple[str, bytes]] | None, message: str
 ) -> None:
     with pytest.raises(RecordError, match=message):
-        codec("RttSampleBatch").decode(data, headers)
+        codec(COUNTERS).decode(data, headers)
 
 
 @pytest.mark.parametrize(
-    ("columns", "message"),
+    ("change", "message"),
     [
         ({"rtt_ns": [1, 2]}, r"differ in length \(flow_index 3, offset_ns 3, rtt_ns 2\)"),
-        ({"flow_index": [], "offset_ns": [], "rtt_ns": []}, "no samples"),
         ({"flow_index": [0, 2, 0]}, r"flow_index\[1\] = 2 is not a position in flows \(2 flows\)"),
         ({"flow_index": [0, 1, -1]}, r"flow_index\[2\] = -1 is not a position"),
         (
-            {"offset_ns": [0, 10_000_000, 1]},
-            r"offset_ns\[1\] = 10000000 is outside \[0, interval_ns = 10000000\)",
+            {"offset_ns": [0, 100_000_000, 1]},
+            r"offset_ns\[1\] = 100000000 is outside \[0, interval_ns = 100000000\)",
         ),
         ({"offset_ns": [-1, 0, 1]}, r"offset_ns\[0\] = -1 is outside"),
+        (
+            {"flow_events": [{**EVENT, "ts_ns": INTERVAL["ts_ns"]}]},
+            r"flow_events\[0\]\.ts_ns = 1700000000200000000 is outside",
+        ),
+        ({"complete": False}, "flow events on a part that is not its interval's last"),
+        (
+            {"complete": False, "flow_events": []},
+            r"counts \(packets, bytes, .*\) on a part that is not its interval's last",
+        ),
     ],
 )
-def test_a_batch_whose_columns_do_not_fit_together_is_refused_both_ways(
-    columns: dict[str, list[int]], message: str
+def test_a_record_whose_parts_do_not_fit_together_is_refused_both_ways(
+    change: dict[str, Any], message: str
 ) -> None:
-    """Such a batch fits the schema, but its samples cannot be read: the codec refuses to
-    write it, and a consumer reading it gets a RecordError (a dead letter) naming why."""
-    batch = {**RTT, **columns}
-    rtt = codec("RttSampleBatch")
+    """Such a record fits the schema, but it cannot be read as an interval: the codec refuses
+    to write it, and a consumer reading it gets a RecordError (a dead letter) naming why."""
+    record = {**INTERVAL, **change}
+    counters = codec(COUNTERS)
     with pytest.raises(RecordError, match=message):
-        rtt.encode(batch)
+        counters.encode(record)
     out = io.BytesIO()
-    schemaless_writer(out, parse_schema(current_schema("RttSampleBatch")), batch)
-    with pytest.raises(RecordError, match=f"RttSampleBatch: .*{message}"):
-        rtt.decode(out.getvalue(), rtt.headers)
+    schemaless_writer(out, parse_schema(current_schema(COUNTERS)), record)
+    with pytest.raises(RecordError, match=f"LinkCounters: .*{message}"):
+        counters.decode(out.getvalue(), counters.headers)
 
 
-def test_rtt_batches_hold_one_interval_of_one_link_and_split_when_full() -> None:
-    batcher = RttBatcher(interval_ns=10, max_samples=3)
-    done = []
-    for link, ts in [("a", 0), ("b", 5), ("a", 9), ("a", 9), ("a", 9), ("a", 10), ("a", 35)]:
-        done += batcher.add(link, {**SAMPLE, "ts_ns": ts})
-    # "a" at 9 filled the first batch; 10 starts the next interval, 35 the one after.
-    assert [(b["link_id"], b["ts_ns"], [s["ts_ns"] for s in samples_of(b)]) for b in done] == [
-        ("a", 10, [0, 9, 9]),
-        ("a", 10, [9]),
-        ("a", 20, [10]),
-    ]
-    assert [(b["link_id"], b["ts_ns"]) for b in batcher.close(10)] == [("b", 10)]
-    assert batcher.close(39) == []
-    (last,) = batcher.close()
-    assert last["ts_ns"] == 40 and last["interval_ns"] == 10
-    assert samples_of(last) == [{"link_id": "a", **SAMPLE, "ts_ns": 35}]
-    assert batcher.close() == []
-    for batch in done:
-        assert codec("RttSampleBatch").decode(codec("RttSampleBatch").encode(batch)) == batch
+def _counts(**counts: int) -> dict[str, int]:
+    return {**NO_COUNTS, **counts}
 
 
-def test_a_batch_lists_each_flow_once_in_the_order_of_its_first_sample() -> None:
+def test_an_interval_is_one_record_with_its_counts_events_and_samples() -> None:
+    """Samples and events wait for their interval's counters; each flow is listed once, in
+    the order of its first sample; samples and events of the next interval wait for its
+    counters; a record decodes to what was put in it."""
     flows = [FLOW, {**FLOW, "src_port": 40001}, {**FLOW, "dst_ip": "10.0.2.3"}]
-    start = 1_700_000_000_120_000_000
+    start = 1_700_000_000_100_000_000
     added = [
         {"ts_ns": start + 1000 * i, **flows[f], "rtt_ns": 20_000_000 + i}
         for i, f in enumerate([1, 0, 1, 2, 1])
     ]
-    batcher = RttBatcher(interval_ns=10_000_000)
-    assert [b for sample in added for b in batcher.add("r1:eth1", sample)] == []
-    (batch,) = batcher.close()
-    assert batch == {
+    assembler = IntervalAssembler(interval_ns=100_000_000)
+    assert [r for sample in added for r in assembler.add_sample("r1:eth1", sample)] == []
+    assembler.add_event("r1:eth1", {**EVENT, "link_id": "r1:eth1"})
+    assert assembler.add_sample("r1:eth1", {**SAMPLE, "ts_ns": start + 100_000_000}) == []
+    assembler.add_event("r1:eth1", {**EVENT, "ts_ns": start + 100_000_000, "kind": "end"})
+    (record,) = assembler.close("r1:eth1", start + 100_000_000, 100_000_000, _counts(bytes=9))
+    assert record == {
         "link_id": "r1:eth1",
-        "ts_ns": start + 10_000_000,
-        "interval_ns": 10_000_000,
+        "ts_ns": start + 100_000_000,
+        "interval_ns": 100_000_000,
+        "seq": 0,
+        **_counts(bytes=9),
+        "part": 0,
+        "complete": True,
+        "flow_events": [EVENT],
         "flows": [flows[1], flows[0], flows[2]],
         "flow_index": [0, 1, 0, 2, 0],
         "offset_ns": [0, 1000, 2000, 3000, 4000],
         "rtt_ns": [20_000_000, 20_000_001, 20_000_002, 20_000_003, 20_000_004],
     }
-    assert samples_of(batch) == [{"link_id": "r1:eth1", **s} for s in added]
-    assert codec("RttSampleBatch").decode(codec("RttSampleBatch").encode(batch)) == batch
+    assert samples_of(record) == [{"link_id": "r1:eth1", **s} for s in added]
+    assert events_of(record) == [{"link_id": "r1:eth1", **EVENT}]
+    assert codec(COUNTERS).decode(codec(COUNTERS).encode(record)) == record
+    (second,) = assembler.close("r1:eth1", start + 200_000_000, 100_000_000, _counts())
+    assert (second["seq"], second["rtt_ns"], second["flow_events"][0]["kind"]) == (
+        1, [SAMPLE["rtt_ns"]], "end",
+    )  # fmt: skip
+
+
+def test_a_busy_interval_comes_in_parts_and_a_lost_intervals_samples_are_not_lost() -> None:
+    """Parts of `max_samples` go as they fill, with zero counts; the counters' record
+    completes the interval; samples of an interval whose counters never came go as a complete
+    record of their own, with zero counts, before the next interval's; every record encodes,
+    and `seq` counts them."""
+    assembler = IntervalAssembler(interval_ns=10, max_samples=2)
+    done = []
+    for link, ts in [("a", 0), ("b", 5), ("a", 3), ("a", 9), ("a", 12), ("a", 25)]:
+        done += assembler.add_sample(link, {**SAMPLE, "ts_ns": ts})
+    assert [(r["ts_ns"], r["part"], r["complete"], r["rtt_ns"]) for r in done] == [
+        (10, 0, False, [SAMPLE["rtt_ns"]] * 2),
+    ]
+    done += assembler.close("a", 10, 10, _counts(packets=3))
+    done += assembler.close("a", 30, 10, _counts(packets=4))  # 20's counters were lost
+    done += assembler.close("b", 10, 10, _counts())
+    offsets = [(r["link_id"], r["ts_ns"], r["part"], r["complete"], r["packets"], r["offset_ns"])
+               for r in done]  # fmt: skip
+    assert offsets == [
+        ("a", 10, 0, False, 0, [0, 3]),
+        ("a", 10, 1, True, 3, [9]),
+        ("a", 20, 0, True, 0, [2]),
+        ("a", 30, 0, True, 4, [5]),
+        ("b", 10, 0, True, 0, [5]),
+    ]
+    assert [r["seq"] for r in done] == [0, 1, 2, 3, 0]
+    for record in done:
+        assert codec(COUNTERS).decode(codec(COUNTERS).encode(record)) == record
+    assembler.add_sample("a", {**SAMPLE, "ts_ns": 31})
+    (left,) = assembler.close_all()
+    assert (left["ts_ns"], left["complete"], left["packets"], left["seq"]) == (40, True, 0, 4)
+
+
+def test_a_longer_or_a_last_shorter_interval_takes_what_came_before_its_end() -> None:
+    """After a jump of the clock the data plane closes one long interval, and at exit a short
+    one ending at its last packet: their record holds the samples before their end, offsets
+    from their own start."""
+    assembler = IntervalAssembler(interval_ns=10)
+    for ts in (12, 25, 31, 36):
+        assembler.add_sample("a", {**SAMPLE, "ts_ns": ts})
+    (long,) = assembler.close("a", 30, 20, _counts())
+    (last,) = assembler.close("a", 33, 3, _counts())
+    assert (long["offset_ns"], last["offset_ns"]) == ([2, 15], [1])
+    (left,) = assembler.close_all()
+    assert (left["ts_ns"], left["offset_ns"]) == (40, [6])
+
+
+def test_the_last_short_interval_numbers_its_part_on_and_leaves_nothing_behind() -> None:
+    """At exit the data plane closes [start, last packet + 1): its record takes the samples
+    of the grid interval it ends in, numbered after the part that interval sent, and nothing
+    of it is left for `close_all`; what it does not take (an idle end stamped with its
+    end, which belongs to the next interval) goes after it, numbered on."""
+    assembler = IntervalAssembler(interval_ns=10, max_samples=2)
+    parts = [r for ts in (31, 32, 33) for r in assembler.add_sample("a", {**SAMPLE, "ts_ns": ts})]
+    (last,) = assembler.close("a", 34, 4, _counts(packets=1))
+    assert [(r["ts_ns"], r["part"], r["complete"]) for r in [*parts, last]] == [
+        (40, 0, False),
+        (34, 1, True),
+    ]
+    assert assembler.close_all() == []
+    assembler.add_sample("b", {**SAMPLE, "ts_ns": 31})
+    assembler.add_event("b", {**EVENT, "ts_ns": 34, "kind": "end"})
+    (last,) = assembler.close("b", 34, 4, _counts())
+    (after,) = assembler.close_all()
+    assert [(r["ts_ns"], r["part"], len(r["flow_events"])) for r in (last, after)] == [
+        (34, 0, 0),
+        (40, 1, 1),
+    ]

@@ -1,0 +1,39 @@
+package io.p4bs.flink;
+
+import org.apache.flink.metrics.Counter;
+import org.apache.flink.table.annotation.DataTypeHint;
+import org.apache.flink.table.functions.FunctionContext;
+import org.apache.flink.table.functions.ScalarFunction;
+
+/**
+ * The event time of a link interval's record read as raw bytes: its interval's last ns (ts_ns -
+ * 1) floored to the ms, Flink's event-time precision. The metrics job's source computes its
+ * rowtime from it, so only the first three fields of a record are decoded there;
+ * IntervalSummary reads the rest in the window.
+ *
+ * <p>A value whose header does not decode gives 0 (1970, never a real interval's time: the job
+ * drops rows at it before its windows) and is counted (metric malformed_link_counters) and logged
+ * with what was wrong; event time must be a number, and one bad record must not stop the job.
+ */
+public class IntervalTime extends ScalarFunction {
+  private static final long serialVersionUID = 1L;
+  static final long MALFORMED = 0;
+
+  private transient IntervalReader reader;
+  private transient Counter malformed;
+
+  @Override
+  public void open(FunctionContext context) {
+    reader = new IntervalReader();
+    malformed = context.getMetricGroup().counter(IntervalReader.MALFORMED_METRIC);
+  }
+
+  public @DataTypeHint("BIGINT NOT NULL") long eval(byte[] record) {
+    try {
+      return Math.floorDiv(reader.readEnd(record) - 1, 1_000_000L);
+    } catch (IntervalReader.Malformed e) {
+      IntervalReader.count(malformed, e);
+      return MALFORMED;
+    }
+  }
+}
