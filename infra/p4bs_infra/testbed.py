@@ -399,6 +399,10 @@ class Testbed:
         self._ip("rtr", f"addr add {p.router_address}/30 dev {MANAGEMENT}")
         self._ip("rtr", f"link set {MANAGEMENT} up")
 
+    def restart_agent(self, timeout_s: float = 30.0) -> None:
+        """Starts the router agent again after it died (chaos runs kill it), as `up` did."""
+        self._start_agent(time.monotonic() + timeout_s)
+
     def _start_agent(self, deadline: float) -> None:
         """The router agent in the router namespace, credentials passed by environment."""
         p = self.plan

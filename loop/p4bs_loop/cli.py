@@ -1,4 +1,5 @@
-"""`p4bs demo`: the whole system on this machine, live, with a report."""
+"""`p4bs demo`: the whole system on this machine, live, with a report; `p4bs chaos run`: the
+loop through a fault of each of its parts, checked and costed."""
 
 from __future__ import annotations
 
@@ -47,6 +48,31 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return 1
 
 
+def cmd_chaos_run(args: argparse.Namespace) -> int:
+    from p4bs_loop.chaos import ChaosPlan, chaos_run, default_out, failed_checks, summary
+
+    try:
+        plan = ChaosPlan(
+            flows=args.flows,
+            duration_s=args.duration,
+            first_fault_s=args.first_fault,
+            fault_every_s=args.every,
+            down_s=args.down,
+        )
+    except ValueError as exc:
+        print(f"p4bs chaos run: {exc}", file=sys.stderr)
+        return 2
+    out = args.out or default_out()
+    try:
+        report = chaos_run(args.config, out, plan)
+    except (ConfigError, StackError, TestbedError, ClosedLoopError) as exc:
+        print(f"p4bs chaos run: {exc}", file=sys.stderr)
+        return 1
+    print(summary(report))
+    print(f"report: {out / 'report.json'}")
+    return 1 if failed_checks(report) else 0
+
+
 def add_parser(sub: Any, default_config: Path) -> None:
     demo = sub.add_parser(
         "demo", help="the whole system on this machine, live, with a report; torn down after"
@@ -63,3 +89,19 @@ def add_parser(sub: Any, default_config: Path) -> None:
     )
     demo.add_argument("--out", type=Path, help="default: .run/demo/<date-time>")
     demo.set_defaults(func=cmd_demo)
+
+    chaos = sub.add_parser("chaos", help="the loop through a fault of each of its parts")
+    chaos_sub = chaos.add_subparsers(dest="action", required=True)
+    run = chaos_sub.add_parser(
+        "run",
+        help="kill (SIGKILL) and restart the exporter, a Kafka node, a TaskManager, an "
+        "optimizer instance and the router agent during one closed-loop run; check and cost it",
+    )
+    run.add_argument("--config", type=Path, default=default_config, help="%(default)s")
+    run.add_argument("--flows", type=int, default=20, help="Cubic flows (20)")
+    run.add_argument("--duration", type=float, default=150.0, help="s of traffic (150)")
+    run.add_argument("--first-fault", type=float, default=30.0, help="s into it (30)")
+    run.add_argument("--every", type=float, default=20.0, help="s between faults (20)")
+    run.add_argument("--down", type=float, default=5.0, help="s a killed part stays down (5)")
+    run.add_argument("--out", type=Path, help="default: .run/chaos/<date-time>")
+    run.set_defaults(func=cmd_chaos_run)

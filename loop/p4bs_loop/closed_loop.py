@@ -16,10 +16,12 @@ import copy
 import dataclasses
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -37,9 +39,10 @@ from p4bs_schemas.registry import STREAMS
 
 # Settings the loop changes from the base config, measured on this 2-core machine. The
 # testbed's traffic (a real-time delay wire, tens of TCP senders, two taps) takes most of the
-# CPU: with 100 ms windows and 10 ms RTT batches the metrics job fell behind by one window a
-# second (30 s behind after 40 s of traffic); with 500 ms windows, 100 ms batches, a
-# checkpoint a second and the loop's processes ahead of the traffic's (LOOP_NICENESS) it
+# CPU: with 100 ms windows and RTT samples in 10 ms batches the metrics job fell behind by
+# one window a second (30 s behind after 40 s of traffic); with 500 ms windows, the samples
+# in 100 ms records (now their export interval's), a checkpoint a second and the loop's
+# processes ahead of the traffic's (LOOP_NICENESS) it
 # stayed 2 to 9 s behind with 20 flows and fell to 20-40 s behind with 50, so metrics count
 # as stale only after 30 s. P4BS's long-flow threshold (2000 packets in 10 s) is for
 # 10-100 Gbit/s links; at 100 Mbit/s fifty flows get 167 packets/s each, so a flow is long
@@ -153,7 +156,10 @@ def loop_config_data(
 
 class ClosedLoop:
     """Exporter, metrics job and optimizer for one testbed; `start` waits until link metrics
-    come out, `stop` stops what was started (also after a failed start)."""
+    come out, `stop` stops what was started (also after a failed start). With `jobmanager`
+    the metrics job is submitted to that standalone Flink cluster instead of running in a
+    process of its own; `optimizers` instances share the links (one consumer group).
+    `kill` and `restart` take a part down (SIGKILL) and up again, for chaos runs."""
 
     def __init__(
         self,
@@ -167,6 +173,8 @@ class ClosedLoop:
         influx_url: str | None = None,
         sections: Mapping[str, Mapping[str, Any]] | None = None,
         link_settings: Mapping[str, Any] | None = None,
+        jobmanager: str | None = None,
+        optimizers: int = 1,
     ) -> None:
         self.testbed = testbed
         self.work_dir = work_dir
@@ -184,22 +192,86 @@ class ClosedLoop:
             sections=sections,
             link_settings=link_settings,
         )
+        if jobmanager is not None:
+            data["flink"] = {**data["flink"], "mode": "remote", "jobmanager": jobmanager}
         self.config: Config = parse_config(data, "closed loop")
         self.config_path = work_dir / "config.toml"
         self.config_path.write_text(config_toml(data))
         self.influx = influx_url is not None
+        self.remote = jobmanager is not None
+        self.optimizers = [
+            "optimizer" if optimizers == 1 else f"optimizer-{i}" for i in range(optimizers)
+        ]
         self.exporter: ModelTarget | None = None
+        self.exporter_spec: dict[str, Any] | None = None
+        self.job_id: str | None = None  # the submitted metrics job's (remote)
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.commands: dict[str, tuple[str, ...]] = {}
 
     def _cli(self, name: str, *args: str) -> None:
         """Starts `p4bs ARGS` with this loop's config; its output goes to NAME.log."""
         argv = [sys.executable, "-m", "p4bs_cli", *args, "--config", str(self.config_path)]
-        with (self.work_dir / f"{name}.log").open("wb") as log:
+        with (self.work_dir / f"{name}.log").open("ab") as log:
             proc = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         self.processes[name] = proc
+        self.commands[name] = args
         os.setpriority(os.PRIO_PROCESS, proc.pid, LOOP_NICENESS)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL to a part ("exporter", or a process's name) and what it started."""
+        if name == "exporter":
+            assert self.exporter is not None and self.exporter.pid is not None
+            os.kill(self.exporter.pid, signal.SIGKILL)
+            self.exporter.wait(30)
+            return
+        proc = self.processes[name]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+
+    def restart(self, name: str) -> None:
+        """Starts a part `kill` took down, as it was started."""
+        if name == "exporter":
+            self._start_exporter()
+        else:
+            self._cli(name, *self.commands[name])
+
+    def _start_exporter(self) -> None:
+        if self.exporter_spec is None:
+            self.exporter_spec = run_spec(
+                self.config,
+                stats_path=self.work_dir / "exporter-stats.json",
+                netns=self.testbed.ns["tap"],
+            )
+        self.exporter = ModelTarget(self.exporter_spec)
+        self.exporter.start()
+        assert self.exporter.pid is not None
+        os.setpriority(os.PRIO_PROCESS, self.exporter.pid, LOOP_NICENESS)
+
+    def _submit_metrics_job(self, group: str) -> None:
+        """Submits the metrics job to the standalone cluster; its id is kept to cancel it."""
+        argv = ["jobs", "submit", "--group", group, "--checkpoints"]
+        argv += [str(self.work_dir / "checkpoints"), "--config", str(self.config_path)]
+        done = subprocess.run(
+            [sys.executable, "-m", "p4bs_cli", *argv],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        (self.work_dir / "metrics-job.log").write_text(done.stdout + done.stderr)
+        submitted = re.search(r"submitted job ([0-9a-f]{32})", done.stdout)
+        if done.returncode != 0 or submitted is None:
+            output = (done.stdout + done.stderr)[-2000:]
+            raise ClosedLoopError(f"the metrics job was not submitted: {output}")
+        self.job_id = submitted[1]
+
+    def _cancel_metrics_job(self) -> None:
+        rest = f"http://{self.config.flink.jobmanager}/jobs/{self.job_id}?mode=cancel"
+        with contextlib.suppress(OSError):
+            urllib.request.urlopen(urllib.request.Request(rest, method="PATCH"), timeout=10)
 
     def log_tail(self, name: str, lines: int = 15) -> str:
         path = self.work_dir / f"{name}.log"
@@ -224,26 +296,18 @@ class ClosedLoop:
         )
         began = time.monotonic()
         try:
-            spec = run_spec(
-                config,
-                stats_path=self.work_dir / "exporter-stats.json",
-                netns=self.testbed.ns["tap"],
-            )
-            self.exporter = ModelTarget(spec)
-            self.exporter.start()
-            assert self.exporter.pid is not None
-            os.setpriority(os.PRIO_PROCESS, self.exporter.pid, LOOP_NICENESS)
+            self._start_exporter()
             progress(f"data plane model on the taps in {self.testbed.ns['tap']}")
-            self._cli(
-                "metrics-job",
-                "jobs",
-                "run",
-                "--group",
-                f"metrics-{uuid.uuid4().hex[:6]}",
-                "--checkpoints",
-                str(self.work_dir / "checkpoints"),
-            )
-            progress("metrics job starting (PyFlink MiniCluster)")
+            group = f"metrics-{uuid.uuid4().hex[:6]}"
+            if self.remote:
+                self._submit_metrics_job(group)
+                progress(f"metrics job {self.job_id} on {config.flink.jobmanager}")
+            else:
+                checkpoints = str(self.work_dir / "checkpoints")
+                self._cli(
+                    "metrics-job", "jobs", "run", "--group", group, "--checkpoints", checkpoints
+                )
+                progress("metrics job starting (PyFlink MiniCluster)")
             if self.influx:
                 self._cli("influx-sink", "jobs", "influx")
                 progress(f"InfluxDB sink into {config.influxdb.url}/{config.influxdb.database}")
@@ -260,7 +324,8 @@ class ClosedLoop:
             raise
 
     def start_optimizer(self) -> None:
-        self._cli("optimizer", "optimizer", "run", "--report-every", "5")
+        for name in self.optimizers:
+            self._cli(name, "optimizer", "run", "--report-every", "5", "--instance", name)
 
     def _metrics_flowing(self) -> bool:
         for name, proc in self.processes.items():
@@ -283,7 +348,9 @@ class ClosedLoop:
     def stop(self) -> None:
         """Stops the optimizer first (no decision after the loop is gone), then the metrics
         job, then the InfluxDB sink (which writes what it has read), then the rest."""
-        for name in ("optimizer", "metrics-job", "influx-sink"):
+        for name in (*self.optimizers, "metrics-job", "influx-sink"):
+            if name == "metrics-job" and self.job_id is not None:
+                self._cancel_metrics_job()
             proc = self.processes.get(name)
             if proc is None or proc.poll() is not None:
                 continue
