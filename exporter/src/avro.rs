@@ -247,7 +247,7 @@ pub fn link_field(link_id: &str) -> Vec<u8> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::net::Ipv4Addr;
 
@@ -292,7 +292,7 @@ mod tests {
     }
 
     /// Flow `i` of the tests: 10.201.1.(10 + i):(40000 + i) > 10.201.2.2:5201.
-    fn flow(i: u8) -> Flow {
+    pub(crate) fn flow(i: u8) -> Flow {
         Flow {
             src: u32::from(Ipv4Addr::new(10, 201, 1, 10 + i)),
             dst: u32::from(Ipv4Addr::new(10, 201, 2, 2)),

@@ -394,22 +394,12 @@ fn encode(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::avro::tests::flow;
     use p4bs_model::record::{FlowEventKind, FlowEventReason, LinkCounters};
-    use std::net::Ipv4Addr;
 
     const MS: u64 = 1_000_000;
     const T0: u64 = 1_700_000_000_000_000_000;
     const INTERVAL_NS: u64 = 100 * MS;
-
-    /// Flow `i` of the tests: 10.201.1.(10 + i):(40000 + i) > 10.201.2.2:5201.
-    fn flow(i: u8) -> Flow {
-        Flow {
-            src: u32::from(Ipv4Addr::new(10, 201, 1, 10 + i)),
-            dst: u32::from(Ipv4Addr::new(10, 201, 2, 2)),
-            sport: 40000 + u16::from(i),
-            dport: 5201,
-        }
-    }
 
     fn sample(link: u16, ts_ns: u64, i: u8, rtt_ns: u64) -> Record {
         Record::Rtt {
