@@ -299,6 +299,8 @@ def fault_costs(
             default=None,
         )  # fmt: skip
         until = recovered // window_ns * window_ns if recovered is not None else killed
+        # Not past the last window written: after it the traffic, and the exporter, stopped.
+        until = min(until, max(written, default=until))
         expected = range((killed // window_ns + 1) * window_ns, until + 1, window_ns)
         costs.append(
             {
