@@ -1035,7 +1035,7 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
     with r.at("optimizer"):
         optimizer = _read_optimizer(r, r.table(data, "optimizer"))
     if flink.window_ns % dataplane.export_interval_ns:
-        # A window then holds whole counter intervals and whole RTT batches.
+        # A window then holds whole export intervals, each one record (or its parts).
         r.problem(
             "flink.window",
             f"must be a multiple of dataplane.export_interval ({dataplane.export_interval_ns} "

@@ -131,7 +131,7 @@ class Codec:
         if isinstance(bound, _Items):
             items = value if isinstance(value, list) else []
             if isinstance(bound.bound, tuple) and _within(items, bound.bound):
-                return  # the usual case, at C speed: an RTT batch has three such arrays
+                return  # the usual case, at C speed: an interval record has three such arrays
             for i, item in enumerate(items):
                 self._check_bound(bound.bound, item, f"{where}[{i}]")
         elif isinstance(bound, dict):
