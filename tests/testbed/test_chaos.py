@@ -19,7 +19,8 @@ def test_the_loop_through_a_fault_of_each_part_doubles_nothing_and_leaves_nothin
     as before it; no window and no decision twice; the router's buffer within the link's
     bounds; no process or namespace left. Then every window as the undisturbed computation
     has it: not yet (see the xfail's reason)."""
-    plan = ChaosPlan(flows=10, duration_s=150, first_fault_s=20, fault_every_s=25, down_s=3)
+    # 180 s: after the TaskManager's failover the job took 75-86 s to come back here.
+    plan = ChaosPlan(flows=10, duration_s=180, first_fault_s=20, fault_every_s=25, down_s=3)
     report = chaos_run(paths.default_config(), tmp_path, plan, progress=lambda _: None)
     print(summary(report))
     assert [f["part"] for f in report["faults"]] == list(FAULTS)
@@ -27,7 +28,7 @@ def test_the_loop_through_a_fault_of_each_part_doubles_nothing_and_leaves_nothin
     assert report["windows"]["doubled"] == [] and report["decisions"]["doubled"] == []
     assert report["router"]["within"], report["router"]
     assert report["leftovers"] == {"processes": [], "namespaces": []}
-    assert report["windows"]["windows"] > 200  # 500 ms windows over most of 150 s
+    assert report["windows"]["windows"] > 200  # 500 ms windows over most of 180 s
     failed = failed_checks(report)
     if failed:
         # streaming-jobs/README.md, "Sparse streams": live, decisions reach the job after
