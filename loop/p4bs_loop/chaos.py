@@ -481,6 +481,9 @@ def failed_checks(report: dict[str, Any]) -> list[str]:
     for what, left in report["leftovers"].items():
         if left:
             failed.append(f"left behind: {what} {left}")
+    for fault in report["faults"]:
+        if fault["recovered_after_s"] is None:
+            failed.append(f"no window came as fast as before after the {fault['part']} fault")
     return failed
 
 
