@@ -193,24 +193,31 @@ class Faults:
             raise RuntimeError(f"no running {part} to kill")
         return pid
 
+    def _keep(self, pid: int | None) -> None:
+        """A process started here, for the check that nothing is left."""
+        if pid is not None:
+            self.pids.add(pid)
+
     def restart(self, fault: FaultTimes) -> None:
         part, loop = fault.part, self.loop
         if part == "exporter":
             loop.restart("exporter")
-            assert loop.exporter is not None and loop.exporter.pid is not None
-            self.pids.add(loop.exporter.pid)
+            assert loop.exporter is not None
+            self._keep(loop.exporter.pid)
         elif part == "optimizer":
             loop.restart(loop.optimizers[0])
-            self.pids.add(loop.processes[loop.optimizers[0]].pid)
+            self._keep(loop.processes[loop.optimizers[0]].pid)
         elif part == "broker":
             self.stack.brokers[1].start()
+            self._keep(self.stack.brokers[1].pid)
         elif part == "taskmanager":
-            dead = [s for s in self.stack.services if isinstance(s, FlinkTaskManager)]
-            for tm in dead:
-                if tm.pid is None:
+            for tm in self.stack.services:
+                if isinstance(tm, FlinkTaskManager) and tm.pid is None:
                     tm.start()
+                    self._keep(tm.pid)
         else:
             self.testbed.restart_agent()
+            self._keep(procs.running_pid(self.testbed.agent_pidfile))
         fault.restarted_ns = time.time_ns()
 
 
