@@ -81,23 +81,11 @@ def config_file(repo: Path, bootstrap: str, topics: dict[str, str], path: Path) 
     return path
 
 
-def decisions(start_ns: int) -> list[dict[str, Any]]:
-    """Two applied buffer changes and a failed one the job must ignore."""
-    base = {"link_id": LINK, "queue": 0, "policy": "static", "phase": "test", "reason": "test"}
-    return [
-        {**base, "ts_ns": start_ns + 2_050_000_000, "buffer_bytes": 375_000, "outcome": "applied"},
-        {**base, "ts_ns": start_ns + 5_000_000_000, "buffer_bytes": 9_999, "outcome": "failed"},
-        {**base, "ts_ns": start_ns + 6_420_000_000, "buffer_bytes": 125_000, "outcome": "applied"},
-    ]
-
-
 def _flow(r: dict[str, Any]) -> tuple[Any, ...]:
     return (r["src_ip"], r["src_port"], r["dst_ip"], r["dst_port"], r["protocol"])
 
 
-def expected(
-    records: list[dict[str, Any]], decisions: list[dict[str, Any]], config: Config
-) -> list[dict[str, Any]]:
+def expected(records: list[dict[str, Any]], config: Config) -> list[dict[str, Any]]:
     """Every window's metrics from the definitions in streaming-jobs/README.md."""
     window = config.flink.window_ns
     link = config.links[0]
@@ -114,9 +102,6 @@ def expected(
             samples[r["ts_ns"] // window][_flow(r)].append(r["rtt_ns"])
         elif r["kind"] == "long_flow":
             events[r["ts_ns"] // window].append(r)
-    applied = sorted(
-        (d["ts_ns"], d["buffer_bytes"]) for d in decisions if d["outcome"] == "applied"
-    )
 
     out = []
     srtt = loss_ewma = delay_ewma = None
@@ -179,7 +164,6 @@ def expected(
         # tap's, which exceeds it while the queue grows or the router drops.
         carried = sum(x["after_bytes"] for x in c) * 8 / (window / 1e9)
         offered = sum(x["bytes"] for x in c) * 8 / (window / 1e9)
-        buffers = [b for t, b in applied if t < end]
         out.append(
             {
                 "window_start_ns": w * window,
@@ -204,7 +188,6 @@ def expected(
                 "f": f_value,
                 "zscore": zscore,
                 "change": change,
-                "buffer_bytes": buffers[-1] if buffers else None,
             }
         )
     return out
@@ -232,13 +215,10 @@ def produce(
     bootstrap: str,
     topics: dict[str, str],
     records: list[dict[str, Any]],
-    decisions: list[dict[str, Any]],
 ) -> None:
     producer = RecordProducer(bootstrap, topics)
     for record in interval_records(records):
         producer.produce("link_counters", record)
-    for d in decisions:
-        producer.produce("buffer_decisions", d)
     assert producer.flush(30) == 0
 
 

@@ -75,7 +75,6 @@ class LinkModel:
             "f": f,
             "zscore": 0.0,
             "change": False,
-            "buffer_bytes": buffer,
         }
 
 

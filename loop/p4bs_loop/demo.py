@@ -67,6 +67,15 @@ class LiveView:
             target = self.windows if received.stream == "link_metrics" else self.decisions
             target.append(received.record)
 
+    def buffer_at(self, end_ns: int) -> int | None:
+        """The buffer in force for a window ending at `end_ns`: the last applied (queue 0)
+        before it, as the optimizer counts it; None before the first."""
+        buffer = None
+        for d in self.decisions:
+            if d["outcome"] == "applied" and d["queue"] == 0 and d["ts_ns"] < end_ns:
+                buffer = d["buffer_bytes"]
+        return buffer
+
     def line(self, elapsed_s: float) -> str:
         if not self.windows:
             return f"{elapsed_s:5.0f} s  waiting for link metrics"
@@ -74,7 +83,8 @@ class LiveView:
         lag = (time.time_ns() - w["window_end_ns"]) / 1e9
         srtt = f"{w['srtt_ns'] / 1e6:6.1f}" if w["srtt_ns"] else "     -"
         delay = f"{w['queue_delay_ns'] / 1e6:6.1f}" if w["queue_delay_ns"] is not None else "     -"
-        buffer = f"{w['buffer_bytes'] / 1000:7.1f}" if w["buffer_bytes"] else "      -"
+        in_force = self.buffer_at(w["window_end_ns"])
+        buffer = f"{in_force / 1000:7.1f}" if in_force else "      -"
         # Utilisation is what the link carried; the offered load beside it (null from a
         # metrics job older than LinkMetrics v2) is above it while the queue fills or drops.
         offered = w.get("offered_utilisation")
@@ -134,6 +144,7 @@ def report(view: LiveView, summary: dict[str, Any], settings: DemoSettings) -> s
     )
     after = [w for w in windows if w["window_end_ns"] >= tail_from]
     b, a = link_figures(before), link_figures(after)
+    final_buffer = view.buffer_at(windows[-1]["window_end_ns"]) if windows else None
 
     def cell(value: float | None) -> str:
         return "-" if value is None else f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
@@ -152,7 +163,7 @@ def report(view: LiveView, summary: dict[str, Any], settings: DemoSettings) -> s
         "",
         f"Decisions: {len(view.decisions)} ({len(applied)} applied); phases "
         f"{', '.join(dict.fromkeys(d['phase'] for d in view.decisions)) or '-'}; buffer in force "
-        f"at the end of the traffic {windows[-1]['buffer_bytes'] if windows else '-'} B.",
+        f"at the end of the traffic {final_buffer if final_buffer is not None else '-'} B.",
     ]
     router, probe = summary.get("router"), summary.get("probe")
     if router and probe:
@@ -185,7 +196,8 @@ def plot(view: LiveView, path: Path, settings: DemoSettings, traffic_start_ns: i
     initial = RATE_BPS / 8 * settings.initial_buffer_ms / 1000
     fig, axes = plt.subplots(4, 1, sharex=True, figsize=(10, 9))
     xs = [t(w["window_end_ns"]) for w in windows]
-    axes[0].step(xs, [(w["buffer_bytes"] or initial) / 1000 for w in windows], where="post")
+    buffers = [view.buffer_at(w["window_end_ns"]) or initial for w in windows]
+    axes[0].step(xs, [b / 1000 for b in buffers], where="post")
     axes[0].set_ylabel("buffer, kB")
     axes[0].set_yscale("log")
     axes[0].set_title(f"p4bs demo, policy {settings.policy}: decisions (grey), groups join (red)")

@@ -21,9 +21,11 @@ replaces it); when no window has come for `optimizer.stale_after`, the link's sa
 applied (phase "fallback") until metrics return, and then the policy's buffer again; every
 change is read back from the router; `dry_run` decides and records without applying. Every
 decision is a BufferDecision record on the decisions topic (the InfluxDB sink stores them).
-The router's buffer is read when the service takes a link: until the first change it applies,
-the windows (which know a buffer from the applied decisions only) carry that one, so a policy
-can measure where the link is before it moves it.
+The service gives each window the buffer in force during it (LinkMetrics does not carry it):
+the newest it applied before the window's end, kept in the link's state (`buffer_changes`),
+so a policy knows which buffer its windows measured as soon as they come, with no round trip
+through the decisions topic; before the first change, the router's own, read when the service
+takes the link, so a policy can measure where the link is before it moves it.
 
 Ownership and state: Kafka gives each process of the group some of the `link_metrics`
 partitions, and a process drives exactly the links of its partitions. Each link's state (the
@@ -192,7 +194,6 @@ class LinkController:
         self.received += 1
         if self.reading is None and not self.service.dry_run and 0 not in self.state.in_force:
             self.reading = asyncio.get_running_loop().create_task(self._read_buffer_in_force())
-        window = self._with_buffer_in_force(window)
         if self.decide_thread is None:
             self._decide_here(window)
         else:
@@ -211,14 +212,8 @@ class LinkController:
             log.warning("link %s: the buffer in force could not be read: %s", self.link.id, exc)
             return
         self.state.in_force.setdefault(0, buffer)
-
-    def _with_buffer_in_force(self, window: Window) -> Window:
-        """The metrics job knows a window's buffer from the applied decisions only; until the
-        first change the service applies, it is the router's own, as read."""
-        initial = self.state.in_force.get(0)
-        if window.buffer_bytes is not None or initial is None or self.state.last_change_ns:
-            return window
-        return replace(window, buffer_bytes=initial)
+        if not self.state.buffer_changes:
+            self.state.buffer_changed(0, buffer)
 
     def _decide_here(self, window: Window) -> None:
         decisions = self.policy.decide(window) if self._accept(window) else None
@@ -322,6 +317,7 @@ class LinkController:
                     "interval between changes",
                     "skipped",
                     self.state.epoch,
+                    time.time_ns(),
                 )
             self.state.unapplied[decision.queue] = decision
         # Saved before it is applied: a restart must not decide (and apply) it again from the
@@ -389,12 +385,19 @@ class LinkController:
                     outcome = "applied"
                 except DriverError as exc:
                     outcome, reason = "failed", f"{reason}; {exc}"
+            applied_ns = time.time_ns()
             if outcome == "applied":
                 self.state.in_force[decision.queue] = buffer
-                self.state.last_change_ns = time.time_ns()
+                self.state.last_change_ns = applied_ns
+                if decision.queue == 0:
+                    if not self.state.buffer_changes and previous is not None:
+                        self.state.buffer_changed(0, previous)
+                    self.state.buffer_changed(applied_ns, buffer)
             if self.state.unapplied.get(decision.queue) is decision:
                 del self.state.unapplied[decision.queue]
-            service.record(self.link, decision, buffer, previous, reason, outcome, self.state.epoch)
+            service.record(
+                self.link, decision, buffer, previous, reason, outcome, self.state.epoch, applied_ns
+            )
         # The records and the state that no longer holds these decisions commit together.
         self.save()
 
@@ -615,6 +618,7 @@ class OptimizerService:
         reason: str,
         outcome: str,
         epoch: int,
+        ts_ns: int,
     ) -> None:
         """One BufferDecision record (for the next transaction), and the log line an
         operator reads."""
@@ -630,7 +634,7 @@ class OptimizerService:
                 "buffer_decisions",
                 {
                     "link_id": link.id,
-                    "ts_ns": time.time_ns(),
+                    "ts_ns": ts_ns,
                     "queue": decision.queue,
                     "policy": link.policy,
                     "phase": decision.phase,
@@ -681,7 +685,10 @@ class OptimizerService:
             controller = self.controller(link_id, received.partition)
             if controller is not None:
                 controller.partition = received.partition  # its windows' is its changelog's
-                number = controller.on_window(Window.from_record(received.record))
+                window = Window.from_record(
+                    received.record, controller.state.buffer_at(received.record["window_end_ns"])
+                )
+                number = controller.on_window(window)
         else:
             # RTT samples of a link this process drives (their partitions may differ).
             driven = self.controllers.get(link_id)

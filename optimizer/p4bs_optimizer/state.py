@@ -37,10 +37,32 @@ class LinkState:
     intended: dict[int, int] = field(default_factory=dict)  # queue -> the policy's buffer
     in_force: dict[int, int] = field(default_factory=dict)  # queue -> applied and read back
     last_change_ns: int = 0  # wall clock of the last applied change
+    # Queue 0's buffers in force as (since ns, bytes), oldest first; since 0: the router's
+    # own, read before any change. Trimmed to what windows still to come may need.
+    buffer_changes: list[tuple[int, int]] = field(default_factory=list)
     fallback: bool = False  # the safe buffer is in force because metrics went stale
     # Per queue, the decision committed (or about to be) and not yet applied and recorded.
     unapplied: dict[int, Decision] = field(default_factory=dict)
     epoch: int = 0  # raised by one by each process that takes the link over
+
+    def buffer_at(self, end_ns: int) -> int | None:
+        """Queue 0's buffer for a window ending at `end_ns`: the newest that came into force
+        before it (the rule the windows' data follows: a change inside a window counts for
+        it); None if none is known."""
+        buffer = None
+        for since_ns, buffer_bytes in self.buffer_changes:
+            if since_ns >= end_ns:
+                break
+            buffer = buffer_bytes
+        return buffer
+
+    def buffer_changed(self, since_ns: int, buffer_bytes: int) -> None:
+        """Queue 0's buffer came into force at `since_ns`; what no window still to come can
+        need (every change superseded before the last window decided) is dropped."""
+        self.buffer_changes.append((since_ns, buffer_bytes))
+        done = self.last_window_end_ns
+        while len(self.buffer_changes) > 1 and self.buffer_changes[1][0] < done:
+            del self.buffer_changes[0]
 
 
 def to_record(link_id: str, state: LinkState, owner: str, ts_ns: int) -> dict[str, Any]:
@@ -56,6 +78,9 @@ def to_record(link_id: str, state: LinkState, owner: str, ts_ns: int) -> dict[st
         "intended": _buffers(state.intended),
         "in_force": _buffers(state.in_force),
         "last_change_ns": state.last_change_ns,
+        "buffer_changes": [
+            {"ts_ns": since, "buffer_bytes": buffer} for since, buffer in state.buffer_changes
+        ],
         "fallback": state.fallback,
         "unapplied": [
             {
@@ -83,6 +108,7 @@ def from_record(record: dict[str, Any]) -> LinkState:
         intended={b["queue"]: b["buffer_bytes"] for b in record["intended"]},
         in_force={b["queue"]: b["buffer_bytes"] for b in record["in_force"]},
         last_change_ns=record["last_change_ns"],
+        buffer_changes=[(c["ts_ns"], c["buffer_bytes"]) for c in record["buffer_changes"]],
         fallback=record["fallback"],
         unapplied={
             d["queue"]: Decision(

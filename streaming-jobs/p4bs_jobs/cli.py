@@ -54,7 +54,7 @@ def _start_job(args: argparse.Namespace, mode: str) -> tuple[Any, Config]:
     where = f"from {restore}" if restore else "from the group's committed offsets"
     print(
         f"metrics + SLA job ({mode}) started {where}: {topics['link_counters']}, "
-        f"{topics['buffer_decisions']}, {topics['links']} -> "
+        f"{topics['links']} -> "
         f"{topics['link_metrics']}, {topics['sla_alerts']}; checkpoints in {checkpoints}",
         flush=True,
     )

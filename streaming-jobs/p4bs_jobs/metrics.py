@@ -2,8 +2,8 @@
 
 Everything runs on the JVM. One tumbling window per link runs over the union of the link
 interval records (LinkCounters v3: an export interval's counters, flow events and RTT
-samples in one record, so that one stream drives event time), the applied buffer decisions
-and the links topic's LinkSpec records (links as data, core/p4bs/links.py); a Java aggregate
+samples in one record, so that one stream drives event time) and the links topic's LinkSpec
+records (links as data, core/p4bs/links.py); a Java aggregate
 (`IntervalSummary`, streaming-jobs/functions) sums a window's interval records: the counts,
 the flow events and the RTT samples per flow (count, sum, minimum). A record covers
 [ts_ns - interval_ns, ts_ns) and lands in the window of that interval (its event time is the
@@ -41,13 +41,20 @@ LINK_METRICS_CLASS = "io.p4bs.flink.LinkMetrics"
 LINK_METRICS_PARAMETER = "p4bs.link-metrics"
 
 
-def _rowtime(time_ms_sql: str, out_of_orderness_ns: int) -> tuple[str, ...]:
+# The links topic's watermark trails its records by a day: a spec never moves the job's event
+# time on, so a spec read ahead of the interval records (a spec takes effect `--lead` later
+# than it is applied) cannot make them late if their source goes quiet for a moment. While
+# the links source reads (until it has been idle for `metrics.source_idle_timeout`) the
+# windows wait for it.
+SPEC_WATERMARK_LAG = "INTERVAL '1' DAY"
+
+
+def _rowtime(time_ms_sql: str, watermark_lag_sql: str) -> tuple[str, ...]:
     """An event-time column at ms precision (Flink's) from a ms expression, and its
     watermark. Windows are whole ms, so flooring to the ms keeps every record in its window."""
-    seconds = f"{out_of_orderness_ns // 1_000_000 / 1000:.3f}"
     return (
         f"rowtime AS TO_TIMESTAMP_LTZ({time_ms_sql}, 3)",
-        f"WATERMARK FOR rowtime AS rowtime - INTERVAL '{seconds}' SECOND",
+        f"WATERMARK FOR rowtime AS rowtime - {watermark_lag_sql}",
     )
 
 
@@ -63,21 +70,26 @@ def create_sources(
     source_options: Mapping[str, str],
     stop_offsets: Mapping[str, Mapping[int, int]] | None = None,
 ) -> None:
-    """Kafka tables for the three input streams, with event time and watermarks; a stream
+    """Kafka tables for the two input streams, with event time and watermarks; a stream
     named in `stop_offsets` is read up to those offsets (see `stop_at`). The links topic is
     read from its start whenever the job starts afresh (from a checkpoint, where it was):
     the keyed state that holds a link's settings is new then, and the topic is compacted."""
-    lag = metrics.max_out_of_orderness_ns
+    lag = f"INTERVAL '{metrics.max_out_of_orderness_ns // 1_000_000 / 1000:.3f}' SECOND"
     stop_offsets = stop_offsets or {}
     env.create_java_temporary_system_function("INTERVAL_TIME", INTERVAL_TIME_CLASS)
-    for table, stream, time_ms, raw_value in (
+    for table, stream, time_ms, raw_value, watermark_lag in (
         # An interval's record is stamped with the interval's last ns: in the same window as
         # its start (windows are whole intervals), and it moves event time to the interval's
         # end, so a window closes one interval sooner than with the start. A record that
         # does not decode is stamped 0 (counted, then dropped in `declare_link_windows`).
-        ("intervals_in", "link_counters", f"INTERVAL_TIME({INTERVAL_COLUMN})", INTERVAL_COLUMN),
-        ("decisions_in", "buffer_decisions", _ns_to_ms("ts_ns"), None),
-        ("links_in", "links", _ns_to_ms("ts_ns"), None),
+        (
+            "intervals_in",
+            "link_counters",
+            f"INTERVAL_TIME({INTERVAL_COLUMN})",
+            INTERVAL_COLUMN,
+            lag,
+        ),
+        ("links_in", "links", _ns_to_ms("ts_ns"), None, SPEC_WATERMARK_LAG),
     ):
         startup = {"scan.startup.mode": "earliest-offset"} if stream == "links" else {}
         env.execute_sql(
@@ -87,7 +99,7 @@ def create_sources(
                 topics[stream],
                 cluster,
                 raw_value=raw_value,
-                extra_columns=_rowtime(time_ms, lag),
+                extra_columns=_rowtime(time_ms, watermark_lag),
                 options={**source_options, **startup, **stop_at(stop_offsets.get(stream))},
             )
         )
@@ -95,22 +107,17 @@ def create_sources(
 
 def declare_link_windows(env: StreamTableEnvironment, window_ns: int) -> None:
     """The view `per_link`: one row per link and window, its records reduced (the interval
-    records' counts, flow events and RTT per flow; applied decisions and link specs as text,
-    and whether the link specs were all there was)."""
+    records' counts, flow events and RTT per flow; the link specs as text, and whether they
+    were all there was)."""
     size = f"INTERVAL '{window_ns // 1_000_000 / 1000:.3f}' SECOND"
     env.create_java_temporary_system_function("INTERVAL_SUMMARY", INTERVAL_SUMMARY_CLASS)
     record = INTERVAL_COLUMN
     no_record = f"CAST(NULL AS BYTES) AS {record}"
-    no_text = "CAST(NULL AS STRING)"
     rows = f"""
-        SELECT link_id, rowtime, {record}, {no_text} AS decision, {no_text} AS spec
+        SELECT link_id, rowtime, {record}, CAST(NULL AS STRING) AS spec
         FROM intervals_in WHERE rowtime > TO_TIMESTAMP_LTZ(0, 3)
         UNION ALL
         SELECT link_id, rowtime, {no_record},
-               CONCAT(CAST(ts_ns AS STRING), ' ', CAST(buffer_bytes AS STRING)), {no_text}
-        FROM decisions_in WHERE outcome = 'applied' AND queue = 0
-        UNION ALL
-        SELECT link_id, rowtime, {no_record}, {no_text},
                CONCAT_WS(' ', CAST(ts_ns AS STRING), IF(removed, '1', '0'),
                          CAST(capacity_bps AS STRING), CAST(weight_loss AS STRING),
                          CAST(weight_delay AS STRING), CAST(max_loss AS STRING),
@@ -120,7 +127,6 @@ def declare_link_windows(env: StreamTableEnvironment, window_ns: int) -> None:
     per_link = f"""
         SELECT link_id, window_start, window_end, window_time,
                INTERVAL_SUMMARY({record}) AS w,
-               LISTAGG(decision, ',') AS decisions,
                LISTAGG(spec, ',') AS link_specs,
                COUNT(spec) = COUNT(*) AS specs_only
         FROM TABLE(TUMBLE(TABLE link_rows, DESCRIPTOR(rowtime), {size}))
@@ -148,7 +154,7 @@ def declare_link_metrics(env: StreamTableEnvironment, config: Config) -> None:
                     link_id, window_start, window_end, w.samples, w.flows, w.inverse_sum,
                     w.min_ns, w.flow_keys, w.`bytes`, w.after_bytes, w.data_packets,
                     w.retransmissions, w.queue_delay_samples, w.queue_delay_sum_ns,
-                    w.flow_events, decisions, link_specs, specs_only
+                    w.flow_events, link_specs, specs_only
                 ) OVER (PARTITION BY link_id ORDER BY window_time
                         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS m
                 FROM per_link)

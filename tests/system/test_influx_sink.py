@@ -48,7 +48,6 @@ def _metrics(i: int) -> dict[str, Any]:
         "f": -0.1 * i,
         "zscore": 0.0,
         "change": i == 7,
-        "buffer_bytes": None,
     }
 
 

@@ -21,7 +21,6 @@ from replay import (
     config_file,
     config_for,
     consume,
-    decisions,
     expected,
     interval_records,
     replay,
@@ -101,13 +100,10 @@ def test_a_job_killed_mid_backlog_resumes_and_every_window_is_the_uninterrupted_
     samples of some windows: one topic could move event time past another's records.)"""
     bootstrap = stack.kafka.bootstrap
     records = replay()
-    made = decisions(min(r["ts_ns"] for r in records))
-    want = expected(records, made, config_for(repo, bootstrap))
+    want = expected(records, config_for(repo, bootstrap))
     intervals = interval_records(records)
     half = len(intervals) // 2
     producer = RecordProducer(bootstrap, topics)
-    for decision in made:
-        producer.produce("buffer_decisions", decision)
     for record in intervals[:half]:
         producer.produce("link_counters", record)
     assert producer.flush(30) == 0

@@ -21,7 +21,6 @@ from replay import (
     assert_windows_match,
     config_for,
     consume,
-    decisions,
     expected,
     produce,
     replay,
@@ -67,14 +66,13 @@ def test_taskmanager_lost_mid_stream_every_window_exactly_once(
     jm, *taskmanagers = cluster
     records = replay()
     config = config_for(repo, stack.kafka.bootstrap)
-    made = decisions(min(r["ts_ns"] for r in records))
-    want = expected(records, made, config)
+    want = expected(records, config)
     bootstrap = stack.kafka.bootstrap
-    produce(bootstrap, topics, records, made)
+    produce(bootstrap, topics, records)
     # The same traffic on links the config does not describe: the SQL reduces them too
     # (LinkMetrics drops them), so the job has work to do when the TaskManager is killed.
     for extra in range(2, 22):
-        produce(bootstrap, topics, [{**r, "link_id": f"r1:eth{extra}"} for r in records], [])
+        produce(bootstrap, topics, [{**r, "link_id": f"r1:eth{extra}"} for r in records])
 
     # Bounded, and held: the job reads the counters up to one record past their end, so it
     # cannot finish before the test writes that record (after the kill), however fast it

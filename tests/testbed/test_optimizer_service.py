@@ -378,13 +378,13 @@ class RecordingPolicy(Policy):
         return {}
 
 
-def test_windows_before_the_first_change_carry_the_buffer_read_from_the_router(
+def test_windows_carry_the_buffer_read_from_the_router_then_the_service_s_own_change(
     stack: Stack, topics: dict[str, str], testbed: Testbed, tmp_path: Path
 ) -> None:
-    """The metrics job knows a buffer from the applied decisions only (windows before any
-    say none). The service reads the router's buffer over gNMI when it takes the link, and
-    until its first change the windows the policy sees carry that one; after it, a window
-    without a buffer is left as it is (the metrics job has not seen the change yet)."""
+    """LinkMetrics does not carry the buffer: the service gives each window the one in force
+    before its end. It reads the router's buffer over gNMI when it takes the link, and the
+    windows before its first change carry that one; a window ending after the change carries
+    the new buffer as it comes, with no round trip through the decisions topic."""
     path = write_config(tmp_path, stack.kafka.bootstrap, topics, testbed, "static")
     base = load_config(path)
     link = base.links[0]
@@ -394,11 +394,12 @@ def test_windows_before_the_first_change_carry_the_buffer_read_from_the_router(
     changed_to = 96 * 1024 if start != 96 * 1024 else 128 * 1024  # within the link's bounds
     producer = RecordProducer(config.kafka.bootstrap, topics, client_id="windows")
     model = LinkModel()
-    ends = iter((time.time_ns() // WINDOW_NS + i) * WINDOW_NS for i in range(1, 10))
+    # The first four windows ended before the test began, so before any change.
+    before = (time.time_ns() // WINDOW_NS - 10) * WINDOW_NS
+    ends = iter(before + i * WINDOW_NS for i in range(1, 5))
 
-    def send() -> None:
-        window = model.window(link, 100_000, next(ends)) | {"buffer_bytes": None}
-        producer.produce("link_metrics", window)
+    def send(end_ns: int) -> None:
+        producer.produce("link_metrics", model.window(link, 100_000, end_ns))
         assert producer.flush(10) == 0
 
     async def scenario() -> tuple[RecordingPolicy, OptimizerService]:
@@ -407,19 +408,19 @@ def test_windows_before_the_first_change_carry_the_buffer_read_from_the_router(
         assert controller is not None
         policy = controller.policy = RecordingPolicy(link, decide_on=3, decide_at=changed_to)
         running = asyncio.get_running_loop().create_task(service.run())
-        send()
+        send(next(ends))
         await until(lambda: 0 in controller.state.in_force, 60)  # joined, and read
         for _ in range(3):
-            send()
+            send(next(ends))
         await until(lambda: controller.state.last_change_ns > 0, 60)  # the third one's change
-        send()
+        send((controller.state.last_change_ns // WINDOW_NS + 1) * WINDOW_NS)
         await until(lambda: len(policy.buffers) == 5, 60)
         service.stop()
         await running
         return policy, service
 
     policy, service = asyncio.run(scenario())
-    assert policy.buffers[1:] == [start, start, start, None]
+    assert policy.buffers[1:] == [start, start, start, changed_to]
     assert policy.buffers[0] in (None, start)  # read while (or before) it was decided
     assert _kernel_limit(testbed) == changed_to
     assert service.stats.applied == 1 and service.stats.decisions == 1  # a read records nothing

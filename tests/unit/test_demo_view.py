@@ -16,7 +16,6 @@ def _window(utilisation: float, offered: float | None) -> dict[str, Any]:
         "long_flows": 10,
         "loss_rate": 0.001,
         "queue_delay_ns": 5_000_000,
-        "buffer_bytes": 250_000,
         "utilisation": utilisation,
         "offered_utilisation": offered,
         "f": -0.2,

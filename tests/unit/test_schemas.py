@@ -255,7 +255,7 @@ def test_link_counters_v3_carries_the_intervals_events_and_samples_and_reads_v2_
 
 
 def test_link_metrics_v2_adds_the_offered_load_and_reads_v1_records_without_it() -> None:
-    (v1_version, v1), (v2_version, v2) = released_schemas("LinkMetrics")[-2:]
+    (v1_version, v1), (v2_version, v2) = released_schemas("LinkMetrics")[:2]
     assert (v1_version, v2_version) == (1, 2)
     assert check_backward(v2, v1) == []
     fields = {f["name"]: f for f in v2["fields"]}
@@ -273,12 +273,33 @@ def test_link_metrics_v2_adds_the_offered_load_and_reads_v1_records_without_it()
         "queue_delay_ns": None, "queue_delay_ewma_ns": None, "throughput_bps": 99_000_000,
         "utilisation": 0.99, "f": 0.0, "zscore": 0.0, "change": False, "buffer_bytes": None,
     }  # fmt: skip
+    without_buffer = {k: v for k, v in window.items() if k != "buffer_bytes"}
     assert _read_from("LinkMetrics", 1, window) == {
-        **window, "offered_bps": None, "offered_utilisation": None,
+        **without_buffer, "offered_bps": None, "offered_utilisation": None,
     }  # fmt: skip
     metrics = codec("LinkMetrics")
-    now = {**window, "offered_bps": 104_000_000, "offered_utilisation": 1.04}
+    now = {**without_buffer, "offered_bps": 104_000_000, "offered_utilisation": 1.04}
     assert metrics.decode(metrics.encode(now)) == now  # Flink's way: no headers
+
+
+def test_link_metrics_v3_leaves_the_buffer_to_the_decisions_and_reads_v2_without_it() -> None:
+    (v2_version, v2), (v3_version, v3) = released_schemas("LinkMetrics")[1:3]
+    assert (v2_version, v3_version) == (2, 3)
+    assert check_backward(v3, v2) == []
+    assert {f["name"] for f in v2["fields"]} - {f["name"] for f in v3["fields"]} == {"buffer_bytes"}
+    assert "BufferDecision" in v3["doc"]
+
+
+def test_optimizer_link_state_v2_keeps_the_buffer_changes_and_reads_v1_as_none() -> None:
+    (v1_version, v1), (v2_version, v2) = released_schemas("OptimizerLinkState")[:2]
+    assert (v1_version, v2_version) == (1, 2)
+    assert check_backward(v2, v1) == []
+    v1_state = {
+        "link_id": "r1:eth1", "ts_ns": 5, "owner": "opt-0", "epoch": 1, "policy": "static",
+        "policy_state": "{}", "last_window_end_ns": 4, "intended": [], "in_force": [],
+        "last_change_ns": 0, "fallback": False, "unapplied": [],
+    }  # fmt: skip
+    assert _read_from("OptimizerLinkState", 1, v1_state) == {**v1_state, "buffer_changes": []}
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,9 @@ A policy is a pure, deterministic state machine over the link's metrics stream: 
 hands it each LinkMetrics window of its link, in event-time order, and applies what it
 returns. Time inside a policy is the windows' event time (`window_end_ns`), never the wall
 clock, so that a policy replays identically from recorded metrics and its settling waits
-mean the same on a slow machine. The buffer in force is what the windows say
-(`Window.buffer_bytes`, joined by the metrics job from the applied decisions).
+mean the same on a slow machine. The buffer in force during a window
+(`Window.buffer_bytes`) is the one the service applied last before the window's end (the
+service knows its own changes; LinkMetrics does not carry them).
 
 Safety (the link's [min, max], the minimum interval between changes, stale metrics) is the
 service's job, not the policy's; a policy still decides within the link's bounds.
@@ -25,8 +26,9 @@ from p4bs.config import LinkConfig
 @dataclass(frozen=True)
 class Window:
     """One LinkMetrics record (schemas/p4bs_schemas/avro/LinkMetrics.avsc): ns, bytes,
-    bit/s and fractions, as the metrics job wrote them. The record's offered load
-    (`offered_bps`, `offered_utilisation`) is left out: no policy decides on it."""
+    bit/s and fractions, as the metrics job wrote them, and the buffer in force. The
+    record's offered load (`offered_bps`, `offered_utilisation`) is left out: no policy
+    decides on it."""
 
     link_id: str
     window_start_ns: int
@@ -49,12 +51,13 @@ class Window:
     f: float
     zscore: float
     change: bool
-    buffer_bytes: int | None
+    buffer_bytes: int | None  # queue 0's, as the service applied it; None: not known
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> Window:
-        """The window of a decoded LinkMetrics record."""
-        return cls(**{f.name: record[f.name] for f in fields(cls)})
+    def from_record(cls, record: Mapping[str, Any], buffer_bytes: int | None) -> Window:
+        """The window of a decoded LinkMetrics record, under `buffer_bytes`."""
+        metrics = {f.name: record[f.name] for f in fields(cls) if f.name != "buffer_bytes"}
+        return cls(**metrics, buffer_bytes=buffer_bytes)
 
 
 @dataclass(frozen=True)

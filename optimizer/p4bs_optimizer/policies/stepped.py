@@ -3,7 +3,7 @@ step, measured on the windows once it is in force, and a settled buffer is kept 
 metrics job's change detector flags f.
 
 A step's windows count only once the windows say its buffer is in force
-(`Window.buffer_bytes`, joined by the metrics job from the applied decisions), from a wait
+(`Window.buffer_bytes`: the service's last applied change before the window's end), from a wait
 after the first such window (`_settle_ns`: the queue needs time to reach its new level)
 until `measure_ns` of windows were counted (and at least 2). A decision that is not in force
 `reissue_after_ns` (and at least a step's time) after it was made is made again. No search

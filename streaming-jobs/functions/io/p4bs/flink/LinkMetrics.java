@@ -27,11 +27,11 @@ import org.apache.flink.types.Row;
  * OVER aggregate per link ordered by window time, so Flink keeps the state per link and in its
  * checkpoints, and every window row in gives that window's LinkMetrics row out.
  *
- * <p>Input: one link's window as the job's SQL reduces it (RTT per flow from FlowRtts, summed
- * counters (before-tap and after-tap bytes among them), the window's flow events as "ts_ns kind
- * flow_key", applied decisions as "ts_ns buffer_bytes" and LinkSpec records of the links topic
- * as "ts_ns removed(0/1) capacity_bps weight_loss weight_delay max_loss max_queue_delay_ns", each
- * comma separated, and whether the specs were all the window had). Output: the LinkMetrics
+ * <p>Input: one link's window as the job's SQL reduces it (IntervalSummary's RTT per flow and
+ * summed counters, before-tap and after-tap bytes among them; the window's flow events as "ts_ns
+ * kind flow_key" and LinkSpec records of the links topic as "ts_ns removed(0/1) capacity_bps
+ * weight_loss weight_delay max_loss max_queue_delay_ns", each comma separated; and whether the
+ * specs were all the window had). Output: the LinkMetrics
  * fields (streaming-jobs/README.md defines each), whether the link is known (other links' rows
  * are counted in the metric unknown_links and left out), and the SLA alert each bound raises or
  * resolves in this window (state "raise"/"resolve", else null).
@@ -63,7 +63,6 @@ import org.apache.flink.types.Row;
       @DataTypeHint("BIGINT"),
       @DataTypeHint("STRING"),
       @DataTypeHint("STRING"),
-      @DataTypeHint("STRING"),
       @DataTypeHint("BOOLEAN")
     },
     accumulator =
@@ -79,7 +78,7 @@ import org.apache.flink.types.Row;
                 + " retransmissions BIGINT, loss_rate DOUBLE, loss_rate_ewma DOUBLE,"
                 + " queue_delay_samples BIGINT, queue_delay_ns BIGINT,"
                 + " queue_delay_ewma_ns BIGINT, throughput_bps BIGINT, utilisation DOUBLE,"
-                + " offered_bps BIGINT, offered_utilisation DOUBLE, f DOUBLE, zscore DOUBLE, `change` BOOLEAN, buffer_bytes BIGINT,"
+                + " offered_bps BIGINT, offered_utilisation DOUBLE, f DOUBLE, zscore DOUBLE, `change` BOOLEAN,"
                 + " delay_alert STRING, delay_alert_id STRING, delay_value DOUBLE,"
                 + " delay_bound DOUBLE, loss_alert STRING, loss_alert_id STRING,"
                 + " loss_value DOUBLE, loss_bound DOUBLE>"))
@@ -89,7 +88,7 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
   /** A flat f has deviation 0; a later move of f is then a change with a finite z. */
   private static final double Z_DEVIATION_FLOOR = 1e-9;
 
-  private static final int OUTPUT_FIELDS = 32;
+  private static final int OUTPUT_FIELDS = 31;
   private static final int DELAY = 0, LOSS = 1;
   private static final String[] KINDS = {"queue_delay", "loss"};
 
@@ -151,7 +150,6 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
     final HashMap<String, Long> longFlows = new HashMap<>();
     /** The change detector's lag of filtered f values. */
     final ArrayDeque<Double> filteredF = new ArrayDeque<>();
-    long bufferBytes = -1, bufferSinceNs = -1; // -1 bytes: no decision applied yet
     /** Per SLA bound: consecutive windows outside, inside, and the raised alert's id. */
     final int[] outside = new int[2], inside = new int[2];
     final String[] alertId = new String[2];
@@ -184,8 +182,6 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
       }
       to.longFlows.putAll(from.longFlows);
       to.filteredF.addAll(from.filteredF);
-      to.bufferBytes = from.bufferBytes;
-      to.bufferSinceNs = from.bufferSinceNs;
       for (int k = 0; k < 2; k++) {
         to.outside[k] = from.outside[k];
         to.inside[k] = from.inside[k];
@@ -217,8 +213,6 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
       for (double f : s.filteredF) {
         target.writeDouble(f);
       }
-      target.writeLong(s.bufferBytes);
-      target.writeLong(s.bufferSinceNs);
       for (int k = 0; k < 2; k++) {
         target.writeInt(s.outside[k]);
         target.writeInt(s.inside[k]);
@@ -250,8 +244,6 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
       for (int n = source.readInt(); n > 0; n--) {
         s.filteredF.add(source.readDouble());
       }
-      s.bufferBytes = source.readLong();
-      s.bufferSinceNs = source.readLong();
       for (int k = 0; k < 2; k++) {
         s.outside[k] = source.readInt();
         s.inside[k] = source.readInt();
@@ -335,7 +327,6 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
       Long queueDelaySamples,
       Long queueDelaySumNs,
       String flowEvents,
-      String decisions,
       String linkSpecs,
       Boolean specsOnly) {
     if (linkSpecs != null) {
@@ -383,17 +374,6 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
             + link.weightDelay * (delay != null ? delay : 0.0) / (double) link.maxQueueDelayNs);
     double[] change = detectChange(s.filteredF, f, m);
 
-    if (decisions != null) {
-      for (String item : decisions.split(",")) {
-        int space = item.indexOf(' ');
-        long ts = Long.parseLong(item.substring(0, space));
-        if (ts >= s.bufferSinceNs) {
-          s.bufferSinceNs = ts;
-          s.bufferBytes = Long.parseLong(item.substring(space + 1));
-        }
-      }
-    }
-
     // Utilisation is what the link carried (the after tap); the offered load (the before
     // tap) may exceed the capacity while the queue grows or the router drops.
     double windowS = (end - start) / 1e9;
@@ -430,7 +410,6 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
             f,
             change[0],
             change[1] != 0,
-            s.bufferBytes >= 0 ? s.bufferBytes : null,
             alerts[0],
             alerts[1],
             alerts[2],
