@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
-import math
 import re
 import statistics
 import time
@@ -18,6 +17,7 @@ from typing import Any
 
 from p4bs.bus import RecordConsumer, RecordProducer
 from p4bs.config import Config, load_config
+from p4bs_loop.chaos import same_value
 from p4bs_schemas.intervals import COUNT_FIELDS, IntervalAssembler
 
 FIXTURE = Path(__file__).with_name("fixtures") / "metrics-replay.jsonl.gz"
@@ -246,12 +246,6 @@ def consume(
     return got
 
 
-def _close(a: Any, b: Any) -> bool:
-    if isinstance(a, float) or isinstance(b, float):
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
-    return bool(a == b)
-
-
 def assert_windows_match(
     got: list[dict[str, Any]], want: list[dict[str, Any]], link_id: str = LINK
 ) -> None:
@@ -269,5 +263,5 @@ def assert_windows_match(
     }
     for g, e in zip(got, want, strict=True):
         assert g["link_id"] == link_id
-        wrong = {k: (g[k], v) for k, v in e.items() if not _close(g[k], v)}
+        wrong = {k: (g[k], v) for k, v in e.items() if not same_value(g[k], v)}
         assert not wrong, (e["window_start_ns"], wrong)

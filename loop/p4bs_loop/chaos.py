@@ -10,26 +10,25 @@ faults come one at a time, `fault_every_s` apart from `first_fault_s` on; each p
 down `down_s`.
 
 The checks:
-- every window the live job wrote (read committed) appears once, with the values an
-  undisturbed computation gives over the same records: the metrics job run bounded,
-  afterwards, on the loop's topics into topics of its own;
+- every window of the undisturbed computation (the metrics job run bounded, afterwards, on
+  the loop's topics into topics of its own) appears once in what the live job wrote (read
+  committed), with the same values, up to the live job's event time at the end; the live
+  job gets `CATCH_UP_S` after the traffic to write its last window;
 - every decision once (no two for one link, queue and window);
 - the router's buffer (sampled 50 times a second by the traffic run) never left the link's
   bounds;
 - nothing is left behind: every process the run started has exited, and the testbed's
   namespaces are gone.
 
-Per fault: how long after the kill the next window and the next decision came, how long
-until a window came as fast again as before the first fault, and how many windows the live
-job did not write (the exporter's downtime is lost at its source; the undisturbed
+Per fault, reported: how long after the kill the next window and the next decision came,
+how long until a window came as fast again as before the first fault, and how many windows
+the live job did not write (the exporter's downtime is lost at its source; the undisturbed
 computation has the same gap).
 
-Found by it (streaming-jobs/README.md, "Sparse streams"): on this machine the live job's
-windows lack the applied buffer (`buffer_bytes`) that the undisturbed computation has: a
-decision record becomes readable with the optimizer's next transaction, after its window has
-closed, and the live job drops it as late. The report lists those windows apart
-(`buffer_differing`); they fail the run as the other checks do. And after the TaskManager's
-failover the catch-up can lose windows when the decisions' watermark moves event time on.
+Found by it (streaming-jobs/README.md, "Event time comes from the interval records only"):
+the metrics job dropped the applied decisions as late, and after the TaskManager's failover
+the decisions' watermark could move event time past the interval records of the catch-up.
+Both went with LinkMetrics v3 (the job no longer reads the decisions).
 """
 
 from __future__ import annotations
@@ -63,6 +62,9 @@ from p4bs_loop.closed_loop import ClosedLoop, own_testbed_plan
 
 FAULTS = ("exporter", "broker", "taskmanager", "optimizer", "agent")
 KAFKA_NODES = 3
+# How long after the traffic the live job may take to write its last window: a failover's
+# restart took up to 85 s here, and the catch-up after it some more.
+CATCH_UP_S = 180.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,7 +237,9 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _close(a: Any, b: Any) -> bool:
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two values of a metrics record are the same: floats to 1e-9 (relative; the
+    live and the bounded job may sum in another order), anything else exactly."""
     if isinstance(a, float) or isinstance(b, float):
         return a is not None and b is not None and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
     return bool(a == b)
@@ -250,21 +254,17 @@ def compare_windows(
 ) -> dict[str, Any]:
     """The live job's windows against the undisturbed computation's, per link and window,
     up to `closed_until_ns` (the live job's event time at the end: it never closed the
-    windows after it, which the bounded run closes at its input's end). `buffer_differing`:
-    windows whose only difference is the applied buffer (streaming-jobs/README.md, "Sparse
-    streams": a decision that reaches the live job after its window closed is dropped)."""
+    windows after it, which the bounded run closes at its input's end)."""
     reference = [w for w in reference if w["window_end_ns"] <= closed_until_ns]
     counts: dict[tuple[str, int], int] = {}
     for w in live:
         counts[_window_key(w)] = counts.get(_window_key(w), 0) + 1
     want = {_window_key(w): w for w in reference}
     got = {_window_key(w): w for w in live}
-    differing, buffer_differing = [], []
+    differing = []
     for k in sorted(set(want) & set(got)):
-        wrong = {f: (got[k][f], v) for f, v in want[k].items() if not _close(got[k][f], v)}
-        if set(wrong) == {"buffer_bytes"}:
-            buffer_differing.append({"window": list(k), "fields": wrong})
-        elif wrong:
+        wrong = {f: (got[k][f], v) for f, v in want[k].items() if not same_value(got[k][f], v)}
+        if wrong:
             differing.append({"window": list(k), "fields": wrong})
     return {
         "windows": len(want),
@@ -272,7 +272,6 @@ def compare_windows(
         "unexpected": sorted(set(got) - set(want)),
         "doubled": sorted(k for k, n in counts.items() if n > 1),
         "differing": differing,
-        "buffer_differing": buffer_differing,
     }
 
 
@@ -414,18 +413,27 @@ def chaos_run(
         thread.join()
         if failure:
             raise failure[0]
-        # The last windows: the exporter ends its interval, the job closes it.
+        # The last windows: the exporter ends its interval, and the live job closes every
+        # window its event time passes: it trails the newest record by the out-of-orderness.
+        # A job still recovering from the last faults catches up first (reported apart).
         assert loop.exporter is not None
         loop.exporter.stop()
-        time.sleep(5 + config.metrics.max_out_of_orderness_ns / 1e9)
+        traffic_end = time.monotonic()
+        intervals = read_stream(loop.config.kafka, "link_counters", loop.topics)
+        closed_until = max(r["ts_ns"] for r in intervals) - config.metrics.max_out_of_orderness_ns
+        last_end = closed_until // loop.config.flink.window_ns * loop.config.flink.window_ns
+        progress("waiting for the live job's last window")
+        caught_up = procs.wait_until(
+            lambda: any(w["window_end_ns"] >= last_end for _, w in windows.seen), CATCH_UP_S
+        )
+        report["last_window_after_s"] = (
+            round(time.monotonic() - traffic_end, 1) if caught_up else None
+        )
         windows.stop()
         decisions.stop()
         progress("the undisturbed computation: the metrics job, bounded, on the same records")
         loop.stop()
         live = read_stream(loop.config.kafka, "link_metrics", loop.topics)
-        intervals = read_stream(loop.config.kafka, "link_counters", loop.topics)
-        # The live job's event time at the end: its watermark trails the newest record.
-        closed_until = max(r["ts_ns"] for r in intervals) - config.metrics.max_out_of_orderness_ns
         reference = run_reference(loop, work_dir)
         made = read_stream(loop.config.kafka, "buffer_decisions", loop.topics)
         per_window: dict[tuple[Any, ...], int] = {}
@@ -474,10 +482,12 @@ def _qdisc(traffic_dir: Path) -> list[dict[str, Any]]:
 
 
 def failed_checks(report: dict[str, Any]) -> list[str]:
-    """The checks a chaos run's report fails, each with what was wrong."""
+    """The checks a chaos run's report fails, each with what was wrong. How fast the loop
+    came back after each fault is reported, not checked: a job that never came back has
+    windows missing."""
     failed = []
     windows = report["windows"]
-    for what in ("missing", "unexpected", "doubled", "differing", "buffer_differing"):
+    for what in ("missing", "unexpected", "doubled", "differing"):
         if windows[what]:
             failed.append(f"windows {what}: {len(windows[what])} (first {windows[what][0]})")
     if report["decisions"]["doubled"]:
@@ -488,9 +498,6 @@ def failed_checks(report: dict[str, Any]) -> list[str]:
     for what, left in report["leftovers"].items():
         if left:
             failed.append(f"left behind: {what} {left}")
-    for fault in report["faults"]:
-        if fault["recovered_after_s"] is None:
-            failed.append(f"no window came as fast as before after the {fault['part']} fault")
     return failed
 
 
@@ -500,8 +507,12 @@ def summary(report: dict[str, Any]) -> str:
     lines = [
         f"windows: {windows['windows']} in the undisturbed computation; live: "
         f"{len(windows['missing'])} missing, {len(windows['doubled'])} doubled, "
-        f"{len(windows['differing'])} differing, {len(windows['buffer_differing'])} differing "
-        "in the applied buffer only",
+        f"{len(windows['differing'])} differing; the last "
+        + (
+            f"{report['last_window_after_s']:.1f} s after the traffic"
+            if report["last_window_after_s"] is not None
+            else f"not written within {CATCH_UP_S:.0f} s of the traffic's end"
+        ),
         f"decisions: {report['decisions']['count']}, {len(report['decisions']['doubled'])} doubled",
         f"router buffer: {report['router']['limits_bytes']} B, bounds "
         f"{report['router']['bounds_bytes']} B",
