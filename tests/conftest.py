@@ -14,7 +14,6 @@ import pytest
 from p4bs import paths
 from p4bs.bus import ensure_topics
 from p4bs.config import load_config
-from p4bs_infra.procs import free_ports
 from p4bs_infra.stack import Stack, StackSettings
 from p4bs_infra.testbed import Testbed, TestbedPlan
 from p4bs_schemas.registry import STREAMS
@@ -22,15 +21,8 @@ from p4bs_schemas.registry import STREAMS
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    kafka, controller, influx, rpc = free_ports(4)
-    settings = StackSettings(
-        state_dir=tmp_path_factory.mktemp("stack"),
-        kafka_port=kafka,
-        kafka_controller_port=controller,
-        influx_port=influx,
-        influx_rpc_port=rpc,
-        database="p4bs_test",
-        retention_ns=48 * 3600 * 10**9,
+    settings = StackSettings.on_free_ports(
+        tmp_path_factory.mktemp("stack"), database="p4bs_test", retention_ns=48 * 3600 * 10**9
     )
     running = Stack(settings)
     running.up(timeout_s=90, progress=lambda _: None)

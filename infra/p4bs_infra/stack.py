@@ -26,6 +26,7 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from p4bs.bus import Cluster, ensure_topics
 from p4bs.config import Config, InfluxConfig, KafkaConfig, SecretRef, config_toml
@@ -77,6 +78,25 @@ class StackSettings:
     flink_taskmanagers: int = 0
     flink_rest_port: int = 8081
     flink_rpc_port: int = 6123
+
+    @classmethod
+    def on_free_ports(cls, state_dir: Path, **settings: Any) -> StackSettings:
+        """`settings` on ports free on the loopback right now (every Kafka node's three,
+        InfluxDB's two, Flink's two): a stack of one's own beside others (tests, runs)."""
+        influx, rpc, rest, flink_rpc = procs.free_ports(4)
+        nodes = settings.get("kafka_brokers", 1)
+        base = procs.free_port_block(3 * nodes, avoid=(influx, rpc, rest, flink_rpc))
+        return cls(
+            state_dir=state_dir,
+            kafka_port=base,
+            kafka_controller_port=base + 1,
+            kafka_internal_port=base + 2,
+            influx_port=influx,
+            influx_rpc_port=rpc,
+            flink_rest_port=rest,
+            flink_rpc_port=flink_rpc,
+            **settings,
+        )
 
     @classmethod
     def from_config(cls, config: Config, state_dir: Path) -> StackSettings:

@@ -119,21 +119,12 @@ class Arrivals(threading.Thread):
 
 def chaos_stack(state_dir: Path) -> Stack:
     """Three Kafka nodes and a Flink cluster of two TaskManagers, on free loopback ports."""
-    influx, rpc, rest, flink_rpc = procs.free_ports(4)
-    base = procs.free_port_block(3 * KAFKA_NODES, avoid=(influx, rpc, rest, flink_rpc))
     return Stack(
-        StackSettings(
-            state_dir=state_dir,
-            kafka_port=base,
-            kafka_controller_port=base + 1,
-            kafka_internal_port=base + 2,
+        StackSettings.on_free_ports(
+            state_dir,
             kafka_brokers=KAFKA_NODES,
             replication_factor=KAFKA_NODES,
-            influx_port=influx,
-            influx_rpc_port=rpc,
             flink_taskmanagers=2,
-            flink_rest_port=rest,
-            flink_rpc_port=flink_rpc,
         )
     )
 

@@ -32,7 +32,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from p4bs.bus import client_settings, ensure_topics
 from p4bs.config import Config, FlowGroup, config_toml, parse_config
 from p4bs_exporter.model import ModelTarget, run_spec
-from p4bs_infra.procs import free_ports, wait_until
+from p4bs_infra.procs import wait_until
 from p4bs_infra.stack import Stack, StackSettings
 from p4bs_infra.testbed import NETCONF_PORT, Testbed, TestbedPlan, sender_group
 from p4bs_schemas.registry import STREAMS
@@ -71,17 +71,7 @@ LOOP_NICENESS = -10
 
 def own_stack(config: Config, state_dir: Path) -> Stack:
     """A Kafka broker and InfluxDB of one's own, on free loopback ports (not yet up)."""
-    kafka, controller, influx, rpc = free_ports(4)
-    return Stack(
-        StackSettings(
-            state_dir=state_dir,
-            kafka_port=kafka,
-            kafka_controller_port=controller,
-            influx_port=influx,
-            influx_rpc_port=rpc,
-            database=config.influxdb.database,
-        )
-    )
+    return Stack(StackSettings.on_free_ports(state_dir, database=config.influxdb.database))
 
 
 def own_testbed_plan(

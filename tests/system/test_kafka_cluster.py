@@ -17,7 +17,7 @@ from simlink import WINDOW_NS, LinkModel
 from p4bs import paths
 from p4bs.bus import RecordProducer, ensure_topics, read_stream
 from p4bs.config import load_config
-from p4bs_infra.procs import free_port_block, free_ports, wait_until
+from p4bs_infra.procs import wait_until
 from p4bs_infra.services import wait_ready
 from p4bs_infra.stack import Stack, StackSettings
 from p4bs_schemas.registry import STREAMS
@@ -27,19 +27,7 @@ NODES = 3
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Stack]:
-    influx, rpc = free_ports(2)
-    base = free_port_block(3 * NODES, avoid=(influx, rpc))
-    stack = Stack(
-        StackSettings(
-            state_dir=tmp_path / "stack",
-            kafka_port=base,
-            kafka_controller_port=base + 1,
-            kafka_internal_port=base + 2,
-            influx_port=influx,
-            influx_rpc_port=rpc,
-            kafka_brokers=NODES,
-        )
-    )
+    stack = Stack(StackSettings.on_free_ports(tmp_path / "stack", kafka_brokers=NODES))
     try:
         stack.up(timeout_s=180, progress=lambda _: None)
         yield stack
