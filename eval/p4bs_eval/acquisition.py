@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from p4bs.progress import Progress
 from p4bs_optimizer.policies.bayes import ACQUISITIONS, BufferSearch
 from p4bs_optimizer.policies.p4bs import P4bsOptions
 
@@ -173,16 +174,18 @@ def run_acquisitions(out: Path, seeds: int, iterations: int, measured: Path | No
     out.mkdir(parents=True, exist_ok=True)
     curve = measured_curve(measured) if measured else None
     runs = []
-    began = time.monotonic()
-    total = seeds * len(ACQUISITIONS)
+    # A search's time is a few seconds of fits; the first one measured sets the pace.
+    progress = Progress(seeds * len(ACQUISITIONS), first_guess_s=5.0)
     for seed in range(seeds):
         for acquisition in ACQUISITIONS:
+            began = time.monotonic()
             runs.append(search_trace(curve or synthetic_curve(seed), acquisition, seed, iterations))
-            done = len(runs)
-            left = (time.monotonic() - began) / done * (total - done)
-            print(f"[{done}/{total}] {acquisition} seed {seed}: R_T "
-                  f"{runs[-1]['trace'][-1]['regret']:.2f}; about {left / 60:.0f} min left",
-                  flush=True)  # fmt: skip
+            progress.finished(time.monotonic() - began)
+            progress.show(
+                f"{acquisition} seed {seed}: R_T {runs[-1]['trace'][-1]['regret']:.2f}",
+                elapsed_s=0.0,
+                final=True,
+            )
     source = f"the f measured in {measured}" if measured else "seeded Fig. 18-shaped curves"
     (out / "acquisition.json").write_text(json.dumps({"curves": source, "runs": runs}) + "\n")
     return write_acquisition_report(out)

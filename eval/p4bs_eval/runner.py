@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import threading
 import time
 import tomllib
@@ -24,6 +23,7 @@ from typing import Any
 
 from p4bs.bus import read_stream
 from p4bs.config import load_config
+from p4bs.progress import Progress
 from p4bs_eval.figures import run_figures
 from p4bs_eval.report import load_results, run_key
 from p4bs_eval.scenario import NO_POLICY, EvalScenario, Point
@@ -35,26 +35,6 @@ from p4bs_loop.closed_loop import ClosedLoop, own_stack, own_testbed_plan
 # A run's time on top of its traffic, for the time-left estimate until one run has been
 # measured: the testbed up, the metrics job from cold, the topics read back.
 OVERHEAD_GUESS_S = 40.0
-
-
-class Progress:
-    """One line: run i of n, the point, policy and repeat, the run's seconds, time left."""
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.done = 0
-        self.spent_s = 0.0  # wall time of the finished runs
-        self.tty = sys.stdout.isatty()
-
-    def left_s(self, run_s: float, elapsed_s: float) -> float:
-        per_run = self.spent_s / self.done if self.done else run_s + OVERHEAD_GUESS_S
-        return max(0.0, per_run - elapsed_s) + per_run * (self.total - self.done - 1)
-
-    def show(self, text: str, *, final: bool = False) -> None:
-        if self.tty and not final:
-            print(f"\r{text[:150]:<150}", end="", flush=True)
-        else:
-            print(("\r" if self.tty else "") + text, flush=True)
 
 
 class PhaseClock:
@@ -101,7 +81,7 @@ def run_one(
     )
     testbed = Testbed(plan)
     loop: ClosedLoop | None = None
-    label = f"[{progress.done + 1}/{progress.total}] {point.label} | {policy} | #{repeat}"
+    label = f"{point.label} | {policy} | #{repeat}"
     began = time.monotonic()
     phases = PhaseClock()
     try:
@@ -146,10 +126,9 @@ def run_one(
         while thread.is_alive():
             thread.join(1.0)
             t = time.monotonic() - started
-            left = progress.left_s(scenario.duration_s, time.monotonic() - began)
             progress.show(
-                f"{label} | traffic {min(t, scenario.duration_s):4.0f}/{scenario.duration_s:.0f}"
-                f" s | about {left / 60:.0f} min left"
+                f"{label} | traffic {min(t, scenario.duration_s):4.0f}/{scenario.duration_s:.0f} s",
+                elapsed_s=time.monotonic() - began,
             )
         if failure:
             raise failure[0]
@@ -257,7 +236,7 @@ def run_eval(
     (out / "scenario.json").write_text(json.dumps(described, indent=2) + "\n")
     if not runs:
         return 0
-    progress = Progress(len(runs))
+    progress = Progress(len(runs), first_guess_s=scenario.duration_s + OVERHEAD_GUESS_S)
     stack = own_stack(load_config(base_config), out / "stack")
     failed = 0
     print(f"p4bs eval {scenario.name}: {len(runs)} runs of {scenario.duration_s:g} s into {out}")
@@ -286,8 +265,7 @@ def run_eval(
                     row["error"] = f"{type(exc).__name__}: {exc}"
                     (run_dir / "error.txt").write_text(traceback.format_exc())
                 row["wall_s"] = round(time.monotonic() - began, 1)
-                progress.done += 1
-                progress.spent_s += row["wall_s"]
+                progress.finished(row["wall_s"])
                 results.write(json.dumps(row) + "\n")
                 results.flush()
                 outcome = row.get("error") or (
@@ -295,8 +273,7 @@ def run_eval(
                     f"{row['rtt_mean_ms']:.1f} ms, Jain {row['jain_flows']:.3f}"
                 )
                 progress.show(
-                    f"[{progress.done}/{progress.total}] {point.label} | {policy} | "
-                    f"#{repeat}: {outcome} ({row['wall_s']:.0f} s)",
+                    f"{point.label} | {policy} | #{repeat}: {outcome} ({row['wall_s']:.0f} s)",
                     final=True,
                 )
     finally:

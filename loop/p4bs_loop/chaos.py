@@ -51,6 +51,7 @@ from typing import Any
 from p4bs import paths
 from p4bs.bus import RecordConsumer, ensure_topics, read_stream
 from p4bs.config import FlowGroup, load_config
+from p4bs.progress import bar, duration_text
 from p4bs_infra import procs
 from p4bs_infra.services import FlinkTaskManager
 from p4bs_infra.stack import Stack, StackSettings
@@ -397,10 +398,10 @@ def chaos_run(
             at = plan.first_fault_s + i * plan.fault_every_s
             time.sleep(max(0.0, began + at - time.monotonic()))
             fault = faults.kill(part)
-            progress(f"{time.monotonic() - began:5.0f} s: killed {fault.what}")
+            progress(f"{_traffic_line(time.monotonic() - began, plan)}: killed {fault.what}")
             time.sleep(plan.down_s)
             faults.restart(fault)
-            progress(f"{time.monotonic() - began:5.0f} s: {part} started again")
+            progress(f"{_traffic_line(time.monotonic() - began, plan)}: {part} started again")
         thread.join()
         if failure:
             raise failure[0]
@@ -465,6 +466,15 @@ def chaos_run(
     report["leftovers"] = leftovers(pids, testbed)
     (work_dir / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     return report
+
+
+def _traffic_line(elapsed_s: float, plan: ChaosPlan) -> str:
+    """Where the traffic is: a bar, the seconds in, and the traffic's time left."""
+    left = max(0.0, plan.duration_s - elapsed_s)
+    return (
+        f"{bar(elapsed_s / plan.duration_s)} {elapsed_s:5.0f} s of {plan.duration_s:.0f} "
+        f"(about {duration_text(left)} of traffic left)"
+    )
 
 
 def _qdisc(traffic_dir: Path) -> list[dict[str, Any]]:
