@@ -21,6 +21,7 @@ from p4bs_exporter import cli as exporter_cli
 from p4bs_infra import cli as infra_cli
 from p4bs_jobs import cli as jobs_cli
 from p4bs_loop import cli as loop_cli
+from p4bs_ops import cli as ops_cli
 from p4bs_optimizer import cli as optimizer_cli
 
 
@@ -145,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--all", action="store_true", help="removed links too")
     listing.set_defaults(func=cmd_links_list)
 
-    for part in (infra_cli, exporter_cli, jobs_cli, optimizer_cli, eval_cli, loop_cli):
+    for part in (infra_cli, exporter_cli, jobs_cli, optimizer_cli, eval_cli, loop_cli, ops_cli):
         part.add_parser(sub, default_config)
     return parser
 

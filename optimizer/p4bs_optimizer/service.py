@@ -888,6 +888,7 @@ class OptimizerService:
             settings={
                 "session.timeout.ms": session_ms,
                 "heartbeat.interval.ms": max(100, session_ms // 4),
+                "client.id": self.instance,  # the group's member, by its owner name
             },
             on_assign=assigned,
             on_revoke=revoked,

@@ -20,7 +20,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"p4bs"}),  # core: config, the record bus, units, paths
     frozenset({"p4bs_exporter", "p4bs_jobs", "p4bs_infra"}),  # the parts
     frozenset({"p4bs_optimizer"}),
-    frozenset({"p4bs_loop"}),  # orchestration: the closed loop and the demo
+    # orchestration: the closed loop and the demo; the operator's view of a deployment
+    frozenset({"p4bs_loop", "p4bs_ops"}),
     frozenset({"p4bs_eval"}),
     frozenset({"p4bs_cli"}),  # the command line, wiring every part's subcommands
 )
