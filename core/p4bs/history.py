@@ -12,12 +12,16 @@ continuous queries that downsample the windows.
   later), for `influxdb.events_retention`; the InfluxDB sink writes them there.
 
 Each continuous query recomputes a few of its last intervals every time it runs
-(`RESAMPLE ... FOR`), so windows that reach InfluxDB late (the metrics job's output latency,
-a sink catching up) are still summarised.
+(`RESAMPLE ... FOR`: 5 s per second, 2 min per minute), so windows that reach InfluxDB a
+little late (the metrics job's output latency) are still summarised. Windows later than that
+(the metrics job catching up after a cold start or a failover, a sink catching up) the
+continuous query never sees again: the InfluxDB sink summarises their intervals itself
+(`late_rollup_select`, streaming-jobs/p4bs_jobs/influx_sink.py).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from p4bs.config import InfluxConfig
@@ -28,6 +32,23 @@ EVENT_MEASUREMENTS = frozenset({"sla_alerts", "buffer_decisions"})
 DOWNSAMPLED = "link_metrics"
 
 
+_INFLUXQL_UNITS_NS = {
+    "ms": 1_000_000,
+    "s": 1_000_000_000,
+    "m": 60_000_000_000,
+    "h": 3_600_000_000_000,
+    "d": 86_400_000_000_000,
+}
+
+
+def influxql_duration_ns(text: str) -> int:
+    """An InfluxQL (or Grafana) duration (`100ms`, `1s`, `5m`, `1h`, `1d`) in ns."""
+    found = re.fullmatch(r"(\d+)(ms|s|m|h|d)", text.strip())
+    if found is None:
+        raise ValueError(f"not a duration: {text!r}")
+    return int(found[1]) * _INFLUXQL_UNITS_NS[found[2]]
+
+
 @dataclass(frozen=True)
 class Rollup:
     """One downsampled series: its interval, retention policy and summaries."""
@@ -36,6 +57,13 @@ class Rollup:
     policy: str
     resample_for: str  # how far back each run recomputes
     summaries: tuple[str, ...]
+
+    def is_late(self, point_ns: int, written_ns: int) -> bool:
+        """Whether a window at `point_ns` written at `written_ns` comes too late for the
+        continuous query: its next run, at most one interval later, recomputes only
+        `resample_for` back."""
+        every, back = influxql_duration_ns(self.every), influxql_duration_ns(self.resample_for)
+        return point_ns < written_ns + every - back
 
 
 ROLLUPS = (
@@ -72,6 +100,17 @@ def continuous_query(database: str, rollup: Rollup) -> tuple[str, str]:
         f"{rollup_select(database, rollup)} GROUP BY time({rollup.every}), * END"
     )
     return name, statement
+
+
+def late_rollup_select(database: str, rollup: Rollup, first_ns: int, last_ns: int) -> str:
+    """The rollup of every interval holding a window from `first_ns` to `last_ns`, made
+    again from the windows InfluxDB holds (its points replace what was there)."""
+    every = influxql_duration_ns(rollup.every)
+    start, end = first_ns // every * every, (last_ns // every + 1) * every
+    return (
+        f"{rollup_select(database, rollup)} WHERE time >= {start} AND time < {end} "
+        f"GROUP BY time({rollup.every}), *"
+    )
 
 
 def rollup_select(database: str, rollup: Rollup) -> str:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from p4bs import paths
+from p4bs.history import influxql_duration_ns
 
 DATASOURCE_TYPE = "influxdb"
 DATASOURCE_UID = "p4bs-influxdb"  # ops/grafana/provisioning/datasources/p4bs.yaml
@@ -119,14 +120,6 @@ def load_dashboards(folder: Path | None = None) -> dict[str, dict[str, Any]]:
     return {path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))}
 
 
-def duration_ns(text: str) -> int:
-    """A Grafana or InfluxQL duration (`100ms`, `1s`, `5m`, `1h`, `1d`) in ns."""
-    found = re.fullmatch(r"(\d+)(ms|s|m|h|d)", text.strip())
-    if found is None:
-        raise ValueError(f"not a duration: {text!r}")
-    return int(found[1]) * dict(_UNITS_NS)[found[2]]
-
-
 def interval_text(ns: int) -> str:
     """An interval as Grafana writes `$__interval`: in the largest unit that divides it."""
     if ns <= 0 or ns % _MS:
@@ -185,7 +178,7 @@ def queries(dashboard: Mapping[str, Any]) -> Iterator[Query]:
             ref_id = str(target.get("refId", "Anno"))
             yield Query(title, a["name"], "annotation", ref_id, text, 0, variables)
     for panel in _panels(dashboard.get("panels", [])):
-        minimum = duration_ns(panel["interval"]) if panel.get("interval") else 0
+        minimum = influxql_duration_ns(panel["interval"]) if panel.get("interval") else 0
         for target in panel.get("targets", []):
             if _is_influx(target.get("datasource") or panel.get("datasource")):
                 yield Query(

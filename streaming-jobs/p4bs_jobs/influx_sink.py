@@ -10,7 +10,10 @@ measurement, tags and time, so a batch written twice after a crash stays one set
 Link metrics go into the database's default retention policy (every window, kept for
 `influxdb.retention`), SLA alerts and buffer decisions into `events` (kept for a year by
 default); continuous queries summarise the windows per second and per minute
-(p4bs/history.py).
+(p4bs/history.py). Windows written too late for a continuous query to see them again (a
+job catching up) the sink summarises itself: at most once a second, it makes the rollups of
+the intervals they fall in again (`history.late_rollup_select`); a summary that fails is
+tried again at the next one.
 
 Schema (time = the record's window end or event time, ns):
 - `link_metrics`, tags `link`, `router`, `interface`; every numeric field of LinkMetrics
@@ -88,6 +91,7 @@ class SinkStats:
     rejected: int = 0  # points InfluxDB refused for good (see last_error)
     batches: int = 0
     retries: int = 0
+    late_rollups: int = 0  # rollups made again for windows too late for their query
     last_error: str | None = None
 
 
@@ -110,6 +114,9 @@ class InfluxSink:
         if settings.username is not None and settings.password is not None:
             self._session.auth = (settings.username.resolve(), settings.password.resolve())
         self._consumer = RecordConsumer(cluster, group, STREAMS, topics, store_on_poll=False)
+        # Per rollup, the first and last window written too late for its continuous query.
+        self._late: dict[history.Rollup, tuple[int, int]] = {}
+        self._summarised = time.monotonic()
 
     def _write_batch(self, batch: list[Received], stop: threading.Event) -> bool:
         """Writes the batch, each measurement into its retention policy, until InfluxDB
@@ -123,7 +130,40 @@ class InfluxSink:
                 return False
         self._consumer.handled(batch)
         self.stats.batches += 1
+        self._note_late(batch)
         return True
+
+    def _note_late(self, batch: list[Received]) -> None:
+        written = time.time_ns()
+        ends = [r.record["window_end_ns"] for r in batch if r.stream == history.DOWNSAMPLED]
+        for rollup in history.ROLLUPS:
+            late = [end for end in ends if rollup.is_late(end, written)]
+            if late:
+                first, last = self._late.get(rollup, (min(late), max(late)))
+                self._late[rollup] = (min(first, *late), max(last, *late))
+
+    def _summarise_late(self) -> None:
+        """Makes the rollups of the late windows' intervals again; what fails stays noted."""
+        self._summarised = time.monotonic()
+        for rollup, (first, last) in list(self._late.items()):
+            query = history.late_rollup_select(self.settings.database, rollup, first, last)
+            try:
+                reply = self._session.post(
+                    f"{self.settings.url}/query",
+                    params={"db": self.settings.database, "q": query},
+                    timeout=60,
+                )
+                error = None if reply.status_code == 200 else f"HTTP {reply.status_code}"
+                if error is None and '"error"' in reply.text:
+                    error = reply.text.strip()[:300]
+            except requests.RequestException as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            if error is None:
+                del self._late[rollup]
+                self.stats.late_rollups += 1
+            else:
+                self.stats.last_error = error
+                log.warning("%s of late windows not made again: %s", rollup.policy, error)
 
     def _write_points(self, policy: str, points: list[Received], stop: threading.Event) -> bool:
         body = "\n".join(line_of(r.stream, r.record) for r in points).encode()
@@ -174,6 +214,8 @@ class InfluxSink:
                     batch = []
                     if on_batch is not None:
                         on_batch(self.stats)
+                if self._late and time.monotonic() - self._summarised >= 1.0:
+                    self._summarise_late()
         finally:
             self._consumer.close()
             self._session.close()

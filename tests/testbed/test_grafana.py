@@ -126,20 +126,14 @@ def test_every_dashboard_query_returns_data_after_a_closed_loop_run(
             finally:
                 loop.stop()
         assert filled, f"{_stored(influx)}; InfluxDB sink log:\n{loop.log_tail('influx-sink')}"
-        # The rollups of the run are made as an operator backfills them (history.py's
-        # rollup_select over a range): the per-second continuous query recomputes only the
-        # last 5 s each second, and the windows the metrics job makes while it catches up
-        # after its cold start reach InfluxDB later than that (the first 12 of 50 s of
-        # windows were missing from rollup_1s in a run here); the per-minute one runs at
-        # minute boundaries, which a run this short may not reach after its windows.
+        # The rollups of the whole run made again as the sink makes those of late windows
+        # (history.late_rollup_select): the per-minute continuous query runs at minute
+        # boundaries, which a run this short may not reach after its windows.
         for rollup in history.ROLLUPS:
             made = _count(influx, "mean_f", f'"{rollup.policy}"."link_metrics"', "time > 0")
             print(f"{rollup.policy}: {made} points from the continuous query")
-            every = grafana.duration_ns(rollup.every)
             influx.query(
-                f"{history.rollup_select(influx.database, rollup)} "
-                f"WHERE time >= {began_ns // every * every} AND time <= {time.time_ns()} "
-                f"GROUP BY time({rollup.every}), *"
+                history.late_rollup_select(influx.database, rollup, began_ns, time.time_ns())
             )
         # The dashboard's range from the start of the run's first minute, so that the
         # per-minute summary of that minute is in it.

@@ -245,8 +245,8 @@ def test_an_unknown_macro_or_a_formatted_variable_is_refused() -> None:
 
 
 def test_intervals_are_grafanas() -> None:
-    assert grafana.duration_ns("100ms") == 100_000_000
-    assert grafana.duration_ns("1m") == 60 * 10**9
+    assert history.influxql_duration_ns("100ms") == 100_000_000
+    assert history.influxql_duration_ns("1m") == 60 * 10**9
     assert [grafana.interval_text(ns) for ns in (2 * 10**8, 10**9, 120 * 10**9, 3600 * 10**9)] == [
         "200ms",
         "1s",
