@@ -436,9 +436,9 @@ def _group_lags(
             }
         except Exception as exc:
             committed[group] = exc
-    # The committed ends of every partition of the topics any group reads or committed.
+    # The committed ends of every partition of the deployment's topics the groups read (a
+    # group's offsets on topics the config does not name are another deployment's).
     names = {topics[s] for streams in wanted.values() for s in streams}
-    names |= {t for c in committed.values() if isinstance(c, dict) for t, _ in c}
     partitions = [
         TopicPartition(t, p)
         for t in sorted(names)
@@ -474,9 +474,9 @@ def _group_lags(
             info["error"] = _kafka_reason(offsets)
             out[group] = info
             continue
-        info["committed"] = bool(offsets)
+        info["committed"] = any(topic in {topics[s] for s in streams} for topic, _ in offsets)
         per_topic: dict[str, dict[str, Any]] = {}
-        for topic in dict.fromkeys([*(topics[s] for s in streams), *sorted(t for t, _ in offsets)]):
+        for topic in dict.fromkeys(topics[s] for s in streams):
             if topic not in metadata.topics:
                 continue
             parts = sorted(metadata.topics[topic].partitions)

@@ -45,6 +45,8 @@ def test_a_killed_node_loses_no_record(cluster: Stack) -> None:
     topics = {stream: f"cluster-{run}.{stream}" for stream in STREAMS}
     ensure_topics(cluster.bootstrap, topics, partitions=4, replication_factor=3)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    # The node that answers may learn of a topic just created a moment after the controller.
+    assert wait_until(lambda: topics["link_metrics"] in admin.list_topics(timeout=5).topics, 30)
     metadata = admin.list_topics(timeout=30).topics[topics["link_metrics"]]
     assert all(len(p.replicas) == NODES for p in metadata.partitions.values())
     resource = ConfigResource(ConfigResource.Type.BROKER, "1")

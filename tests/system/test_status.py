@@ -30,7 +30,7 @@ from optimizerproc import optimizer
 from replay import EMPTY_COUNTERS
 
 from p4bs import paths
-from p4bs.bus import RecordProducer, read_partitions
+from p4bs.bus import RecordProducer, ensure_topics, read_partitions
 from p4bs.config import Config, load_config
 from p4bs_cli.main import main
 from p4bs_infra.procs import free_port, wait_until
@@ -370,20 +370,31 @@ def test_a_groups_lag_is_the_committed_end_minus_its_offsets_and_may_have_a_limi
     stack: Stack, topics: dict[str, str], tmp_path: Path
 ) -> None:
     """Five records; the metrics job's group (named by --metrics-group) committed 2: three
-    behind. Over --max-lag 1 that makes Kafka unhealthy, naming the group and the topic."""
+    behind. Over --max-lag 1 that makes Kafka unhealthy, naming the group and the topic.
+    The group's offsets on another deployment's topic (a Kafka shared by two) count for
+    nothing here."""
     config = load_config(write_config(tmp_path / "p4bs.toml", stack, topics))
     topic = topics["link_counters"]
-    producer = RecordProducer(stack.kafka.bootstrap, topics)
-    for i in range(5):
-        producer.produce("link_counters", {**EMPTY_COUNTERS, "link_id": "r1:x", "ts_ns": i})
-    assert producer.flush(30) == 0
+    other = {stream: f"other-{uuid.uuid4().hex[:6]}.{stream}" for stream in STREAMS}
+    ensure_topics(stack.kafka.bootstrap, other, partitions=1, replication_factor=1)
+    for to in (topics, other):
+        producer = RecordProducer(stack.kafka.bootstrap, to)
+        for i in range(5):
+            producer.produce("link_counters", {**EMPTY_COUNTERS, "link_id": "r1:x", "ts_ns": i})
+        assert producer.flush(30) == 0
     (partition,) = [p for p in range(2) if stored(stack, topic, p)]
     group = f"status-lag-{uuid.uuid4().hex[:6]}"
     committer = Consumer({"bootstrap.servers": stack.kafka.bootstrap, "group.id": group})
 
     def committed() -> bool:
         try:  # the group's coordinator may still be loading on a fresh broker
-            committer.commit(offsets=[TopicPartition(topic, partition, 2)], asynchronous=False)
+            committer.commit(
+                offsets=[
+                    TopicPartition(topic, partition, 2),
+                    TopicPartition(other["link_counters"], 0, 0),
+                ],
+                asynchronous=False,
+            )
         except KafkaException as exc:
             loading = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS)
             if not exc.args[0].retriable() and exc.args[0].code() not in loading:
@@ -399,8 +410,10 @@ def test_a_groups_lag_is_the_committed_end_minus_its_offsets_and_may_have_a_limi
     result = status.check_kafka(config, StatusOptions(metrics_group=group))
     assert result.healthy, result
     lag = result.details["groups"][group]["lag"]
-    assert lag[topic] == {"lag": 3, "committed_partitions": 1, "partitions": 2}
-    assert lag[topics["links"]] == {"committed_partitions": 0, "partitions": 2}
+    assert lag == {
+        topic: {"lag": 3, "committed_partitions": 1, "partitions": 2},
+        topics["links"]: {"committed_partitions": 0, "partitions": 2},
+    }
     assert f"{group} 3," in result.summary
 
     result = status.check_kafka(config, StatusOptions(metrics_group=group, max_lag=1))
