@@ -142,7 +142,7 @@ class InfluxSink:
                 first, last = self._late.get(rollup, (min(late), max(late)))
                 self._late[rollup] = (min(first, *late), max(last, *late))
 
-    def _summarise_late(self) -> None:
+    def _summarise_late(self, timeout_s: float = 60.0) -> None:
         """Makes the rollups of the late windows' intervals again; what fails stays noted."""
         self._summarised = time.monotonic()
         for rollup, (first, last) in list(self._late.items()):
@@ -151,7 +151,7 @@ class InfluxSink:
                 reply = self._session.post(
                     f"{self.settings.url}/query",
                     params={"db": self.settings.database, "q": query},
-                    timeout=60,
+                    timeout=timeout_s,
                 )
                 error = None if reply.status_code == 200 else f"HTTP {reply.status_code}"
                 if error is None and '"error"' in reply.text:
@@ -217,6 +217,8 @@ class InfluxSink:
                 if self._late and time.monotonic() - self._summarised >= 1.0:
                     self._summarise_late()
         finally:
+            if self._late:  # their windows are committed: a next run would not see them
+                self._summarise_late(timeout_s=5.0)
             self._consumer.close()
             self._session.close()
         return self.stats
