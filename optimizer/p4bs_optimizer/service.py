@@ -109,6 +109,8 @@ STALLED_ROUND_NS = 500_000_000
 # mid-transaction leaves, which holds up read-committed readers of its partitions (the next
 # owner restoring the changelog) until then. Ours last milliseconds.
 TRANSACTION_TIMEOUT_MS = 6_000
+# How often a fit process looks whether its service is still there.
+FIT_PARENT_POLL_S = 1.0
 RESTORE_TIMEOUT_S = 60.0  # reading a changelog partition to its end, open transactions too
 
 
@@ -958,10 +960,21 @@ class OptimizerService:
 
 
 def _fit_worker() -> None:
-    """A fit process as it starts: Ctrl-C is the service's to handle (it stops the pool), and
-    Ax and torch are loaded and a first GP fitted before any link's fit comes."""
+    """A fit process as it starts: Ctrl-C is the service's to handle (it stops the pool), it
+    ends with its service, and Ax and torch are loaded and a first GP fitted before any
+    link's fit comes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    service = os.getppid()
+    threading.Thread(target=_exit_with, args=(service,), name="service", daemon=True).start()
     bayes.warm_up()
+
+
+def _exit_with(service: int) -> None:
+    """Ends this fit process once its service is gone (the process is then re-parented): a
+    killed service cannot stop its pool, whose processes would otherwise stay for ever."""
+    while os.getppid() == service:
+        time.sleep(FIT_PARENT_POLL_S)  # a poll: a parent's death gives nothing to wait on
+    os._exit(0)
 
 
 def flow_min_rtts(batch: dict[str, Any]) -> dict[str, int]:

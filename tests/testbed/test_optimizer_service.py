@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from optimizerproc import Decisions, optimizer
+from optimizerproc import Decisions, alive, children_of, optimizer
 from simlink import WINDOW_NS, LinkModel, SimulatedLink
 from test_agent import _kernel_limit
 
 from p4bs import paths
 from p4bs.bus import RecordProducer
 from p4bs.config import Config, LinkConfig, load_config
+from p4bs_infra.procs import wait_until
 from p4bs_infra.stack import Stack
 from p4bs_infra.testbed import Testbed
 from p4bs_optimizer import state as changelog
@@ -234,9 +235,15 @@ def test_a_killed_optimizer_resumes_its_p4bs_search_from_saved_state(
     with link:
         with optimizer(path) as first:
             decisions.until(optimising(2), 120)
+            fit_processes = children_of(first.pid)  # and the pool's resource tracker
+            assert fit_processes
             first.send_signal(signal.SIGKILL)  # no chance to save anything more
             first.wait(10)
         killed_ns = time.time_ns()
+        # The killed service's fit processes end with it.
+        assert wait_until(lambda: not any(alive(p) for p in fit_processes), 15), [
+            p for p in fit_processes if alive(p)
+        ]
         with optimizer(path, log=restarted_log):
             decisions.until(
                 lambda r: any(d["ts_ns"] > killed_ns and d["phase"] == "settled" for d in r), 240
