@@ -58,12 +58,12 @@ class Rollup:
     resample_for: str  # how far back each run recomputes
     summaries: tuple[str, ...]
 
-    def is_late(self, point_ns: int, written_ns: int) -> bool:
-        """Whether a window at `point_ns` written at `written_ns` comes too late for the
+    def late_before(self, written_ns: int) -> int:
+        """Windows written at `written_ns` that end before this come too late for the
         continuous query: its next run, at most one interval later, recomputes only
         `resample_for` back."""
         every, back = influxql_duration_ns(self.every), influxql_duration_ns(self.resample_for)
-        return point_ns < written_ns + every - back
+        return written_ns + every - back
 
 
 ROLLUPS = (

@@ -137,10 +137,11 @@ class InfluxSink:
         written = time.time_ns()
         ends = [r.record["window_end_ns"] for r in batch if r.stream == history.DOWNSAMPLED]
         for rollup in history.ROLLUPS:
-            late = [end for end in ends if rollup.is_late(end, written)]
+            cutoff = rollup.late_before(written)
+            late = [end for end in ends if end < cutoff]
             if late:
                 first, last = self._late.get(rollup, (min(late), max(late)))
-                self._late[rollup] = (min(first, *late), max(last, *late))
+                self._late[rollup] = (min(first, min(late)), max(last, max(late)))
 
     def _summarise_late(self, timeout_s: float = 60.0) -> None:
         """Makes the rollups of the late windows' intervals again; what fails stays noted."""
