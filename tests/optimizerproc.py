@@ -53,14 +53,6 @@ def children_of(pid: int) -> list[int]:
     return children
 
 
-def alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie does not)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 class Decisions:
     """The decisions topic, read as the optimizer writes it."""
 

@@ -64,6 +64,14 @@ def running_pid(pidfile: Path) -> int | None:
     return pid if _start_time(pid) == started else None
 
 
+def alive(pid: int) -> bool:
+    """Whether `pid` runs: a zombie (killed, not yet reaped by its parent) counts as gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def stop(pidfile: Path, timeout_s: float = 20.0) -> bool:
     """SIGTERM the recorded process group, SIGKILL after `timeout_s`; True if one was running."""
     pid = running_pid(pidfile)

@@ -172,7 +172,7 @@ class Faults:
             self.pids.add(pid)
             fault.killed_ns = time.time_ns()
             os.kill(pid, signal.SIGKILL)
-            procs.wait_until(lambda: not _alive(pid), 30)
+            procs.wait_until(lambda: not procs.alive(pid), 30)
         self.times.append(fault)
         return fault
 
@@ -213,20 +213,6 @@ class Faults:
             self.testbed.restart_agent()
             self._keep(procs.running_pid(self.testbed.agent_pidfile))
         fault.restarted_ns = time.time_ns()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (killed, not yet reaped by its parent) counts as gone.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def same_value(a: Any, b: Any) -> bool:
@@ -319,7 +305,7 @@ def fault_costs(
 def leftovers(pids: set[int], testbed: Testbed) -> dict[str, Any]:
     """What of the run is still there: live processes among those it started, namespaces."""
     return {
-        "processes": sorted(pid for pid in pids if _alive(pid)),
+        "processes": sorted(pid for pid in pids if procs.alive(pid)),
         "namespaces": sorted(n for n in Testbed._existing_namespaces()
                              if n.startswith(testbed.plan.name + "-")),
     }  # fmt: skip

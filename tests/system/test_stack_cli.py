@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from p4bs_infra.procs import free_ports, port_open, running_pid
+from p4bs_infra.procs import alive, free_ports, port_open, running_pid
 
 
 def _p4bs(*args: str) -> subprocess.CompletedProcess[str]:
@@ -70,17 +70,9 @@ def test_stack_up_then_down_leaves_no_process_and_no_port(repo: Path, tmp_path: 
     assert down.returncode == 0, down.stderr
     assert "stopped: influxdb, kafka" in down.stdout
     for pid in pids:
-        assert pid is not None and not _alive(pid)
+        assert pid is not None and not alive(pid)
     assert not any(port_open("127.0.0.1", p) for p in ports.all())
     assert _p4bs("stack", "status", "--state-dir", str(state)).returncode == 1
-
-
-def _alive(pid: int) -> bool:
-    """Running and not a zombie awaiting its reaper."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_stack_up_refuses_a_busy_port_and_starts_nothing(repo: Path, tmp_path: Path) -> None:

@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from optimizerproc import Decisions, alive, children_of, optimizer
+from optimizerproc import Decisions, children_of, optimizer
 from simlink import WINDOW_NS, LinkModel, SimulatedLink
 from test_agent import _kernel_limit
 
 from p4bs import paths
 from p4bs.bus import RecordProducer
 from p4bs.config import Config, LinkConfig, load_config
-from p4bs_infra.procs import wait_until
+from p4bs_infra.procs import alive, wait_until
 from p4bs_infra.stack import Stack
 from p4bs_infra.testbed import Testbed
 from p4bs_optimizer import state as changelog
