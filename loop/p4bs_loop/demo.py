@@ -29,6 +29,7 @@ from p4bs_infra.services import InfluxDB, StackError
 from p4bs_infra.testbed import Testbed
 from p4bs_infra.traffic import Scenario, TrafficRun
 from p4bs_loop.closed_loop import ClosedLoop, own_stack, own_testbed_plan
+from p4bs_optimizer.state import buffer_in_force
 
 RATE_BPS = 100_000_000
 
@@ -68,13 +69,14 @@ class LiveView:
             target.append(received.record)
 
     def buffer_at(self, end_ns: int) -> int | None:
-        """The buffer in force for a window ending at `end_ns`: the last applied (queue 0)
-        before it, as the optimizer counts it; None before the first."""
-        buffer = None
-        for d in self.decisions:
-            if d["outcome"] == "applied" and d["queue"] == 0 and d["ts_ns"] < end_ns:
-                buffer = d["buffer_bytes"]
-        return buffer
+        """The buffer in force for a window ending at `end_ns`, from the applied changes of
+        queue 0, as the optimizer counts it; None before the first."""
+        changes = sorted(
+            ((d["ts_ns"], d["buffer_bytes"]) for d in self.decisions
+             if d["outcome"] == "applied" and d["queue"] == 0),
+            key=lambda change: change[0],
+        )  # fmt: skip
+        return buffer_in_force(changes, end_ns)
 
     def line(self, elapsed_s: float) -> str:
         if not self.windows:

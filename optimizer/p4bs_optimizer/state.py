@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,15 +47,8 @@ class LinkState:
     epoch: int = 0  # raised by one by each process that takes the link over
 
     def buffer_at(self, end_ns: int) -> int | None:
-        """Queue 0's buffer for a window ending at `end_ns`: the newest that came into force
-        before it (the rule the windows' data follows: a change inside a window counts for
-        it); None if none is known."""
-        buffer = None
-        for since_ns, buffer_bytes in self.buffer_changes:
-            if since_ns >= end_ns:
-                break
-            buffer = buffer_bytes
-        return buffer
+        """Queue 0's buffer for a window ending at `end_ns` (`buffer_in_force`)."""
+        return buffer_in_force(self.buffer_changes, end_ns)
 
     def buffer_changed(self, since_ns: int, buffer_bytes: int) -> None:
         """Queue 0's buffer came into force at `since_ns`; what no window still to come can
@@ -63,6 +57,18 @@ class LinkState:
         done = self.last_window_end_ns
         while len(self.buffer_changes) > 1 and self.buffer_changes[1][0] < done:
             del self.buffer_changes[0]
+
+
+def buffer_in_force(changes: Iterable[tuple[int, int]], end_ns: int) -> int | None:
+    """The buffer for a window ending at `end_ns`, of `changes` (since ns, bytes) in time
+    order: the newest that came into force before the window's end (a change inside a
+    window counts for it); None if none did."""
+    buffer = None
+    for since_ns, buffer_bytes in changes:
+        if since_ns >= end_ns:
+            break
+        buffer = buffer_bytes
+    return buffer
 
 
 def to_record(link_id: str, state: LinkState, owner: str, ts_ns: int) -> dict[str, Any]:
