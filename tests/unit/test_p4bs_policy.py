@@ -10,13 +10,21 @@ import random
 import subprocess
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from policylink import BDP_BYTES, CAPACITY_BPS, FakeLink, make_link, run, settled
 
 from p4bs_eval.acquisition import fig18_curve
 from p4bs_optimizer.policies.base import Decision, PolicyOptionError
-from p4bs_optimizer.policies.bayes import BufferSearch, Observation, SearchSpec, plan
+from p4bs_optimizer.policies.bayes import (
+    BufferSearch,
+    GridGP,
+    Observation,
+    SearchSpec,
+    _expected_improvement,
+    plan,
+)
 from p4bs_optimizer.policies.p4bs import P4bsPolicy
 
 
@@ -271,6 +279,7 @@ def test_search_is_a_gp_with_rbf_kernel_and_expected_improvement() -> None:
         search.tell(buffer, f(buffer), 0.01)
     suggestion = search.suggest()
 
+    assert search._client is not None
     adapter = search._client._generation_strategy.adapter  # the fitted model, for inspection
     assert adapter is not None
     generator = adapter.generator
@@ -351,9 +360,6 @@ def test_default_search_is_the_authors_grid_with_a_unit_rbf_and_fitted_noise() -
     plain RBF (amplitude 1) with a zero prior mean on f as measured, its noise fitted rather
     than the SEMs told (0.5 here, which as fixed noise would flatten the posterior far from
     the points), or fixed at `noise_variance`."""
-    from gpytorch.kernels import RBFKernel, ScaleKernel
-    from gpytorch.likelihoods import FixedNoiseGaussianLikelihood
-    from gpytorch.means import ZeroMean
 
     def f(buffer: float) -> float:
         return -abs(math.log2(buffer / 300_000))
@@ -366,20 +372,115 @@ def test_default_search_is_the_authors_grid_with_a_unit_rbf_and_fitted_noise() -
         search.tell(buffer, f(buffer), 0.5)
         suggestion = search.suggest()
         assert (suggestion - 62_500) % step == 0 and 62_500 <= suggestion < 500_000
-    model = search._client._generation_strategy.adapter.generator.surrogate.model  # type: ignore[union-attr]
-    assert isinstance(model.covar_module, RBFKernel)
-    assert not isinstance(model.covar_module, ScaleKernel)
-    assert not isinstance(model.likelihood, FixedNoiseGaussianLikelihood)
-    assert isinstance(model.mean_module, ZeroMean)
     means, _ = search.posterior([62_500, 287_500, 493_750])
     assert all(abs(m - f(b)) < 0.1 for m, b in zip(means, (62_500, 287_500, 493_750), strict=True))
-    fixed = BufferSearch(62_500, 500_000, grid_step_bytes=step, noise_variance=0.002)
-    fixed.tell(62_500, -1.0, 0.5)
-    fixed.suggest()
-    model = fixed._client._generation_strategy.adapter.generator.surrogate.model  # type: ignore[union-attr]
-    noise = model.likelihood.noise
-    assert isinstance(model.likelihood, FixedNoiseGaussianLikelihood)
-    assert float(noise.max()) == pytest.approx(0.002)
+    # One point, noise fixed: the posterior there is k / (k + noise) of it with k = 1 (the
+    # amplitude), shrunk towards 0 (the prior mean), its variance 1 - 1 / (1 + noise).
+    fixed = GridGP([0.0], [-1.0], noise_variance=0.002)
+    (mean,), (std,) = fixed.posterior([0.0])
+    assert mean == pytest.approx(-1 / 1.002) and std == pytest.approx(math.sqrt(1 - 1 / 1.002))
+    assert fixed.noise_variance == 0.002
+
+
+def _authors_gp_in_ax(low: int, high: int, observations: list[Observation], noise: float | None):
+    """The authors' GP as Ax and BoTorch fitted it before `GridGP` took its place: a
+    SingleTaskGP with a zero mean and a plain RBF kernel on the buffer scaled to [0, 1] and
+    f untransformed; returns Ax's client, its fitted model and the posterior on `grid`."""
+    from ax.adapter.registry import Generators, MBM_X_trans
+    from ax.api.client import Client
+    from ax.api.configs import RangeParameterConfig
+    from ax.generation_strategy.generation_node import GenerationNode
+    from ax.generation_strategy.generation_strategy import GenerationStrategy
+    from ax.generation_strategy.generator_spec import GeneratorSpec
+    from ax.generators.torch.botorch_modular.surrogate import SurrogateSpec
+    from ax.generators.torch.botorch_modular.utils import ModelConfig
+    from botorch.models import SingleTaskGP
+    from gpytorch.kernels import RBFKernel
+    from gpytorch.means import ZeroMean
+
+    class ZeroMeanGP(SingleTaskGP):  # type: ignore[misc]
+        def __init__(
+            self,
+            train_X: Any,
+            train_Y: Any,
+            train_Yvar: Any = None,
+            likelihood: Any = None,
+            covar_module: Any = None,
+            outcome_transform: Any = None,
+            input_transform: Any = None,
+        ) -> None:
+            super().__init__(
+                train_X,
+                train_Y,
+                train_Yvar=train_Yvar,
+                likelihood=likelihood,
+                covar_module=covar_module,
+                mean_module=ZeroMean(),
+                outcome_transform=outcome_transform,
+                input_transform=input_transform,
+            )
+
+    client = Client(random_seed=0)
+    client.configure_experiment(
+        parameters=[
+            RangeParameterConfig(
+                name="buffer", bounds=(float(low), float(high)), parameter_type="float"
+            )
+        ]
+    )
+    client.configure_optimization(objective="f")
+    for obs in observations:
+        index = client.attach_trial({"buffer": float(obs.buffer_bytes)})
+        value = obs.mean if noise is None else (obs.mean, math.sqrt(noise))
+        client.complete_trial(index, {"f": value})
+    model = ModelConfig(botorch_model_class=ZeroMeanGP, covar_module_class=RBFKernel)
+    spec = GeneratorSpec(
+        generator_enum=Generators.BOTORCH_MODULAR,
+        generator_kwargs={
+            "surrogate_spec": SurrogateSpec(model_configs=[model]),
+            "transforms": [*MBM_X_trans],
+        },
+    )
+    strategy = GenerationStrategy(
+        name="authors", nodes=[GenerationNode(name="gp", generator_specs=[spec])]
+    )
+    client.set_generation_strategy(strategy)
+    strategy.gen_single_trial(experiment=strategy.experiment)
+    return client, strategy.adapter.generator.surrogate.model  # type: ignore[union-attr]
+
+
+@pytest.mark.filterwarnings("ignore:ExpectedImprovement has known numerical issues")
+def test_the_grid_gp_is_the_model_ax_fitted_and_suggests_the_same_trials() -> None:
+    """`GridGP` against the same model fitted by Ax and BoTorch, on 24 random searches
+    (bounds, 1-5 points of a noisy peaked f, noise fitted or fixed): the same length scale
+    and noise, the same posterior on the grid, hence the same next trial. (On 300 such
+    searches all 300 suggestions agreed; a GridGP fit takes ~3 ms, Ax's ~100 ms.)"""
+    rng = random.Random(7)
+    for _ in range(24):
+        low = rng.choice([32_768, 62_500, 250_000])
+        high = rng.choice([1_250_000, 2_500_000])
+        peak, width = rng.uniform(low, high), rng.uniform(0.3, 2.0)
+        noise = rng.choice([None, None, 0.002])
+        search = BufferSearch(low, high, grid_step_bytes=18_750, noise_variance=noise)
+        buffers = [low] + [rng.choice(search.grid()) for _ in range(rng.randint(0, 4))]
+        observations = [
+            Observation(round(b), -0.2 - width * abs(math.log(b / peak)) + rng.gauss(0, 0.05), 0.02)
+            for b in buffers
+        ]
+        for obs in observations:
+            search.tell(*obs)
+        client, model = _authors_gp_in_ax(low, high, observations, noise)
+        ours = search._fitted_grid_gp()
+        assert ours.length_scale == pytest.approx(float(model.covar_module.lengthscale), rel=0.02)
+        assert ours.noise_variance == pytest.approx(float(model.likelihood.noise.max()), rel=0.02)
+        grid = search.grid()
+        predicted = client.predict([{"buffer": b} for b in grid])
+        means, stds = search.posterior(grid)
+        assert means == pytest.approx([p["f"][0] for p in predicted], abs=1e-3)
+        assert stds == pytest.approx([p["f"][1] for p in predicted], abs=1e-3)
+        best = search.best().mean
+        theirs = [_expected_improvement(p["f"][0] - best, p["f"][1]) for p in predicted]
+        assert search.suggest() == round(grid[max(range(len(grid)), key=theirs.__getitem__)])
 
 
 def test_default_policy_makes_four_grid_trials_from_the_lower_bound() -> None:

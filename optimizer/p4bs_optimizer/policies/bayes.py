@@ -1,5 +1,5 @@
-"""Bayesian optimisation of one buffer size with Ax: a Gaussian process with an RBF kernel
-and Expected Improvement, as in P4BS (TNSM 2023, §V-B, Algorithm 2).
+"""Bayesian optimisation of one buffer size: a Gaussian process with an RBF kernel and
+Expected Improvement, as in P4BS (TNSM 2023, §V-B, Algorithm 2).
 
 `BufferSearch` searches one float parameter, the buffer in bytes, within [low, high]; it
 maximises the performance function f (unitless, <= 0, higher is better). It is told
@@ -16,16 +16,22 @@ Two ways to search, as the policy asks:
   is theirs: an RBF kernel of amplitude 1 on f as measured (not standardised), its length
   scale fitted; its noise is fitted too, by maximum likelihood as the paper's Eq. 11 says,
   or fixed (`noise_variance`) as the controller does; the SEMs are kept for the record.
+  Its candidates are a grid, so no acquisition optimiser is needed, and a GP with two
+  hyperparameters on a handful of points is a few milliseconds of numpy (`GridGP`) where
+  Ax took ~100 ms: it is the model Ax fitted for this search before (BoTorch's exact
+  marginal likelihood with its default noise prior, optimised by L-BFGS-B from BoTorch's
+  initial values), and a test holds the two to the same suggestions.
 
-The observations live in one Ax `Client` (one completed single-arm trial each). Every fit
-starts from a new generation strategy, so from freshly initialised GP hyperparameters, and
-candidates are generated under the search's seed without becoming trials (no pending
-points). A search is therefore a pure function of (bounds, seed, observations in order): one
-rebuilt from persisted observations (warm start) suggests exactly what the original would
-have, which is what lets a restarted optimizer resume mid-search.
+The continuous search keeps its observations in one Ax `Client` (one completed single-arm
+trial each). Every fit starts from a new generation strategy, so from freshly initialised
+GP hyperparameters, and candidates are generated under the search's seed without becoming
+trials (no pending points). Either search is therefore a pure function of (bounds, seed,
+observations in order): one rebuilt from persisted observations (warm start) suggests
+exactly what the original would have, which is what lets a restarted optimizer resume
+mid-search.
 
 Ax and torch take seconds to import: only this module imports them, and only when the first
-`BufferSearch` is made, so importing the policies stays fast.
+continuous `BufferSearch` is made, so importing the policies stays fast.
 """
 
 from __future__ import annotations
@@ -52,6 +58,16 @@ RESTARTS = 8
 # The acquisition functions P4BS compares (Fig. 10): BoTorch's analytic ones, by name. EI is
 # the policy's (its stopping rule needs it); UCB takes BoTorch's default beta (0.2).
 ACQUISITIONS = ("ei", "ucb", "pi")
+# BoTorch's defaults for a GP that infers its noise (botorch.models.utils.gpytorch_modules,
+# get_gaussian_likelihood_with_lognormal_prior): a LogNormal(-4, 1) prior on the noise
+# variance, which is at least 1e-4 and starts at the prior's mode.
+NOISE_PRIOR_LOC = -4.0
+NOISE_PRIOR_SCALE = 1.0
+NOISE_PRIOR_MODE = math.exp(NOISE_PRIOR_LOC - NOISE_PRIOR_SCALE**2)
+MIN_NOISE_VARIANCE = 1e-4
+# What gpytorch adds to the diagonal, in turn, when K is not numerically positive definite
+# (a fixed noise near 0 and two trials at one buffer).
+CHOLESKY_JITTERS = (0.0, 1e-8, 1e-7, 1e-6)
 
 
 class Observation(NamedTuple):
@@ -81,7 +97,7 @@ def load_ax() -> None:
         logging.getLogger(module.__name__).setLevel(logging.ERROR)
 
 
-def _generation_strategy(acquisition: str = "ei", authors_gp: bool = False) -> GenerationStrategy:
+def _generation_strategy(acquisition: str = "ei") -> GenerationStrategy:
     """One node, GP + EI from the first trial on (no quasi-random initialisation: the bound
     search's measurements warm-start the GP, and `BufferSearch` picks the first point itself
     when there is none).
@@ -93,14 +109,6 @@ def _generation_strategy(acquisition: str = "ei", authors_gp: bool = False) -> G
       would pick its own kernel and priors.
     - Observation noise: the SEM told with each observation is the GP's fixed noise (the
       sigma^2 the paper adds on the diagonal).
-    - With `authors_gp`, the GP of the authors' controller instead: a plain RBFKernel (a
-      fixed at 1) on f as measured (no StandardizeY) with a zero prior mean (sklearn's,
-      which makes every unexplored buffer look better than f <= 0 measured anywhere, so
-      the search explores), the noise fitted with b unless `noise_variance` fixes it. A
-      fitted amplitude on standardised f collapses with one or two observations (the EI is
-      then ~0 everywhere and the search stops where it started); an amplitude of 1, large
-      against f's variation, keeps the EI open until the grid is covered, which is how
-      the authors' search behaves.
     - `botorch_acqf_class=ExpectedImprovement`, BoTorch's analytic EI (Eq. 13) with the best
       observed mean as the incumbent. Ax's default would be qLogNoisyExpectedImprovement
       (Monte-Carlo, log scale); we want EI itself, for the stopping rule and Fig. 7.
@@ -125,44 +133,14 @@ def _generation_strategy(acquisition: str = "ei", authors_gp: bool = False) -> G
     )
     from botorch.models import SingleTaskGP
     from gpytorch.kernels import RBFKernel, ScaleKernel  # type: ignore[import-untyped]
-    from gpytorch.means import ZeroMean  # type: ignore[import-untyped]
 
-    if authors_gp:
-
-        class ZeroMeanGP(SingleTaskGP):
-            """sklearn's GP regressor's prior: mean 0 (Ax reads the arguments it may pass
-            from this signature)."""
-
-            def __init__(
-                self,
-                train_X: Any,
-                train_Y: Any,
-                train_Yvar: Any = None,
-                likelihood: Any = None,
-                covar_module: Any = None,
-                outcome_transform: Any = None,
-                input_transform: Any = None,
-            ) -> None:
-                super().__init__(
-                    train_X,
-                    train_Y,
-                    train_Yvar=train_Yvar,
-                    likelihood=likelihood,
-                    covar_module=covar_module,
-                    mean_module=ZeroMean(),
-                    outcome_transform=outcome_transform,
-                    input_transform=input_transform,
-                )
-
-        model = ModelConfig(botorch_model_class=ZeroMeanGP, covar_module_class=RBFKernel)
-    else:
-        model = ModelConfig(
-            botorch_model_class=SingleTaskGP,
-            covar_module_class=ScaleKernel,
-            # A new RBFKernel per strategy: the fitted hyperparameters live in the module,
-            # and a shared one would carry them into the next fit and break determinism.
-            covar_module_options={"base_kernel": RBFKernel()},
-        )
+    model = ModelConfig(
+        botorch_model_class=SingleTaskGP,
+        covar_module_class=ScaleKernel,
+        # A new RBFKernel per strategy: the fitted hyperparameters live in the module,
+        # and a shared one would carry them into the next fit and break determinism.
+        covar_module_options={"base_kernel": RBFKernel()},
+    )
     spec = GeneratorSpec(
         generator_enum=Generators.BOTORCH_MODULAR,
         generator_kwargs={
@@ -172,7 +150,7 @@ def _generation_strategy(acquisition: str = "ei", authors_gp: bool = False) -> G
                 "ucb": UpperConfidenceBound,
                 "pi": ProbabilityOfImprovement,
             }[acquisition],
-            "transforms": [*MBM_X_trans] if authors_gp else [*MBM_X_trans, StandardizeY],
+            "transforms": [*MBM_X_trans, StandardizeY],
         },
         generator_gen_kwargs={
             "model_gen_options": {
@@ -185,9 +163,118 @@ def _generation_strategy(acquisition: str = "ei", authors_gp: bool = False) -> G
     )
 
 
+class GridGP:
+    """The GP of the authors' controller, on the grid search's x: the buffer scaled to [0, 1]
+    over the search's bounds, and f as measured. Zero prior mean (sklearn's, which makes
+    every unexplored buffer look better than f <= 0 measured anywhere, so the search
+    explores) and an RBF kernel of amplitude 1, k(x, x') = exp(-(x - x')^2 / 2b^2): fitted
+    to one or two points, an amplitude would collapse and the EI with it; 1, large against
+    f's variation, keeps the EI open until the grid is covered, as the authors' search does.
+
+    The length scale b, and the noise variance unless fixed, maximise the marginal
+    likelihood times BoTorch's default noise prior, as BoTorch's `fit_gpytorch_mll` did
+    when Ax fitted this model: b = softplus(r) from r = 0, the noise variance at least
+    `MIN_NOISE_VARIANCE` from the prior's mode, L-BFGS-B on the log posterior over the
+    number of points."""
+
+    def __init__(self, x: Sequence[float], f: Sequence[float], noise_variance: float | None):
+        import numpy as np
+        from scipy.linalg import cho_factor, cho_solve
+        from scipy.optimize import minimize
+
+        self._x = np.asarray(x, dtype=float)
+        f_measured = np.asarray(f, dtype=float)
+        squared = (self._x[:, None] - self._x[None, :]) ** 2
+        count = len(self._x)
+
+        def fitted(raw_length: float, noise: float) -> tuple[Any, Any, Any, Any]:
+            """The RBF's scaled squared distances and values, the Cholesky factor of K
+            and K^-1 f."""
+            scaled, kernel = _rbf(squared, _softplus(raw_length))
+            for jitter in CHOLESKY_JITTERS:
+                covariance = kernel.copy()
+                covariance[np.diag_indices(count)] += noise + jitter
+                try:
+                    factor = cho_factor(covariance, lower=True)
+                    break
+                except np.linalg.LinAlgError:
+                    if jitter == CHOLESKY_JITTERS[-1]:
+                        raise
+            return scaled, kernel, factor, cho_solve(factor, f_measured)
+
+        def loss(theta: Any) -> tuple[float, Any]:
+            """Minus the log posterior over the number of points, and its gradient in
+            (r, noise): d log p(f) / d theta = tr((alpha alpha' - K^-1) dK / d theta) / 2,
+            with dK / db = K * d^2 / b^3 and db / dr = sigmoid(r)."""
+            raw_length = float(theta[0])
+            noise = float(theta[1]) if noise_variance is None else noise_variance
+            scaled, kernel, factor, alpha = fitted(raw_length, noise)
+            value = (
+                -0.5 * float(f_measured @ alpha)
+                - float(np.log(np.diag(factor[0])).sum())
+                - 0.5 * count * math.log(2 * math.pi)
+            )
+            inner = np.outer(alpha, alpha) - cho_solve(factor, np.eye(count))
+            # Where the kernel has fallen to 0 its derivative has too (inf * 0 otherwise).
+            slope = kernel * np.where(kernel > 0, scaled, 0.0)
+            length = _softplus(raw_length)
+            per_length = 1.0 if length == 0 else 1 / (1 + math.exp(-raw_length)) / length
+            gradient = [0.5 * float(np.sum(inner * slope)) * per_length]
+            if noise_variance is None:
+                value += _log_noise_prior(noise)
+                d_prior = -(1 + (math.log(noise) - NOISE_PRIOR_LOC) / NOISE_PRIOR_SCALE**2) / noise
+                gradient.append(0.5 * float(np.trace(inner)) + d_prior)
+            return -value / count, -np.asarray(gradient) / count
+
+        if noise_variance is None:
+            start, bounds = [0.0, NOISE_PRIOR_MODE], [(None, None), (MIN_NOISE_VARIANCE, None)]
+        else:
+            start, bounds = [0.0], [(None, None)]
+        best = minimize(loss, start, jac=True, method="L-BFGS-B", bounds=bounds).x
+        self.length_scale = _softplus(float(best[0]))
+        self.noise_variance = float(best[1]) if noise_variance is None else noise_variance
+        _, _, self._factor, self._alpha = fitted(float(best[0]), self.noise_variance)
+
+    def posterior(self, x: Sequence[float]) -> tuple[list[float], list[float]]:
+        """Mean and standard deviation of the latent f at `x` (without the noise)."""
+        import numpy as np
+        from scipy.linalg import cho_solve
+
+        at = np.asarray(x, dtype=float)
+        _, cross = _rbf((at[:, None] - self._x[None, :]) ** 2, self.length_scale)
+        variance = 1.0 - np.einsum("ij,ji->i", cross, cho_solve(self._factor, cross.T))
+        return (cross @ self._alpha).tolist(), np.sqrt(np.clip(variance, 0.0, None)).tolist()
+
+
+def _rbf(squared_distances: Any, length: float) -> tuple[Any, Any]:
+    """d^2 / length^2 and exp(-d^2 / 2 length^2), 1 at distance 0 and 0 elsewhere however
+    short the length scale (as gpytorch computes it, from x / length)."""
+    import numpy as np
+
+    with np.errstate(divide="ignore", over="ignore"):
+        scaled = np.divide(
+            squared_distances,
+            length**2,
+            out=np.zeros_like(squared_distances),
+            where=squared_distances > 0,
+        )
+    return scaled, np.exp(-0.5 * scaled)
+
+
+def _softplus(raw: float) -> float:
+    return raw + math.log1p(math.exp(-raw)) if raw > 0 else math.log1p(math.exp(raw))
+
+
+def _log_noise_prior(variance: float) -> float:
+    """log density of BoTorch's LogNormal prior on the noise variance."""
+    z = (math.log(variance) - NOISE_PRIOR_LOC) / NOISE_PRIOR_SCALE
+    return -math.log(variance * NOISE_PRIOR_SCALE * math.sqrt(2 * math.pi)) - 0.5 * z * z
+
+
 class BufferSearch:
     """GP (RBF kernel) + Expected Improvement over the buffer in [low_bytes, high_bytes],
-    log scale, maximising f. Deterministic for a given seed and set of observations."""
+    maximising f, continuous on log(buffer) (Ax) or on a linear grid (`GridGP`).
+    Deterministic for a given seed and set of observations."""
 
     def __init__(
         self,
@@ -214,24 +301,32 @@ class BufferSearch:
         self.noise_variance = noise_variance
         self._observations: list[Observation] = []
         self._suggestion: int | None = None  # the EI maximiser for the current observations
+        self._grid_gp: GridGP | None = None  # fitted to the current observations
+        self._client: Client | None = None
+        if grid_step_bytes is None:
+            self._client = self._ax_client()
+        for obs in observations:
+            self.tell(*obs)
+
+    def _ax_client(self) -> Client:
+        """The continuous search's Ax experiment: the buffer on a log scale."""
         load_ax()
         from ax.api.client import Client
         from ax.api.configs import RangeParameterConfig
 
-        self._client: Client = Client(random_seed=seed)
-        self._client.configure_experiment(
+        client = Client(random_seed=self.seed)
+        client.configure_experiment(
             parameters=[
                 RangeParameterConfig(
                     name=PARAMETER,
-                    bounds=(float(low_bytes), float(high_bytes)),
+                    bounds=(float(self.low_bytes), float(self.high_bytes)),
                     parameter_type="float",
-                    scaling="log" if grid_step_bytes is None else "linear",
+                    scaling="log",
                 )
             ]
         )
-        self._client.configure_optimization(objective=OBJECTIVE)
-        for obs in observations:
-            self.tell(*obs)
+        client.configure_optimization(objective=OBJECTIVE)
+        return client
 
     @property
     def observations(self) -> tuple[Observation, ...]:
@@ -246,15 +341,12 @@ class BufferSearch:
         if not (math.isfinite(mean) and math.isfinite(sem) and sem >= 0):
             raise ValueError(f"need a finite mean and a finite SEM >= 0, got {mean}, {sem}")
         obs = Observation(int(buffer_bytes), float(mean), float(sem))
-        index = self._client.attach_trial({PARAMETER: float(obs.buffer_bytes)})
-        # A bare mean leaves the noise unknown, and the GP infers it.
-        value: float | tuple[float, float] = (obs.mean, obs.sem)
-        if self.grid_step_bytes is not None:
-            fixed = self.noise_variance
-            value = obs.mean if fixed is None else (obs.mean, math.sqrt(fixed))
-        self._client.complete_trial(index, {OBJECTIVE: value})
+        if self._client is not None:
+            index = self._client.attach_trial({PARAMETER: float(obs.buffer_bytes)})
+            self._client.complete_trial(index, {OBJECTIVE: (obs.mean, obs.sem)})
         self._observations.append(obs)
         self._suggestion = None
+        self._grid_gp = None
 
     def best(self) -> Observation:
         """The observation with the highest mean f (the paper's x*)."""
@@ -291,6 +383,8 @@ class BufferSearch:
     def posterior(self, buffers: Sequence[float]) -> tuple[list[float], list[float]]:
         """The GP posterior of f at `buffers` (bytes): mean and standard deviation of the
         latent f (without the observation noise), in units of f."""
+        if self._client is None:
+            return self._fitted_grid_gp().posterior([self._unit(b) for b in buffers])
         self._fit()
         predictions = self._client.predict([{PARAMETER: float(b)} for b in buffers])
         means = [float(p[OBJECTIVE][0]) for p in predictions]
@@ -311,15 +405,32 @@ class BufferSearch:
             return math.inf
         return max(self.expected_improvement(self.grid(points)))
 
-    def _fit(self) -> int:
-        """Fits the GP to the observations and returns the EI maximiser, bytes; once per
-        set of observations (`posterior` reads the same fitted model)."""
+    def _unit(self, buffer_bytes: float) -> float:
+        """The grid GP's x: the buffer scaled to [0, 1] over the bounds."""
+        return (buffer_bytes - self.low_bytes) / (self.high_bytes - self.low_bytes)
+
+    def _fitted_grid_gp(self) -> GridGP:
         if not self._observations:
             raise ValueError("no observations yet")
+        if self._grid_gp is None:
+            self._grid_gp = GridGP(
+                [self._unit(o.buffer_bytes) for o in self._observations],
+                [o.mean for o in self._observations],
+                self.noise_variance,
+            )
+        return self._grid_gp
+
+    def _fit(self) -> int:
+        """Fits the continuous search's GP to the observations and returns the EI
+        maximiser, bytes; once per set of observations (`posterior` reads the same fitted
+        model)."""
+        if not self._observations:
+            raise ValueError("no observations yet")
+        assert self._client is not None
         if self._suggestion is None:
             from ax.utils.common.random import with_rng_seed
 
-            strategy = _generation_strategy(self.acquisition, self.grid_step_bytes is not None)
+            strategy = _generation_strategy(self.acquisition)
             self._client.set_generation_strategy(strategy)
             with warnings.catch_warnings(), with_rng_seed(self.seed):
                 # BoTorch recommends log-EI for its numerics in high dimensions; in one
@@ -367,10 +478,10 @@ def plan(spec: SearchSpec) -> Plan:
 
 
 def warm_up() -> float:
-    """Imports Ax and torch and fits a throwaway search on two made-up points, so that a
-    link's first real fit does not pay for them; returns the seconds it took. Idle, the
-    imports take ~6 s and the first fit ~0.4 s (later ones ~0.25 s); on a loaded machine the
-    first P4BS fit of an evaluation run took a minute, with the link's windows waiting."""
+    """Imports Ax and torch and fits a throwaway continuous search on two made-up points, so
+    that a link's first real fit does not pay for them; returns the seconds it took. Idle,
+    the imports take ~6 s and the first fit ~0.4 s (later ones ~0.25 s); on a loaded machine
+    the first P4BS fit of an evaluation run took a minute, with the link's windows waiting."""
     began = time.monotonic()
     search = BufferSearch(1_000, 100_000)
     search.tell(10_000, -1.0, 0.1)

@@ -31,7 +31,7 @@ is their retransmissions over their data packets.
 
 `snapshot` holds everything as JSON data: the phase, the step being measured (with what it
 measured so far), the bounds, the bound search's and the trials' observations and the
-incumbent. `restore` rebuilds the Ax search from the observations, and the search is a pure
+incumbent. `restore` rebuilds the search from the observations, and the search is a pure
 function of them and the seed, so a restarted optimizer decides exactly what the original
 would have.
 """
@@ -289,7 +289,7 @@ class P4bsPolicy(SteppedPolicy):
 
     def _next_trial(self, window: Window, last_f: float, prefix: str) -> list[Decision]:
         """The next trial's decision, or the settled one when Algorithm 2 stops."""
-        spec = self._search_spec()
+        spec = self.search_spec()
         done = len(self.trials)
         if done >= self.config.max_trials:
             reason = f"{prefix}; {done} trials made (max_trials)"
@@ -314,9 +314,10 @@ class P4bsPolicy(SteppedPolicy):
         )
         return [self._new_step(window, buffer, OPTIMISE, trial, reason, f=last_f)]
 
-    def _search_spec(self) -> SearchSpec:
+    def search_spec(self) -> SearchSpec:
         """The search over the bounds as it stands: the bound search's points inside them
-        (with `warm_start`), then the trials, in order."""
+        (with `warm_start`), then the trials, in order. (`bayes.plan` computes the next
+        step from it; the dashboard shows the GP it fits.)"""
         warm = [
             o
             for o in self.bound_points
