@@ -7,13 +7,16 @@ decisions to the safety guards and applies them through the router's driver with
 the other links (each driver limits its own concurrent changes). Processes in one consumer
 group share the links: Kafka gives each its partitions, and records are keyed by link.
 
-Most policies decide in microseconds and run on the loop. A policy in `OFF_LOOP_POLICIES`
-can take far longer (P4BS fits a GP when a trial ends), so its `decide` runs in one of the
+Policies decide on the loop: most in microseconds, P4BS in a few milliseconds when a trial
+ends and its default search, on the authors' grid, fits its GP. A P4BS search on log(buffer)
+fits with Ax, 0.1-0.3 s (`_decides_off_loop`), so such a link's `decide` runs in one of the
 service's decide threads: the link's windows wait in its inbox meanwhile and are decided one
-at a time, in order, while the other links go on. Its GP fits run in a pool of processes, one
-per core (`optimizer.fit_processes`): fits are Python-bound, so threads could not run two at
-once, and each process seeds its own random generators around a fit, so a search never
+at a time, in order, while the other links go on. Those GP fits run in a pool of processes,
+one per core (`optimizer.fit_processes`): fits are Python-bound, so threads could not run two
+at once, and each process seeds its own random generators around a fit, so a search never
 depends on what other links' fits did. The policy is never snapshotted while it decides.
+(Handing every window of the grid searches to a thread cost more than their fits: 200
+searching links send 2,000 windows a second.)
 
 Safety, per link: a buffer is always within the link's [min, max]; two changes are at least
 `optimizer.min_change_interval` apart (a decision that comes sooner waits, and a newer one
@@ -80,7 +83,7 @@ from p4bs_optimizer.drivers.base import DriverError, RouterDriver
 from p4bs_optimizer.policies import bayes, policy_for
 from p4bs_optimizer.policies.base import Decision, Policy, PolicyOptionError, Window
 from p4bs_optimizer.policies.jenks import JenksPolicy
-from p4bs_optimizer.policies.p4bs import P4bsPolicy
+from p4bs_optimizer.policies.p4bs import P4bsOptions, P4bsPolicy
 from p4bs_optimizer.state import LinkState
 from p4bs_schemas.flows import flow_key
 
@@ -92,11 +95,6 @@ log = logging.getLogger(__name__)
 PERSIST_INTERVAL_NS = 1_000_000_000
 POLL_BATCH = 500  # records handed to the loop at once
 POLL_TIMEOUT_S = 0.05
-# Policies whose `decide` may hold the loop for long: P4BS fits a GP with Ax when a trial
-# ends (0.1-0.3 s, tests/bench/ax_decision.py). Their windows are decided in the decide
-# threads (as many as fit processes: a thread waits for its link's fit), the others' on the
-# loop.
-OFF_LOOP_POLICIES = frozenset({P4bsPolicy.name})
 STOP_DECIDING_TIMEOUT_S = 30.0  # at stop, for the decisions in the decide thread
 # When partitions are taken back, how long their links' decisions in the decide thread and
 # changes in flight may take to finish before they are cancelled (a cancelled change stays
@@ -472,7 +470,7 @@ class OptimizerService:
         fits = self._fits = config.optimizer.fit_processes or os.cpu_count() or 1
         self._decide_thread = ThreadPoolExecutor(fits, thread_name_prefix="decide")
         self._fit_pool: ProcessPoolExecutor | None = None
-        if any(link.policy in OFF_LOOP_POLICIES for link in config.links):
+        if any(_decides_off_loop(link) for link in config.links):
             # Spawned, not forked: this process runs Kafka clients' threads.
             self._fit_pool = ProcessPoolExecutor(
                 fits, mp_context=multiprocessing.get_context("spawn"), initializer=_fit_worker
@@ -518,9 +516,11 @@ class OptimizerService:
         else:
             state = LinkState(policy=link.policy)
         state.epoch += 1
-        decide_thread = self._decide_thread if link.policy in OFF_LOOP_POLICIES else None
-        if isinstance(policy, P4bsPolicy) and self._fit_pool is not None:
-            policy.planner = self._plan_in_pool
+        decide_thread = None
+        if _decides_off_loop(link):
+            decide_thread = self._decide_thread
+            if isinstance(policy, P4bsPolicy) and self._fit_pool is not None:
+                policy.planner = self._plan_in_pool
         controller = LinkController(link, policy, state, self, partition, decide_thread)
         self.controllers[link_id] = controller
         if state.unapplied:
@@ -957,6 +957,18 @@ class OptimizerService:
                 self._fit_pool.shutdown(wait=False, cancel_futures=True)
             for driver in self._drivers.values():
                 await driver.close()
+
+
+def _decides_off_loop(link: LinkConfig) -> bool:
+    """A link whose `decide` may hold the loop for long: a P4BS search on log(buffer), which
+    fits its GP with Ax when a trial ends (0.1-0.3 s; the authors' grid search, P4BS's
+    default, a few ms: tests/bench/ax_decision.py)."""
+    if link.policy != P4bsPolicy.name:
+        return False
+    try:
+        return P4bsOptions.parse(link.policy_options).grid_step_ns == 0
+    except PolicyOptionError:  # the link's controller reports it when it is made
+        return False
 
 
 def _fit_worker() -> None:

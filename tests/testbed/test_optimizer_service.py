@@ -308,17 +308,20 @@ def test_a_blocking_policy_decides_in_its_thread_in_order_while_other_links_go_o
     stack: Stack, topics: dict[str, str], testbed: Testbed, tmp_path: Path
 ) -> None:
     """Two links in one service (in this process, dry run, windows through Kafka): a P4BS
-    link whose decide blocks and a GLOBECOM one. While the P4BS link's decide is held, its
-    later windows wait and the GLOBECOM link's window is decided and recorded; once
-    released, the P4BS windows are decided in the decide thread, in arrival order, each
-    once, and only then does the saved state cover them."""
+    link searching on log(buffer) (Ax: its fits take 0.1-0.3 s, so it decides off the loop)
+    whose decide blocks, and a GLOBECOM one. While the P4BS link's decide is held, its later
+    windows wait and the GLOBECOM link's window is decided and recorded; once released, the
+    P4BS windows are decided in the decide thread, in arrival order, each once, and only then
+    does the saved state cover them. A P4BS link with the default grid search (fits of a few
+    ms) decides on the loop."""
     path = write_config(tmp_path, stack.kafka.bootstrap, topics, testbed, "p4bs")
     base = load_config(path)
-    slow_link = base.links[0]
-    fast_link = dataclasses.replace(slow_link, interface="eth2", policy="globecom")
+    slow_link = dataclasses.replace(base.links[0], policy_options={"grid_step_ns": 0})
+    fast_link = dataclasses.replace(base.links[0], interface="eth2", policy="globecom")
+    grid_link = dataclasses.replace(base.links[0], interface="eth3")
     # No fallback while the consumer joins: the controller exists before its first window.
     patient = dataclasses.replace(base.optimizer, stale_after_ns=600_000_000_000)
-    config = dataclasses.replace(base, links=[slow_link, fast_link], optimizer=patient)
+    config = dataclasses.replace(base, links=[slow_link, fast_link, grid_link], optimizer=patient)
     model = LinkModel()
     ends = [(time.time_ns() // WINDOW_NS + i) * WINDOW_NS for i in range(1, 6)]
     producer = RecordProducer(config.kafka.bootstrap, topics, client_id="windows")
@@ -330,7 +333,9 @@ def test_a_blocking_policy_decides_in_its_thread_in_order_while_other_links_go_o
     async def scenario() -> GatedPolicy:
         service = OptimizerService(config, dry_run=True)
         slow = service.controller(slow_link.id, 0)
-        assert slow is not None
+        assert slow is not None and slow.decide_thread is not None
+        grid = service.controller(grid_link.id, 0)
+        assert grid is not None and grid.decide_thread is None
         gated = slow.policy = GatedPolicy(slow_link, {})
         running = asyncio.get_running_loop().create_task(service.run())
         for end_ns in ends:
