@@ -447,10 +447,12 @@ class RecordConsumer:
         partition's first offset when the group has committed none there."""
         result = {}
         asked = [TopicPartition(t, p) for t, p in partitions]
+        deadline = time.monotonic() + timeout_s
         for tp in self._consumer.committed(asked, timeout=timeout_s):
             offset = tp.offset
             if offset < 0:
-                offset, _ = self._consumer.get_watermark_offsets(tp, timeout=timeout_s)
+                # A topic just made may have no leader yet (a group given it at once).
+                offset, _ = _watermarks(self._consumer, tp, deadline)
             result[(tp.topic, tp.partition)] = offset
         return result
 
