@@ -18,13 +18,13 @@ WORKSPACE := --workspace --exclude p4bs-model-fuzz
 
 APT_PACKAGES := iproute2 iperf3 tshark tcpdump ethtool procps curl iputils-ping \
                 openjdk-17-jdk-headless maven python3-venv build-essential zlib1g-dev \
-                libssl-dev pkg-config
+                libssl-dev pkg-config chromium chromium-driver
 INFLUXDB_VERSION := v1.8.10
 GNMI_VERSION     := v0.14.1
 PYTHON_SOURCES   := core schemas linux-tc infra streaming-jobs exporter optimizer loop ops eval cli tests
 
-.PHONY: help setup apt python jars tools build test test-unit test-system test-testbed lint \
-        format clean-stack
+.PHONY: help setup apt python jars tools dashboard-assets build test test-unit test-system \
+        test-testbed lint format clean-stack
 help:
 	@echo "make setup         install system packages, the venv, the JVM jars and the Go tools"
 	@echo "make test          lint, type-check and run every test (starts Kafka/InfluxDB itself)"
@@ -33,7 +33,7 @@ help:
 	@echo "make test-testbed  tests/testbed: root, network namespaces, real TCP through the router"
 	@echo "make format        apply ruff's formatting and fixes"
 
-setup: apt python jars tools build fuzz-tools
+setup: apt python jars tools dashboard-assets build fuzz-tools
 	@echo "setup done: $$(du -sh $(VENV) | cut -f1) venv, $$(du -sh $(CACHE) | cut -f1) cache"
 
 # System packages; installed only when one is missing.
@@ -48,6 +48,7 @@ apt:
 	    $$missing >/dev/null; \
 	fi
 	@command -v go >/dev/null || { echo "go is required (the machine image ships it)"; exit 1; }
+	@command -v npm >/dev/null || { echo "npm is required (the machine image ships it)"; exit 1; }
 
 python: $(STAMPS)/python
 $(STAMPS)/python: requirements.lock pyproject.toml
@@ -66,6 +67,16 @@ $(STAMPS)/jars: infra/jars/pom.xml
 	  $(MVN) -P$$profile dependency:copy-dependencies -DincludeScope=runtime \
 	    -DoutputDirectory=$(CURDIR)/$(CACHE)/jars/$$profile; \
 	done
+	touch $@
+
+# The charting library `p4bs dashboard` serves (ops/dashboard-assets: pinned by its lock file),
+# installed into .cache/dashboard/node_modules; the dashboard never fetches it at run time.
+DASHBOARD_ASSETS := $(CACHE)/dashboard
+dashboard-assets: $(STAMPS)/dashboard-assets
+$(STAMPS)/dashboard-assets: ops/dashboard-assets/package.json ops/dashboard-assets/package-lock.json
+	@mkdir -p $(STAMPS) $(DASHBOARD_ASSETS)
+	cp ops/dashboard-assets/package.json ops/dashboard-assets/package-lock.json $(DASHBOARD_ASSETS)/
+	cd $(DASHBOARD_ASSETS) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 tools: $(CACHE)/bin/influxd $(CACHE)/bin/gnmi_cli

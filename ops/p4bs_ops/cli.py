@@ -1,5 +1,6 @@
 """`p4bs status`: the health of a whole deployment on one screen (or as JSON); exit status 0
-when every part is healthy, 1 when one is not, 2 for a config or an option that is wrong."""
+when every part is healthy, 1 when one is not, 2 for a config or an option that is wrong.
+`p4bs dashboard`: the deployment's web view (ops/README.md)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from p4bs.config import ConfigError, load_config
+from p4bs.config import Config, ConfigError, SecretRef, load_config
 from p4bs.units import UnitError, parse_duration_ns
 from p4bs_ops.status import (
     METRICS_GROUP,
@@ -56,11 +57,18 @@ def _parts(text: str) -> list[str]:
     return names
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+def _config(args: argparse.Namespace, command: str) -> Config | None:
+    """The config `--config` names, or None once its problems are printed."""
     try:
-        config = load_config(args.config)
+        return load_config(args.config)
     except ConfigError as exc:
-        print(f"p4bs status: {exc}", file=sys.stderr)
+        print(f"p4bs {command}: {exc}", file=sys.stderr)
+        return None
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    config = _config(args, "status")
+    if config is None:
         return 2
     if not getattr(args, "verbose", False):
         # The drivers log each failed router call; the status line says it once.
@@ -84,7 +92,79 @@ def cmd_status(args: argparse.Namespace) -> int:
     return exit_code(results)
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    # Here, not at the top: every `p4bs` command would import the web server otherwise.
+    from p4bs_ops.dashboard.feed import Fleet
+    from p4bs_ops.dashboard.server import ServeOptions, SetupError, serve
+
+    config = _config(args, "dashboard")
+    if config is None:
+        return 2
+    if (args.tls_cert is None) != (args.tls_key is None):
+        print("p4bs dashboard: --tls-cert and --tls-key go together", file=sys.stderr)
+        return 2
+    token = None
+    if args.token_env or args.token_file:
+        # By reference, as the config's credentials: never a value on the command line.
+        reference = SecretRef(env=args.token_env, file=args.token_file)
+        try:
+            token = reference.resolve()
+        except LookupError as exc:
+            print(f"p4bs dashboard: token: {exc}", file=sys.stderr)
+            return 2
+        if not token:
+            print("p4bs dashboard: token: empty", file=sys.stderr)
+            return 2
+    options = ServeOptions(args.bind, args.port, token, args.tls_cert, args.tls_key)
+    try:
+        serve(Fleet(config), options, on_start=lambda line: print(line, flush=True))
+    except SetupError as exc:
+        print(f"p4bs dashboard: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a port number, got {text!r}") from None
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError(f"a port is 1-65535, got {value}")
+    return value
+
+
 def add_parser(sub: Any, default_config: Path) -> None:
+    _add_status(sub, default_config)
+    _add_dashboard(sub, default_config)
+
+
+def _add_dashboard(sub: Any, default_config: Path) -> None:
+    dashboard = sub.add_parser(
+        "dashboard",
+        help="the deployment's web view: fleet, links, searches, live from Kafka",
+        description="Serves the dashboard: the fleet, each link's history (InfluxDB) and live "
+        "records (Kafka), a P4BS link's Bayesian search. Only on this machine unless "
+        "--bind says otherwise, which needs a token and TLS.",
+    )
+    dashboard.add_argument(
+        "--config", type=Path, default=default_config, help="default: %(default)s"
+    )
+    dashboard.add_argument(
+        "--bind", default="127.0.0.1", help="address to listen on (default %(default)s)"
+    )
+    dashboard.add_argument("--port", type=_port, default=8050, help="default %(default)s")
+    token = dashboard.add_mutually_exclusive_group()
+    token.add_argument(
+        "--token-env", metavar="VAR", help="the access token is in this environment variable"
+    )
+    token.add_argument("--token-file", metavar="PATH", help="the access token is in this file")
+    dashboard.add_argument("--tls-cert", type=Path, help="serve HTTPS with this certificate")
+    dashboard.add_argument("--tls-key", type=Path, help="... and this private key")
+    dashboard.set_defaults(func=cmd_dashboard)
+
+
+def _add_status(sub: Any, default_config: Path) -> None:
     status = sub.add_parser(
         "status",
         help="health of a whole deployment: Kafka, Flink, exporters, optimizer, routers, "

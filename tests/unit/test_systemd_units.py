@@ -43,6 +43,7 @@ EXPECTED_UNITS = {
     "p4bs-influx-sink.service",
     "p4bs-alerts.service",
     "p4bs-optimizer@.service",
+    "p4bs-dashboard.service",
 }
 SAMPLE_INSTANCE = "sw1"
 
@@ -199,6 +200,7 @@ def test_each_service_runs_the_subcommand_it_is_named_for() -> None:
         "p4bs-influx-sink.service": ["jobs", "influx"],
         "p4bs-alerts.service": ["jobs", "alerts"],
         "p4bs-optimizer@.service": ["optimizer", "run", "--instance", SAMPLE_INSTANCE],
+        "p4bs-dashboard.service": ["dashboard", "--config", "--bind", "127.0.0.1"],
     }
     for unit in units():
         argv = exec_argv(unit, unit.values("Service", "ExecStart")[0])
