@@ -217,8 +217,11 @@ class GridGP:
             inner = np.outer(alpha, alpha) - cho_solve(factor, np.eye(count))
             # Where the kernel has fallen to 0 its derivative has too (inf * 0 otherwise).
             slope = kernel * np.where(kernel > 0, scaled, 0.0)
-            length = _softplus(raw_length)
-            per_length = 1.0 if length == 0 else 1 / (1 + math.exp(-raw_length)) / length
+            # sigmoid(r) / softplus(r), which tends to 1 as r falls (both are e^r there).
+            if raw_length < -30:
+                per_length = 1.0
+            else:
+                per_length = 1 / (1 + math.exp(-raw_length)) / _softplus(raw_length)
             gradient = [0.5 * float(np.sum(inner * slope)) * per_length]
             if noise_variance is None:
                 value += _log_noise_prior(noise)
