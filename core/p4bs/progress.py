@@ -8,7 +8,10 @@ from the items finished so far (their mean wall time), or from a first guess bef
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import time
+from collections.abc import Iterator
 from typing import TextIO
 
 BAR_WIDTH = 20
@@ -71,3 +74,12 @@ class Progress:
             print(f"\r{line:<{LINE_WIDTH}}", file=self.out, flush=True)
         else:
             print(f"\r{line[:LINE_WIDTH]:<{LINE_WIDTH}}", end="", file=self.out, flush=True)
+
+    @contextlib.contextmanager
+    def step(self, what: str) -> Iterator[None]:
+        """One item: `what` shown with the time left, as a line that stays (the item's own
+        output follows it), then the item counted as finished with its wall time."""
+        self.show(what, elapsed_s=0.0, final=True)
+        began = time.monotonic()
+        yield
+        self.finished(time.monotonic() - began)

@@ -42,6 +42,7 @@ from manylinks import many_links_config
 from optimizer_service import produce_windows, quantiles
 
 from p4bs.bus import RecordConsumer, RecordProducer, ensure_topics
+from p4bs.progress import Progress
 from p4bs_infra.procs import free_ports
 from p4bs_infra.services import KafkaBroker, wait_ready
 from p4bs_schemas.registry import STREAMS
@@ -50,6 +51,7 @@ LAG_GOAL_S = 0.25
 HANDOVER_GOAL_S = 10.0
 WARMUP_S = 20.0
 SECOND_NS = 1_000_000_000
+PROGRESS_EVERY_NS = 5 * SECOND_NS
 
 
 def round_trips(bootstrap: str, topics: dict[str, str], count: int = 200) -> list[float]:
@@ -151,7 +153,18 @@ def main() -> int:
         killed_ns = 0
         start_ns = first_end_ns + int(WARMUP_S * 1e9)
         end_ns = first_end_ns + int(kill_at * 1e9)
-        while time.time_ns() < first_end_ns + int(total_s * 1e9) + 5 * SECOND_NS:
+        stop_ns = first_end_ns + int(total_s * 1e9) + 5 * SECOND_NS
+        progress = Progress(1, first_guess_s=(stop_ns - time.time_ns()) / 1e9)
+        began_ns = shown_ns = time.time_ns()
+        while time.time_ns() < stop_ns:
+            if time.time_ns() - shown_ns >= PROGRESS_EVERY_NS:
+                shown_ns = time.time_ns()
+                phase = "handover after the kill" if killed_ns else "after the measured span"
+                if shown_ns < end_ns:
+                    phase = "measuring" if shown_ns >= start_ns else "warm-up"
+                progress.show(
+                    f"{phase}: {len(seen):,} decisions read", elapsed_s=(shown_ns - began_ns) / 1e9
+                )
             received = consumer.poll(0.1)
             if received is not None:
                 r = received.record
@@ -160,6 +173,8 @@ def main() -> int:
                 processes[0].send_signal(signal.SIGKILL)
                 killed_ns = time.time_ns()
         consumer.close()
+        progress.finished((time.time_ns() - began_ns) / 1e9)
+        progress.show(f"{len(seen):,} decisions read", final=True)
         producer.join(60)
 
         inside = [s for s in seen if start_ns <= s[2] < end_ns]

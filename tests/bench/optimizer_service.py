@@ -82,6 +82,7 @@ from p4bs.config import (
     RouterConfig,
     load_config,
 )
+from p4bs.progress import Progress
 from p4bs_infra.procs import free_ports, wait_until
 from p4bs_infra.services import KafkaBroker, wait_ready
 from p4bs_infra.testbed import Testbed, TestbedPlan
@@ -665,6 +666,13 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--trials", type=int, default=10)
     args = parser.parse_args()
+    capacity_links = [int(x) for x in args.links.split(",")] * ("capacity" in args.parts)
+    search_links = [int(x) for x in args.search_links.split(",")] * ("searching" in args.parts)
+    steps = len(capacity_links) + len(search_links)
+    steps += sum(part in args.parts for part in ("reaction", "decision"))
+    # Each step starts a service and measures for about --seconds; the first guess of the
+    # time left, until one has been timed.
+    progress = Progress(steps, first_guess_s=args.seconds + 60)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"optimizer service benchmark ({os.cpu_count()} CPUs, load average {load})", flush=True)
     work = Path(tempfile.mkdtemp(prefix="p4bs-bench-optimizer-"))
@@ -678,10 +686,10 @@ def main() -> int:
                 f"capacity, dry run (decided and recorded, not applied), GLOBECOM, "
                 f"10 windows/s and 1 decision/s per link; goal {CAPACITY_GOAL_LINKS:,} links:"
             )
-            results = {
-                n: bench_capacity(broker.bootstrap, n, args.seconds, work)
-                for n in (int(x) for x in args.links.split(","))
-            }
+            results = {}
+            for n in capacity_links:
+                with progress.step(f"capacity: {n:,} links"):
+                    results[n] = bench_capacity(broker.bootstrap, n, args.seconds, work)
             at_goal = results.get(CAPACITY_GOAL_LINKS)
             if at_goal is not None:
                 print(
@@ -691,7 +699,8 @@ def main() -> int:
             ok = ok and all(results.values())
         if "reaction" in args.parts:
             print("reaction: traffic change -> new buffer in the router's kernel")
-            ok = bench_reaction(broker.bootstrap, args.steps, work) and ok
+            with progress.step(f"reaction: {args.steps} steps"):
+                ok = bench_reaction(broker.bootstrap, args.steps, work) and ok
         if "searching" in args.parts:
             alone = fit_alone()
             print(
@@ -701,11 +710,13 @@ def main() -> int:
                 f"{alone * 1e3:.0f} ms; goal {SEARCH_GOAL_LINKS} links, p99 < "
                 f"{SEARCH_LAG_GOAL_S:g} s:"
             )
-            for n in (int(x) for x in args.search_links.split(",")):
-                ok = bench_searching(broker.bootstrap, n, args.seconds) and ok
+            for n in search_links:
+                with progress.step(f"searching: {n} links"):
+                    ok = bench_searching(broker.bootstrap, n, args.seconds) and ok
         if "decision" in args.parts:
             print("P4BS decision latency (the authors' grid, numpy GP), same run:")
-            bench_decision(args.trials)
+            with progress.step(f"decision: {args.trials} trials"):
+                bench_decision(args.trials)
     finally:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -59,3 +59,15 @@ def test_on_a_terminal_the_line_is_rewritten_and_a_final_one_covers_it() -> None
     assert final.startswith(f"{bar(0.0)} 0/1 done") and len(final.rstrip("\n")) >= len(
         text.split("\r")[1].rstrip()
     )
+
+
+def test_a_step_shows_what_runs_with_the_time_left_then_counts_itself_finished() -> None:
+    out = io.StringIO()
+    progress = Progress(3, first_guess_s=60.0, out=out)
+    with progress.step("searching: 200 links"):
+        shown = "[--------------------] 0/3 searching: 200 links | about 3 min left\n"
+        assert out.getvalue() == shown
+    assert progress.done == 1 and 0 <= progress.spent_s < 1
+    with progress.step("decision"):
+        pass
+    assert out.getvalue().splitlines()[1].startswith("[#######-------------] 1/3 decision")
