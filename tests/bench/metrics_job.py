@@ -58,6 +58,7 @@ from pyflink.common import JobStatus
 from p4bs import paths
 from p4bs.bus import ensure_topics, producer_config
 from p4bs.config import Config, KafkaConfig, load_config
+from p4bs.progress import Progress
 from p4bs_infra.procs import free_ports, wait_until
 from p4bs_infra.services import KafkaBroker, wait_ready
 from p4bs_jobs.flink_env import (
@@ -622,11 +623,14 @@ def main() -> int:
             f"(load average {load})",
             flush=True,
         )
+        # Each phase runs the job for a minute or more (the live one --live s).
+        progress = Progress((not args.live_links) + (args.live > 0), max(60, args.live))
         if args.live_links:
             job = baseline = float("nan")
             live_links = args.live_links
         else:
-            job, baseline = throughput(config, traffic, args.seconds, args.rounds, work)
+            with progress.step(f"throughput: a warm-up and {args.rounds} reads of the backlog"):
+                job, baseline = throughput(config, traffic, args.seconds, args.rounds, work)
             print(
                 f"throughput, medians of {args.rounds} rounds: metrics job {job:,.0f} RTT "
                 f"samples/s ({job / TARGET:.2f} x the 1M/s target); plain SQL "
@@ -639,7 +643,8 @@ def main() -> int:
         if args.live > 0:
             live = Traffic(live_links, args.flows, args.samples)
             print(f"live: {live_links:,} links ({live_links * args.samples * 10:,} RTT samples/s)")
-            p99 = latency(config, live, args.live, args.warmup, work)
+            with progress.step(f"live: {args.live} s of traffic"):
+                p99 = latency(config, live, args.live, args.warmup, work)
     finally:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -15,6 +15,7 @@ import dataclasses
 import math
 import os
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from p4bs import paths
 from p4bs.config import load_config
+from p4bs.progress import Progress
 from p4bs_infra import procs
 from p4bs_infra.testbed import Testbed, TestbedPlan
 from p4bs_infra.traffic import Scenario, TrafficRun
@@ -67,43 +69,46 @@ def bench_rtt(duration: float, ccas: list[str], flow_counts: list[int]) -> None:
         "util | wire late p99 ms | wire CPU % |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
+    # On stderr: the table on stdout stays a table.
+    progress = Progress(len(ccas) * len(flow_counts) * 2, duration + 15, out=sys.stderr)
     with tempfile.TemporaryDirectory() as tmp:
         for cca in ccas:
             for n in flow_counts:
                 for label in ("200ms", "BDP/sqrtN"):
-                    plan = example_plan(Path(tmp))
-                    mean_base = plan.base_rtt_ns + plan.extra_delay_max_ns / 2
-                    bdp = plan.rate_bps * mean_base / 8e9
-                    buffer = plan.buffer_bytes if label == "200ms" else int(bdp / math.sqrt(n))
-                    group = dataclasses.replace(plan.groups[0], flows=n, cca=cca)
-                    plan = dataclasses.replace(plan, buffer_bytes=buffer, groups=[group])
-                    testbed = Testbed(plan)
-                    testbed.up()
-                    try:
-                        pid = procs.running_pid(testbed.wire_pidfile)
-                        assert pid is not None
-                        cpu0, t0 = _cpu_seconds(pid), time.monotonic()
-                        summary = TrafficRun(
-                            testbed,
-                            Path(tmp) / f"{cca}-{n}-{label.replace('/', '')}",
-                            Scenario(duration_s=duration, warmup_s=duration / 3),
-                        ).run(progress=lambda _: None)
-                        cpu = (_cpu_seconds(pid) - cpu0) / (time.monotonic() - t0)
-                    finally:
-                        testbed.down()
-                    lf, router, probe = (summary[k] for k in ("long_flows", "router", "probe"))
-                    base = probe["idle_rtt_ns"]
-                    reference = base + (buffer * 8e9 / plan.rate_bps if label == "200ms" else 0)
-                    rtt = probe["loaded_rtt_mean_ns"]
-                    late = max(d["late_p99_ns"] for d in summary["delay_wire"].values())
-                    print(
-                        f"| {cca} | {n} | {label} | {buffer} | {rtt / 1e6:.1f} | "
-                        f"{reference / 1e6:.1f} | {rtt / reference:.2f} | "
-                        f"{lf['rtt_mean_ns'] / 1e6:.1f} | "
-                        f"{router['throughput_bps'] / plan.rate_bps:.3f} | {late / 1e6:.1f} | "
-                        f"{100 * cpu:.0f} |",
-                        flush=True,
-                    )
+                    with progress.step(f"{cca}, {n} flows, buffer {label}"):
+                        plan = example_plan(Path(tmp))
+                        mean_base = plan.base_rtt_ns + plan.extra_delay_max_ns / 2
+                        bdp = plan.rate_bps * mean_base / 8e9
+                        buffer = plan.buffer_bytes if label == "200ms" else int(bdp / math.sqrt(n))
+                        group = dataclasses.replace(plan.groups[0], flows=n, cca=cca)
+                        plan = dataclasses.replace(plan, buffer_bytes=buffer, groups=[group])
+                        testbed = Testbed(plan)
+                        testbed.up()
+                        try:
+                            pid = procs.running_pid(testbed.wire_pidfile)
+                            assert pid is not None
+                            cpu0, t0 = _cpu_seconds(pid), time.monotonic()
+                            summary = TrafficRun(
+                                testbed,
+                                Path(tmp) / f"{cca}-{n}-{label.replace('/', '')}",
+                                Scenario(duration_s=duration, warmup_s=duration / 3),
+                            ).run(progress=lambda _: None)
+                            cpu = (_cpu_seconds(pid) - cpu0) / (time.monotonic() - t0)
+                        finally:
+                            testbed.down()
+                        lf, router, probe = (summary[k] for k in ("long_flows", "router", "probe"))
+                        base = probe["idle_rtt_ns"]
+                        reference = base + (buffer * 8e9 / plan.rate_bps if label == "200ms" else 0)
+                        rtt = probe["loaded_rtt_mean_ns"]
+                        late = max(d["late_p99_ns"] for d in summary["delay_wire"].values())
+                        print(
+                            f"| {cca} | {n} | {label} | {buffer} | {rtt / 1e6:.1f} | "
+                            f"{reference / 1e6:.1f} | {rtt / reference:.2f} | "
+                            f"{lf['rtt_mean_ns'] / 1e6:.1f} | "
+                            f"{router['throughput_bps'] / plan.rate_bps:.3f} | {late / 1e6:.1f} | "
+                            f"{100 * cpu:.0f} |",
+                            flush=True,
+                        )
 
 
 def main() -> None:
