@@ -80,7 +80,7 @@ TARGET = 1_000_000  # RTT samples/s
 LATENCY_TARGET_S = 1.0
 WINDOW_NS = 100_000_000
 PARALLELISM = 2
-INPUTS = ("link_counters", "buffer_decisions", "links")
+INPUTS = ("link_counters", "links")
 OUTPUTS = ("link_metrics", "sla_alerts")
 
 
@@ -378,8 +378,7 @@ def run_baseline(
         "link_id STRING, window_time TIMESTAMP_LTZ(3), rtt_samples BIGINT, rtt_flows INT, "
         "rtt_inverse_sum DOUBLE, rtt_min_ns BIGINT, rtt_flow_keys STRING, "
         "`bytes` BIGINT, data_packets BIGINT, retransmissions BIGINT, "
-        "queue_delay_samples BIGINT, queue_delay_sum_ns BIGINT, flow_events STRING, "
-        "decisions STRING"
+        "queue_delay_samples BIGINT, queue_delay_sum_ns BIGINT, flow_events STRING"
     )
     options = {
         "connector": "kafka",
@@ -394,7 +393,7 @@ def run_baseline(
         INSERT INTO baseline_out
         SELECT link_id, window_time, w.samples, w.flows, w.inverse_sum, w.min_ns,
                w.flow_keys, w.`bytes`, w.data_packets, w.retransmissions,
-               w.queue_delay_samples, w.queue_delay_sum_ns, w.flow_events, decisions
+               w.queue_delay_samples, w.queue_delay_sum_ns, w.flow_events
         FROM per_link""")
 
 
@@ -629,7 +628,7 @@ def main() -> int:
             job = baseline = float("nan")
             live_links = args.live_links
         else:
-            with progress.step(f"throughput: a warm-up and {args.rounds} reads of the backlog"):
+            with progress.step(f"throughput: backlog reads, a warm-up and {args.rounds} measured"):
                 job, baseline = throughput(config, traffic, args.seconds, args.rounds, work)
             print(
                 f"throughput, medians of {args.rounds} rounds: metrics job {job:,.0f} RTT "
