@@ -14,6 +14,7 @@ import pytest
 from p4bs import paths
 from p4bs.bus import ensure_topics
 from p4bs.config import load_config
+from p4bs_infra.services import InfluxDB
 from p4bs_infra.stack import Stack, StackSettings
 from p4bs_infra.testbed import Testbed, TestbedPlan
 from p4bs_schemas.registry import STREAMS
@@ -40,6 +41,16 @@ def topics(stack: Stack) -> dict[str, str]:
     names = {stream: f"{run}.{stream}" for stream in STREAMS}
     ensure_topics(stack.kafka.bootstrap, names, partitions=2, replication_factor=1)
     return names
+
+
+@pytest.fixture
+def influx_database(stack: Stack, tmp_path: Path) -> InfluxDB:
+    """A database of one test's own on the session's InfluxDB (made, with the stack's
+    retention policies), so tests never read each other's points."""
+    settings = dataclasses.replace(stack.influxdb.settings, database=f"t_{uuid.uuid4().hex[:8]}")
+    influx = InfluxDB(tmp_path / "influx", stack.influxdb.port, stack.influxdb.rpc_port, settings)
+    influx.create_database()
+    return influx
 
 
 @pytest.fixture

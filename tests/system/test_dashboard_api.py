@@ -18,7 +18,6 @@ import time
 import tomllib
 import urllib.parse
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -138,13 +137,13 @@ class Deployment:
 
 
 @pytest.fixture
-def deployment(stack: Stack, topics: dict[str, str], tmp_path: Path) -> Deployment:
+def deployment(
+    stack: Stack, topics: dict[str, str], influx_database: InfluxDB, tmp_path: Path
+) -> Deployment:
     """A config on the session's broker and a database of the test's own, and the topics
     filled: 31 links (one from the config, 30 from the links topic), windows, decisions, an
     open alert, a P4BS optimizer state with three trials, and one malformed record."""
-    settings = dataclasses.replace(stack.influxdb.settings, database=f"dash_{uuid.uuid4().hex[:8]}")
-    influx = InfluxDB(tmp_path / "influx", stack.influxdb.port, stack.influxdb.rpc_port, settings)
-    influx.create_database()
+    influx = influx_database
     data = tomllib.loads(paths.default_config().read_text())
     data["kafka"] = {**data["kafka"], "bootstrap": stack.kafka.bootstrap, "topics": topics}
     data["influxdb"] = {**data["influxdb"], "url": influx.url, "database": influx.database}

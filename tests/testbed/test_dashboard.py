@@ -11,7 +11,6 @@ Screenshots of the three pages are kept in .cache/artifacts/dashboard/ (printed)
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import threading
 import time
 import tomllib
@@ -119,11 +118,13 @@ def _next_decision(
 
 
 def test_dashboard_pages_in_chromium_on_a_live_closed_loop(
-    unique_plan: Callable[..., TestbedPlan], stack: Stack, browser: Browser, tmp_path: Path
+    unique_plan: Callable[..., TestbedPlan],
+    stack: Stack,
+    influx_database: InfluxDB,
+    browser: Browser,
+    tmp_path: Path,
 ) -> None:
-    settings = dataclasses.replace(stack.influxdb.settings, database=f"dash_{uuid.uuid4().hex[:8]}")
-    influx = InfluxDB(tmp_path / "influx", stack.influxdb.port, stack.influxdb.rpc_port, settings)
-    influx.create_database()
+    influx = influx_database
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with cubic_testbed(unique_plan, (FLOWS, 0)) as testbed:
         link = testbed.plan.link_id

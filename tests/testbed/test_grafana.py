@@ -5,14 +5,12 @@ data in every column."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 import tomllib
 import urllib.error
 import urllib.parse
 import urllib.request
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -92,16 +90,15 @@ def _problems(query: grafana.Query, rendered: str, result: dict[str, Any]) -> li
 
 
 def test_every_dashboard_query_returns_data_after_a_closed_loop_run(
-    unique_plan: Callable[..., TestbedPlan], stack: Stack, tmp_path: Path
+    unique_plan: Callable[..., TestbedPlan],
+    stack: Stack,
+    influx_database: InfluxDB,
+    tmp_path: Path,
 ) -> None:
-    # A database of the test's own on the session's InfluxDB, with the stack's retention
-    # policies and continuous queries: queries without a time range (the buffer in force,
-    # the open alerts) see this run's points only.
-    settings = dataclasses.replace(
-        stack.influxdb.settings, database=f"grafana_{uuid.uuid4().hex[:8]}"
-    )
-    influx = InfluxDB(tmp_path / "influx", stack.influxdb.port, stack.influxdb.rpc_port, settings)
-    influx.create_database()
+    # A database of the test's own, with the stack's retention policies and continuous
+    # queries: queries without a time range (the buffer in force, the open alerts) see this
+    # run's points only.
+    influx = influx_database
     began_ns = time.time_ns()
     try:
         with cubic_testbed(unique_plan, (FLOWS, 0)) as testbed:
