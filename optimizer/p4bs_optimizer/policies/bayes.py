@@ -179,7 +179,6 @@ class GridGP:
 
     def __init__(self, x: Sequence[float], f: Sequence[float], noise_variance: float | None):
         import numpy as np
-        from scipy.linalg import cho_factor, cho_solve
         from scipy.optimize import minimize
 
         self._x = np.asarray(x, dtype=float)
@@ -187,20 +186,23 @@ class GridGP:
         squared = (self._x[:, None] - self._x[None, :]) ** 2
         count = len(self._x)
 
-        def fitted(raw_length: float, noise: float) -> tuple[Any, Any, Any, Any]:
-            """The RBF's scaled squared distances and values, the Cholesky factor of K
-            and K^-1 f."""
+        def fitted(raw_length: float, noise: float) -> tuple[Any, Any, Any, Any, Any]:
+            """The RBF's scaled squared distances and values, the Cholesky factor L of K,
+            K^-1 and K^-1 f. A handful of points: numpy's own routines, as scipy's wrappers
+            took most of a fit's time."""
             scaled, kernel = _rbf(squared, _softplus(raw_length))
             for jitter in CHOLESKY_JITTERS:
                 covariance = kernel.copy()
                 covariance[np.diag_indices(count)] += noise + jitter
                 try:
-                    factor = cho_factor(covariance, lower=True)
+                    lower = np.linalg.cholesky(covariance)
                     break
                 except np.linalg.LinAlgError:
                     if jitter == CHOLESKY_JITTERS[-1]:
                         raise
-            return scaled, kernel, factor, cho_solve(factor, f_measured)
+            lower_inverse = np.linalg.inv(lower)
+            inverse = lower_inverse.T @ lower_inverse
+            return scaled, kernel, lower, inverse, inverse @ f_measured
 
         def loss(theta: Any) -> tuple[float, Any]:
             """Minus the log posterior over the number of points, and its gradient in
@@ -208,13 +210,13 @@ class GridGP:
             with dK / db = K * d^2 / b^3 and db / dr = sigmoid(r)."""
             raw_length = float(theta[0])
             noise = float(theta[1]) if noise_variance is None else noise_variance
-            scaled, kernel, factor, alpha = fitted(raw_length, noise)
+            scaled, kernel, lower, inverse, alpha = fitted(raw_length, noise)
             value = (
                 -0.5 * float(f_measured @ alpha)
-                - float(np.log(np.diag(factor[0])).sum())
+                - float(np.log(np.diag(lower)).sum())
                 - 0.5 * count * math.log(2 * math.pi)
             )
-            inner = np.outer(alpha, alpha) - cho_solve(factor, np.eye(count))
+            inner = np.outer(alpha, alpha) - inverse
             # Where the kernel has fallen to 0 its derivative has too (inf * 0 otherwise).
             slope = kernel * np.where(kernel > 0, scaled, 0.0)
             # sigmoid(r) / softplus(r), which tends to 1 as r falls (both are e^r there).
@@ -236,16 +238,15 @@ class GridGP:
         best = minimize(loss, start, jac=True, method="L-BFGS-B", bounds=bounds).x
         self.length_scale = _softplus(float(best[0]))
         self.noise_variance = float(best[1]) if noise_variance is None else noise_variance
-        _, _, self._factor, self._alpha = fitted(float(best[0]), self.noise_variance)
+        _, _, _, self._inverse, self._alpha = fitted(float(best[0]), self.noise_variance)
 
     def posterior(self, x: Sequence[float]) -> tuple[list[float], list[float]]:
         """Mean and standard deviation of the latent f at `x` (without the noise)."""
         import numpy as np
-        from scipy.linalg import cho_solve
 
         at = np.asarray(x, dtype=float)
         _, cross = _rbf((at[:, None] - self._x[None, :]) ** 2, self.length_scale)
-        variance = 1.0 - np.einsum("ij,ji->i", cross, cho_solve(self._factor, cross.T))
+        variance = 1.0 - np.einsum("ij,ji->i", cross, self._inverse @ cross.T)
         return (cross @ self._alpha).tolist(), np.sqrt(np.clip(variance, 0.0, None)).tolist()
 
 
