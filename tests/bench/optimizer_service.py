@@ -583,12 +583,17 @@ def bench_searching(bootstrap: str, links: int, seconds: float) -> bool:
             while not fitted():
                 await asyncio.sleep(0.05)  # polling the records, not a synchronisation
             marks["start"], marks["start_cpu"] = time.time_ns(), service.cpu_s()
+            marks["start_tx"], marks["start_commit_s"] = (
+                service.stats.transactions,
+                service.commit_s,
+            )
             marks["searching"] = sum(
                 c.policy.phase == "optimise"  # type: ignore[attr-defined]
                 for c in service.controllers.values()
             )
             await asyncio.sleep(seconds)  # the measured span
             marks["end"], marks["end_cpu"] = time.time_ns(), service.cpu_s()
+            marks["end_tx"], marks["end_commit_s"] = service.stats.transactions, service.commit_s
             service.stop()
 
         task = asyncio.get_running_loop().create_task(measure())
@@ -609,13 +614,16 @@ def bench_searching(bootstrap: str, links: int, seconds: float) -> bool:
     to_decided = quantiles([(r[4] - r[3]) / 1e9 for r in inside if r[4]] or [float("nan")])
     to_committed = quantiles([(r[5] - r[4]) / 1e9 for r in inside if r[4]] or [float("nan")])
     cpu = (marks["end_cpu"] - marks["start_cpu"]) / seconds
+    transactions = marks["end_tx"] - marks["start_tx"]
+    commit_ms = (marks["end_commit_s"] - marks["start_commit_s"]) * 1e3 / max(transactions, 1)
     sustained = bool(lags) and p99 < SEARCH_LAG_GOAL_S
     print(
         f"  {links:4d} links: {marks['searching']:.0f} in Bayesian optimisation at the first "
         f"fit; {len(inside) / seconds:5.1f} fits/s; lag window end -> decision committed p50 "
         f"{p50 * 1e3:6.1f} ms p99 {p99 * 1e3:6.1f} ms (to decided p50/p99 "
         f"{to_decided[0] * 1e3:.0f}/{to_decided[1] * 1e3:.0f} ms, then to committed "
-        f"{to_committed[0] * 1e3:.0f}/{to_committed[1] * 1e3:.0f} ms); CPU {cpu:.2f} s/s "
+        f"{to_committed[0] * 1e3:.0f}/{to_committed[1] * 1e3:.0f} ms; {transactions / seconds:.1f} "
+        f"transactions/s of {commit_ms:.0f} ms on average); CPU {cpu:.2f} s/s "
         f"(service and fit processes); {'sustained' if sustained else 'NOT sustained'}",
         flush=True,
     )
