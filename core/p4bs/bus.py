@@ -340,12 +340,12 @@ class RecordConsumer:
                     [(tp.topic, tp.partition) for tp in partitions]
                 )
 
-            self._subscription = {
-                "on_assign": call(on_assign),
-                "on_revoke": call(on_revoke),
-                "on_lost": call(on_lost),
-            }
-            self._consumer.subscribe(list(self._stream_of), **self._subscription)
+            self._consumer.subscribe(
+                list(self._stream_of),
+                on_assign=call(on_assign),
+                on_revoke=call(on_revoke),
+                on_lost=call(on_lost),
+            )
         self._dead_letters = RecordProducer(cluster, topics, client_id=f"{group}-dlq")
 
     def poll(self, timeout_s: float) -> Received | None:
@@ -425,12 +425,6 @@ class RecordConsumer:
             self._consumer.store_offsets(
                 offsets=[TopicPartition(t, p, offset + 1) for (t, p), offset in last.items()]
             )
-
-    def resubscribe(self) -> None:
-        """Leaves the group and joins it again: the partitions are taken back (on_revoke)
-        and given anew (on_assign), each read on from the group's committed offset."""
-        self._consumer.unsubscribe()
-        self._consumer.subscribe(list(self._stream_of), **self._subscription)
 
     def assigned(self) -> bool:
         """Whether the group has given this consumer any partition yet."""

@@ -39,7 +39,10 @@ the windows those states cover in one Kafka transaction, committed with the cons
 metadata: the group coordinator refuses it from a process that is no longer a member of the
 current generation. A decision is applied to a router only after the transaction that holds
 it committed, so a process that lost its links (a rebalance, or it stalled and was dropped)
-cannot change their routers. When the group takes partitions back, the process stops their
+cannot change their routers; an aborted transaction's states and records go in the next one,
+and the consumer's callbacks say what the process still holds (the assignment is
+cooperative: a rebalance moves only the partitions that change owner). When the group takes
+partitions back, the process stops their
 links' policies, commits their states and offsets, and drops them; when it gives partitions,
 the process reads their changelog and resumes each link on its first window (a P4BS search
 continues with its next trial). A window the state already covers is a replay and skipped,
@@ -764,8 +767,8 @@ class OptimizerService:
             )
         except TransactionAborted as exc:
             self.stats.aborted += 1
-            log.warning("transaction aborted (%s): joining the group again", exc)
-            await asyncio.to_thread(self._rejoin, consumer, asyncio.get_running_loop())
+            log.warning("transaction aborted (%s): its states and records go in the next one", exc)
+            self._restage(staged, records[len(staged) :])
             return
         self.stats.transactions += 1
         for controller, entry in staged:
@@ -864,14 +867,18 @@ class OptimizerService:
             )
         return records, {**fence, **offsets}
 
-    def _rejoin(self, consumer: RecordConsumer, loop: asyncio.AbstractEventLoop) -> None:
-        """After an aborted transaction: drops every link and what was staged for them (as
-        if their partitions were lost), then leaves the group and joins it again, so that
-        what the group gives this process is read afresh from the changelog and the
-        committed offsets (the windows since are replayed)."""
-        held = set(self.owned.partitions)
-        asyncio.run_coroutine_threadsafe(self._release(held, lost=True), loop).result()
-        consumer.resubscribe()
+    def _restage(self, staged: list[tuple[LinkController, Staged]], outbox: list[Outgoing]) -> None:
+        """After an aborted transaction: what it held goes in the next one (a state staged
+        since replaces its own). Nothing of it was applied, and what this process still
+        holds is the group's to say: most aborts are a rebalance under way (the coordinator
+        refuses the generation this one began in), after which the process keeps its
+        partitions, or this member was dropped, when the consumer reports the partitions
+        lost and they are released."""
+        for controller, entry in staged:
+            link_id = controller.link.id
+            if link_id not in self._staged and self.controllers.get(link_id) is controller:
+                self._staged[link_id] = (controller, entry)
+        self._outbox[:0] = outbox
 
     async def run(self, on_tick: Callable[[OptimizerService], None] | None = None) -> None:
         """Consumes until `stop()`; `on_tick` is called about once a second (progress)."""
@@ -909,6 +916,10 @@ class OptimizerService:
                 "session.timeout.ms": session_ms,
                 "heartbeat.interval.ms": max(100, session_ms // 4),
                 "client.id": self.instance,  # the group's member, by its owner name
+                # A rebalance moves only the partitions that change owner; the other links
+                # stay where they are (the eager default takes every partition back and gives
+                # them out again: every process restores all its links from the changelog).
+                "partition.assignment.strategy": "cooperative-sticky",
             },
             on_assign=assigned,
             on_revoke=revoked,
