@@ -129,6 +129,25 @@ def test_no_step_is_taken_where_the_fit_promises_little() -> None:
     assert "promises less than 5%" in last.reason
 
 
+def test_an_optimum_between_two_buffers_measured_alike_is_settled_on_unmeasured() -> None:
+    """The 60 flows above: the fitted optimum (~565 kB) lies between the steps at 470 and
+    870 kB. Their f differ by more than the default 5%, so a third step measures it; with
+    `flat_fraction` 50% they count as alike, and the search settles there at once: f being
+    unimodal, it is at least the lower of the two there."""
+    link = power_law_link(flows=60)
+    decisions = run(LossDelayFitPolicy(LINK, {"flat_fraction": 0.5}), link, settled, 2000)
+    *steps, last = decisions
+    assert [d.trial for d in steps] == [1, 2]
+    low, high = sorted(d.buffer_bytes for d in steps)
+    assert last.phase == "settled" and low < last.buffer_bytes < high
+    assert f_of(last.buffer_bytes) > max(f_of(low), f_of(high))
+    assert "measured alike" in last.reason
+    strict = run(
+        LossDelayFitPolicy(LINK, {"flat_fraction": 0}), power_law_link(flows=60), settled, 2000
+    )
+    assert [d.trial for d in strict if d.phase == "search"] == [1, 2, 3]
+
+
 STANDING_NS = 60_000_000  # the queue BBR-like flows keep of their own
 
 
