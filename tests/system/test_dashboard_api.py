@@ -37,6 +37,7 @@ from p4bs.links import spec_record
 from p4bs_infra.procs import wait_until
 from p4bs_infra.services import InfluxDB
 from p4bs_infra.stack import Stack
+from p4bs_ops.dashboard.feed import TAIL_RECORDS
 from p4bs_ops.dashboard.server import SetupError, check_assets
 from p4bs_optimizer.policies.bayes import Observation
 from p4bs_optimizer.policies.p4bs import OPTIMISE, P4bsPolicy
@@ -142,7 +143,8 @@ def deployment(
 ) -> Deployment:
     """A config on the session's broker and a database of the test's own, and the topics
     filled: 31 links (one from the config, 30 from the links topic), windows, decisions, an
-    open alert, a P4BS optimizer state with three trials, and one malformed record."""
+    open alert (then more than a tail of alerts raised and resolved), a P4BS optimizer state
+    with three trials, and one malformed record."""
     influx = influx_database
     data = tomllib.loads(paths.default_config().read_text())
     data["kafka"] = {**data["kafka"], "bootstrap": stack.kafka.bootstrap, "topics": topics}
@@ -163,19 +165,21 @@ def deployment(
     for k in range(5):
         producer.produce("link_metrics", _window(link.id, now - (5 - k) * SECOND, -0.5))
     producer.produce("buffer_decisions", _decision(link.id, now - 3 * SECOND, 400_000))
-    producer.produce(
-        "sla_alerts",
-        {
-            "link_id": link.id,
-            "ts_ns": now - 2 * SECOND,
-            "alert_id": "a1",
-            "state": "raise",
-            "kind": "queue_delay",
-            "value": 12e6,
-            "bound": 10e6,
-            "windows": 5,
-        },
-    )
+    alert = {
+        "link_id": link.id,
+        "ts_ns": now - 2 * SECOND,
+        "alert_id": "a1",
+        "state": "raise",
+        "kind": "queue_delay",
+        "value": 12e6,
+        "bound": 10e6,
+        "windows": 5,
+    }
+    producer.produce("sla_alerts", alert)
+    # More than a tail of alerts raised and resolved after it: the open one is still read.
+    for i in range(TAIL_RECORDS // 2 + 1):
+        for state in ("raise", "resolve"):
+            producer.produce("sla_alerts", {**alert, "alert_id": f"flap{i}", "state": state})
     policy = P4bsPolicy(link, link.policy_options)
     policy.phase = OPTIMISE
     policy.low_bytes, policy.high_bytes = 50_000, 1_250_000
@@ -235,7 +239,7 @@ def test_fleet_rows_from_the_topics_filtered_sorted_and_paged(
     assert page["matched"] == 1
     row = page["rows"][0]
     assert row["sla"] == "violated"
-    assert row["open_alerts"][0]["kind"] == "queue_delay"
+    assert [(a["alert_id"], a["kind"]) for a in row["open_alerts"]] == [("a1", "queue_delay")]
     assert row["buffer_bytes"] == 400_000  # as the optimizer's state has it in force
     assert row["buffer_ns"] == 32_000_000  # 400 kB at 100 Mbit/s
     assert (row["policy"], row["phase"]) == ("p4bs", OPTIMISE)

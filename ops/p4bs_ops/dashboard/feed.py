@@ -5,8 +5,9 @@ every new record to the pages that listen (`subscribe`).
 The reader assigns itself every partition of the topics it reads and commits nothing, under a
 group id of its own that it never joins: it takes no partition from the optimizer, the sinks
 or another dashboard. It reads the compacted topics (links, optimizer_state) from their
-starts, and of the others only their tails (`TAIL_RECORDS` per partition): the newest window
-of every link is in the metrics' tail, and what came before is InfluxDB's (`history`). A
+starts, and the alerts (an open one may be old), and of the others only their tails
+(`TAIL_RECORDS` per partition): the newest window of every link is in the metrics' tail, and
+what came before is InfluxDB's (`history`). A
 record it cannot decode is counted and its reason kept for the page; it is not dead-lettered,
 as the dashboard only watches (the parts that consume the topic dead-letter it).
 """
@@ -39,7 +40,10 @@ TAIL_RECORDS = 5_000
 DECISIONS_KEPT = 200  # per link, newest first on the link page
 REASONS_KEPT = 20  # of malformed records, shown on the pages
 STREAMS_READ = ("links", "optimizer_state", "link_metrics", "buffer_decisions", "sla_alerts")
-COMPACTED = frozenset({"links", "optimizer_state"})
+# Read from their starts: the compacted topics, and the alerts, as an alert is raised once and
+# stays open until it is resolved, however many records came after it (alerts are few: each
+# takes K windows out of bounds).
+READ_WHOLE = frozenset({"links", "optimizer_state", "sla_alerts"})
 BATCH = 500  # records handled at once
 LISTENER_QUEUE = 2_000  # events a slow page may be behind before it misses some
 
@@ -256,7 +260,7 @@ class FeedReader:
             for partition in metadata[topic].partitions:
                 tp = TopicPartition(topic, partition)
                 low, high = consumer.get_watermark_offsets(tp, timeout=10)
-                first = low if stream in COMPACTED else max(low, high - TAIL_RECORDS)
+                first = low if stream in READ_WHOLE else max(low, high - TAIL_RECORDS)
                 assigned.append(TopicPartition(topic, partition, first))
                 if high > first:  # an empty one has no position to compare until it fills
                     ends[(topic, partition)] = high
