@@ -42,12 +42,12 @@ it committed, so a process that lost its links (a rebalance, or it stalled and w
 cannot change their routers; an aborted transaction's states and records go in the next one,
 and the consumer's callbacks say what the process still holds (the assignment is
 cooperative: a rebalance moves only the partitions that change owner). When the group takes
-partitions back, the process stops their
-links' policies, commits their states and offsets, and drops them; when it gives partitions,
-the process reads their changelog and resumes each link on its first window (a P4BS search
-continues with its next trial). A window the state already covers is a replay and skipped,
-so nothing is decided twice; a decision committed but not applied (the process died) is
-applied and recorded by the next owner, so each decision is recorded once.
+partitions back, the process stops their links' policies, commits their states and offsets,
+and drops them; when it gives partitions, the process reads their changelog and resumes each
+link on its first window (a P4BS search continues with its next trial). A window the state
+already covers is a replay and skipped, so nothing is decided twice; a decision committed
+but not applied (the process died) is applied and recorded by the next owner, so each
+decision is recorded once.
 """
 
 from __future__ import annotations
