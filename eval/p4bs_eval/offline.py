@@ -40,6 +40,7 @@ from p4bs_eval.report import load_results
 from p4bs_eval.stats import compare_in_cell, mean_ci
 from p4bs_optimizer.policies import POLICIES
 from p4bs_optimizer.policies.base import Decision, Policy, Window
+from p4bs_optimizer.policies.loss_delay_fit import MSS_BYTES
 
 WindowRecord = Mapping[str, Any]
 # Fields a simulated window takes from the measured ones, blended between two buffers.
@@ -53,6 +54,11 @@ SETTLED = "settled"
 # flows' growth); one below the second does not fill it (BBR's own queue).
 FILL_PINNED = 0.95
 FILL_FILLED = 0.5
+# A fill slower than this fraction of the model's K = N·MSS/C is not N flows' windows growing
+# a segment per round trip: BBR with 100 flows holds 93% of 200 ms with rises of 1% of the
+# model's (carried throughput put that queue below FILL_PINNED; the loss-based cells measure
+# 0.5-1.4 of the model).
+FILL_MODEL_FRACTION = 0.25
 
 
 class SurfaceError(ValueError):
@@ -89,8 +95,9 @@ class Surface:
         q below the limit grows as K / (RTT_min + q) (each flow's window one segment per
         round trip: K = N·MSS/C, s), K from the median rise between windows after `skip`
         at the median queue there. None when the flows do not fill that buffer with a
-        sawtooth (BBR's own queue, or a queue pinned at the limit): a raised buffer is then
-        taken as in its steady state at once."""
+        sawtooth (BBR's own queue, a queue pinned at the limit, or one that rises far slower
+        than N flows' windows would): a raised buffer is then taken as in its steady state
+        at once."""
         top = self.buffers[-1]
         windows = [w for run in self.runs[top] for w in run[skip:]]
         drain_s = top * 8 / statistics.fmean(w["throughput_bps"] or 1 for w in windows)
@@ -106,8 +113,15 @@ class Surface:
             and b["queue_delay_ns"] is not None
             and b["queue_delay_ns"] > a["queue_delay_ns"]
         ]
+        if not rises:
+            return None
         rtt_s = statistics.median(w["rtt_min_ns"] / 1e9 for w in windows if w["rtt_min_ns"])
-        return statistics.median(rises) * (rtt_s + queue_s) if rises else None
+        k_s = statistics.median(rises) * (rtt_s + queue_s)
+        flows = statistics.median(max(w["long_flows"], w["rtt_flows"], 1) for w in windows)
+        model_s = (
+            flows * MSS_BYTES * 8 / statistics.fmean(w["throughput_bps"] or 1 for w in windows)
+        )
+        return k_s if k_s >= FILL_MODEL_FRACTION * model_s else None
 
     def neighbours(self, buffer: int) -> tuple[int, int, float]:
         """The measured buffers around `buffer` and the weight of the upper one (log scale);

@@ -228,10 +228,11 @@ def test_eval_offline_reports_each_policy_against_the_oracle(
 
 def test_a_raised_buffer_fills_at_the_pace_the_largest_buffers_sawtooth_shows() -> None:
     """At the largest buffer the queue saws between 70% and 90% of it (a loss every fifth
-    window, rising 5% of the buffer a window): loss-based flows, K = rise/s x (RTT_min +
-    median queue). Raised there from 25 kB, the queue carries over and grows as
-    dq/dt = K / (RTT_min + q), without loss, until it reaches the measured windows' queue;
-    f follows that queue. Full queues (the other surfaces here) are left as measured."""
+    window, rising 5% of the buffer a window): 4 loss-based flows, K = rise/s x (RTT_min +
+    median queue), as the model's N·MSS/C. Raised there from 25 kB, the queue carries over
+    and grows as dq/dt = K / (RTT_min + q), without loss, until it reaches the measured
+    windows' queue; f follows that queue. Full queues (the other surfaces here) are left as
+    measured."""
     rng = random.Random(7)
     top = BUFFERS[-1]
     drain_ns = top * 8e9 / RATE_BPS
@@ -240,12 +241,23 @@ def test_a_raised_buffer_fills_at_the_pace_the_largest_buffers_sawtooth_shows() 
     for i, window in enumerate(windows(LINK, top, 60, rng)):
         queue_ns = round((0.7 + 0.05 * (i % 5)) * drain_ns)
         lost = i % 5 == 0
-        saw.append({**window, "queue_delay_ns": queue_ns, "retransmissions": 9 if lost else 0})
+        saw.append(
+            {
+                **window,
+                "queue_delay_ns": queue_ns,
+                "retransmissions": 9 if lost else 0,
+                **dict.fromkeys(("long_flows", "rtt_flows"), 4),
+            }
+        )
     surface = Surface({**runs, top: [saw]})
     rise_s = 0.05 * drain_ns / 1e9 / (WINDOW_NS / 1e9)
     k_s = rise_s * (0.020 + 0.8 * drain_ns / 1e9)
+    assert k_s == pytest.approx(4 * 1448 * 8 / RATE_BPS, rel=0.02)  # the model's N·MSS/C
     assert surface.fill_constant_s(WINDOW_NS, 10) == pytest.approx(k_s)
     assert known_surface().fill_constant_s(WINDOW_NS, 10) is None  # queues pinned full
+    # The same rise with 50 flows is 8% of what their windows would add: not their sawtooth.
+    crowded = [{**w, "long_flows": 50, "rtt_flows": 50} for w in saw]
+    assert Surface({**runs, top: [crowded]}).fill_constant_s(WINDOW_NS, 10) is None
 
     policy = POLICIES["bloated"](LINK, {"delay_ns": "64ms"})
     run = simulate(policy, surface, LINK, CONFIG.metrics, BUFFERS[0], TIMING, seed=1)
