@@ -100,7 +100,8 @@ class Surface:
         at once."""
         top = self.buffers[-1]
         windows = [w for run in self.runs[top] for w in run[skip:]]
-        drain_s = top * 8 / statistics.fmean(w["throughput_bps"] or 1 for w in windows)
+        throughput_bps = statistics.fmean(w["throughput_bps"] or 1 for w in windows)
+        drain_s = top * 8 / throughput_bps
         queue_s = statistics.median((w["queue_delay_ns"] or 0) / 1e9 for w in windows)
         lossy = any(w["retransmissions"] for w in windows)
         if not lossy or queue_s > FILL_PINNED * drain_s or queue_s < FILL_FILLED * drain_s:
@@ -118,9 +119,7 @@ class Surface:
         rtt_s = statistics.median(w["rtt_min_ns"] / 1e9 for w in windows if w["rtt_min_ns"])
         k_s = statistics.median(rises) * (rtt_s + queue_s)
         flows = statistics.median(max(w["long_flows"], w["rtt_flows"], 1) for w in windows)
-        model_s = (
-            flows * MSS_BYTES * 8 / statistics.fmean(w["throughput_bps"] or 1 for w in windows)
-        )
+        model_s = flows * MSS_BYTES * 8 / throughput_bps
         return k_s if k_s >= FILL_MODEL_FRACTION * model_s else None
 
     def neighbours(self, buffer: int) -> tuple[int, int, float]:
