@@ -59,6 +59,14 @@ def settling(
     }
 
 
+def decision_lag_s(applied: list[dict[str, Any]]) -> float | None:
+    """The median time from the end of the window a decision was made on to its being in
+    force on the router: the metrics job's lag, the policy's decision and the driver's set
+    (what the offline simulator's `metrics_lag_ns` and `apply_ns` stand for together)."""
+    lags = [(d["ts_ns"] - d["window_end_ns"]) / 1e9 for d in applied if d.get("window_end_ns")]
+    return statistics.median(lags) if lags else None
+
+
 def run_figures(
     summary: dict[str, Any],
     traffic_dir: Path,
@@ -101,6 +109,7 @@ def run_figures(
         ),
         "rate_bps": rate_bps,
         "decisions_applied": len(applied),
+        "decision_lag_s": decision_lag_s(applied),
         "buffer_final_bytes": applied[-1]["buffer_bytes"] if applied else None,
         "buffer_limits_bytes": router.get("limit_bytes"),
         **settling(decisions, measured, summary["timeline"]["traffic_start_ns"]),

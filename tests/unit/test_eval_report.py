@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from p4bs_eval.acquisition import CurveError, measured_curve, run_acquisitions
-from p4bs_eval.figures import settling
+from p4bs_eval.figures import decision_lag_s, settling
 from p4bs_eval.report import write_report
 
 RATE_BPS = 100_000_000
@@ -105,3 +105,15 @@ def test_the_search_time_and_f_after_settling_come_from_the_applied_decisions() 
         "f_after_settling": -0.5,
     }
     assert set(settling(decisions[:1], windows, start_ns=0).values()) == {None}
+
+
+def test_the_decision_lag_is_the_median_from_the_decided_window_to_the_applied_change() -> None:
+    s = 10**9
+    applied = [
+        {"ts_ns": 3 * s, "window_end_ns": 2 * s},
+        {"ts_ns": 9 * s, "window_end_ns": 5 * s},
+        {"ts_ns": 21 * s, "window_end_ns": 19 * s},
+        {"ts_ns": 22 * s, "window_end_ns": None},  # a decision made on no window
+    ]
+    assert decision_lag_s(applied) == 2.0
+    assert decision_lag_s([]) is None
