@@ -166,6 +166,7 @@ def cmd_offline(args: argparse.Namespace) -> int:
     """The policies on the buffer sweep's measured surfaces, cell by cell (offline.py)."""
     from p4bs.config import ConfigError
     from p4bs_eval.offline import (
+        MEASURED_SHRINK_BURST,
         LoopTiming,
         SurfaceError,
         cell_report,
@@ -194,6 +195,7 @@ def cmd_offline(args: argparse.Namespace) -> int:
         return 2
     link = config.links[0]
     initial = round(link.capacity_bps / 8 * args.initial_buffer_ms / 1000)
+    shrink_burst = MEASURED_SHRINK_BURST if args.shrink_burst else 0.0
     seeds = range(1, args.seeds + 1)
     lines = [
         f"# Offline evaluation on the surfaces of {args.source}",
@@ -201,7 +203,13 @@ def cmd_offline(args: argparse.Namespace) -> int:
         f"{args.seeds} seeds per policy and cell (seed s draws the same measured runs for every "
         f"policy: paired); {args.duration:g} s runs, the first {args.warmup:g} s left out of "
         f"f; windows of {timing.window_ns / 1e6:g} ms reach the optimizer {args.lag:g} s late; "
-        f"initial buffer {args.initial_buffer_ms:g} ms; link {link.id} "
+        f"initial buffer {args.initial_buffer_ms:g} ms; "
+        + (
+            f"a lowered buffer loses {shrink_burst:g} times the queue above it; "
+            if shrink_burst
+            else ""
+        )
+        + f"link {link.id} "
         f"({link.capacity_bps / 1e6:g} Mbit/s, d-hat {link.max_queue_delay_ns / 1e6:g} ms, "
         f"p-hat {link.max_loss:g}).",
     ]
@@ -213,7 +221,17 @@ def cmd_offline(args: argparse.Namespace) -> int:
             for policy in policies:
                 started = time.monotonic()
                 summaries.append(
-                    evaluate(policy, {}, surface, link, config.metrics, initial, timing, seeds)
+                    evaluate(
+                        policy,
+                        {},
+                        surface,
+                        link,
+                        config.metrics,
+                        initial,
+                        timing,
+                        seeds,
+                        shrink_burst,
+                    )
                 )
                 print(f"{cell} | {policy}: {time.monotonic() - started:.1f} s", flush=True)
             lines += ["", *cell_report(cell, surface, summaries, link.capacity_bps)]
@@ -334,7 +352,13 @@ def add_parser(sub: Any, default_config: Path) -> None:
     offline.add_argument("--duration", type=float, default=60.0, help="s per run (60)")
     offline.add_argument("--warmup", type=float, default=10.0, help="s left out of f (10)")
     offline.add_argument(
-        "--lag", type=float, default=3.0, help="s a window reaches the optimizer (3)"
+        "--lag", type=float, default=1.5, help="s a window reaches the optimizer (1.5)"
+    )
+    offline.add_argument(
+        "--shrink-burst",
+        action="store_true",
+        help="a buffer lowered below its standing queue loses a burst of packets, as many "
+        "as measured live per packet of the queue above it (eval/README.md)",
     )
     offline.add_argument(
         "--initial-buffer-ms", type=float, default=200.0, help="the router's buffer at start (200)"

@@ -13,7 +13,11 @@ in force from the first window that starts at least `apply` after the decision, 
 than `min_change_interval` after the previous change (the service's guard). A raised buffer
 is not full at once where the surface shows loss-based flows filling it (`_filling`): the
 queue carries over and grows at the flows' pace, without loss, until it reaches the measured
-windows' queue.
+windows' queue. With `shrink_burst` > 0, a buffer lowered below the queue standing in it costs
+a burst of loss (`_shrinking`): what stands above the new limit is dropped, and about as much
+again while the flows take an RTT to back off, the queue draining to the limit meanwhile. It
+is off by default: measured on single large shrinks, it takes ADT's small steady ones for
+bursts they do not cause live (eval/README.md).
 
 What it reports per run: the whole-run mean f (after the warm-up, as the live evaluation
 does), the mean f after the policy settled and when, and the regret to the oracle, the best
@@ -59,6 +63,12 @@ FILL_FILLED = 0.5
 # model's (carried throughput put that queue below FILL_PINNED; the loss-based cells measure
 # 0.5-1.4 of the model).
 FILL_MODEL_FRACTION = 0.25
+# A lowered buffer: the retransmissions beyond the new buffer's own, over the first windows
+# under it, per packet of the queue that stood above the new limit. Measured live
+# (2026-11-28, p4bs-fig11's Cubic and Reno cells, loss-delay-fit and P4BS, one run each): the
+# median over the 12 shrinks with more than 50 packets above the limit is 1.27 (0.80-2.03),
+# in the first window under the new buffer and the next (`--shrink-burst`).
+MEASURED_SHRINK_BURST = 1.27
 
 
 class SurfaceError(ValueError):
@@ -223,7 +233,12 @@ class LoopTiming:
     """The closed loop's timing, ns (defaults: the testbed loop's, loop/p4bs_loop)."""
 
     window_ns: int = 500_000_000
-    metrics_lag_ns: int = 3_000_000_000  # a window reaches the optimizer this long after it ends
+    # A window reaches the optimizer this long after it ends. Measured live (2026-11-28,
+    # p4bs-fig11's Cubic and Reno cells, 38 decisions of loss-delay-fit and P4BS): from the
+    # end of the window a decision was made on to the router's set, median 1.62 s (quartiles
+    # 1.27, 2.47 s; `decision_lag_s` in results.jsonl); less the apply time, on the windows'
+    # grid.
+    metrics_lag_ns: int = 1_500_000_000
     apply_ns: int = 50_000_000  # a decision is in force this long after it was made
     min_change_interval_ns: int = 1_000_000_000
     duration_ns: int = 60_000_000_000
@@ -320,6 +335,44 @@ def _window_at(run: Sequence[WindowRecord], k: int, steady: int) -> WindowRecord
     return run[steady + (k - steady) % (len(run) - steady)]
 
 
+def _performance(link: LinkConfig, loss: float, delay_ns: float) -> float:
+    """The metrics job's f of a window (LinkMetrics.java)."""
+    return -(
+        link.weight_loss * loss / link.max_loss
+        + link.weight_delay * delay_ns / link.max_queue_delay_ns
+    )
+
+
+def _shrinking(
+    metrics: dict[str, Any],
+    link: LinkConfig,
+    queue_s: float,
+    buffer_bytes: int,
+    window_ns: int,
+    burst: float,
+) -> bool:
+    """The first window under a buffer lowered below the queue `queue_s` standing in it:
+    the queue drains at line rate down to the new limit while `burst` times the excess is
+    lost (it, and more until the flows back off); then the new buffer's measured window.
+    Returns whether the queue stood above the new limit."""
+    rate = link.capacity_bps / 8
+    excess_bytes = queue_s * rate - buffer_bytes
+    if excess_bytes <= 0:
+        return False
+    lost = burst * excess_bytes / MSS_BYTES
+    data = max(metrics["data_packets"] or 0, 1)
+    metrics["retransmissions"] = round((metrics["retransmissions"] or 0) + lost)
+    metrics["loss_rate"] = (metrics["loss_rate"] or 0.0) + lost / data
+    drain_ns = min(excess_bytes / rate * 1e9, window_ns)
+    draining_ns = (queue_s * 1e9 + buffer_bytes / rate * 1e9) / 2
+    measured_ns = metrics["queue_delay_ns"] or 0
+    metrics["queue_delay_ns"] = round(
+        (draining_ns * drain_ns + measured_ns * (window_ns - drain_ns)) / window_ns
+    )
+    metrics["f"] = _performance(link, metrics["loss_rate"], metrics["queue_delay_ns"])
+    return True
+
+
 def _filling(
     metrics: dict[str, Any], link: LinkConfig, k_s: float, queue_s: float | None, window_ns: int
 ) -> float | None:
@@ -338,7 +391,7 @@ def _filling(
     metrics["queue_delay_ns"] = round(mean_ns)
     metrics["loss_rate"] = 0.0
     metrics["retransmissions"] = 0
-    metrics["f"] = -link.weight_delay * mean_ns / link.max_queue_delay_ns
+    metrics["f"] = _performance(link, 0.0, mean_ns)
     return end_s
 
 
@@ -350,8 +403,10 @@ def simulate(
     initial_buffer: int,
     timing: LoopTiming,
     seed: int,
+    shrink_burst: float = 0.0,
 ) -> SimRun:
-    """One run of `policy` on the link `surface` describes, from `initial_buffer`."""
+    """One run of `policy` on the link `surface` describes, from `initial_buffer`; a lowered
+    buffer costs `shrink_burst` times the queue that stood above it in loss (0: nothing)."""
     rng = random.Random(seed)
     chosen = {b: rng.randrange(len(runs)) for b, runs in surface.runs.items()}
     detect = ChangeDetector(metrics)
@@ -374,13 +429,19 @@ def simulate(
         metrics_now = _blend(
             _window_at(run_low, k, steady), _window_at(run_high, k, steady), weight
         )
+        if (
+            shrink_burst > 0
+            and buffer < previous
+            and _shrinking(metrics_now, link, last_queue_s, buffer, w, shrink_burst)
+        ):
+            queue_s = None  # a fill under way ends at the new limit
         if fill_k is not None:
             if buffer > previous and queue_s is None:
                 queue_s = last_queue_s  # the queue the last window ended with carries over
             queue_s = _filling(metrics_now, link, fill_k, queue_s, w)
-            last_queue_s = (
-                queue_s if queue_s is not None else ((metrics_now["queue_delay_ns"] or 0) / 1e9)
-            )
+        last_queue_s = (
+            queue_s if queue_s is not None else ((metrics_now["queue_delay_ns"] or 0) / 1e9)
+        )
         previous = buffer
         zscore, change = detect(metrics_now["f"])
         window = Window(
@@ -441,11 +502,21 @@ def evaluate(
     initial_buffer: int,
     timing: LoopTiming,
     seeds: Sequence[int],
+    shrink_burst: float = 0.0,
 ) -> PolicySummary:
     """A fresh `policy` with `options` per seed; the same seeds give every policy the same
     measured runs (the offline counterpart of paired repeats)."""
     runs = tuple(
-        simulate(POLICIES[policy](link, options), surface, link, metrics, initial_buffer, timing, s)
+        simulate(
+            POLICIES[policy](link, options),
+            surface,
+            link,
+            metrics,
+            initial_buffer,
+            timing,
+            s,
+            shrink_burst,
+        )
         for s in seeds
     )
     return PolicySummary(policy, runs, surface.oracle(timing.warmup_ns // timing.window_ns))

@@ -18,6 +18,7 @@ from p4bs import paths
 from p4bs.config import LinkConfig, load_config
 from p4bs_cli.main import main
 from p4bs_eval.offline import (
+    MEASURED_SHRINK_BURST,
     LoopTiming,
     Surface,
     SurfaceError,
@@ -36,7 +37,9 @@ CONFIG = load_config(paths.default_config())
 LINK = dataclasses.replace(
     CONFIG.links[0], max_queue_delay_ns=50_000_000, max_loss=0.01, max_buffer_bytes=BUFFERS[-1]
 )
-TIMING = LoopTiming(duration_ns=40_000_000_000, warmup_ns=5_000_000_000)
+TIMING = LoopTiming(
+    duration_ns=40_000_000_000, warmup_ns=5_000_000_000, metrics_lag_ns=3_000_000_000
+)
 
 
 def windows(link: LinkConfig, buffer: int, n: int, rng: random.Random) -> list[dict[str, Any]]:
@@ -277,3 +280,38 @@ def test_a_raised_buffer_fills_at_the_pace_the_largest_buffers_sawtooth_shows() 
     assert filled - raised >= 3  # seconds of filling, not one window
     assert filled < len(saw)  # still in the measured run's windows, not its repetition
     assert run.f[filled] == pytest.approx(saw[filled % len(saw)]["f"])
+
+
+def test_a_buffer_lowered_below_its_standing_queue_costs_a_burst_of_loss() -> None:
+    """Lowered from 800 kB (its queue full, 64 ms) to 100 kB at 4 s: the 700 kB above the new
+    limit drain at line rate (56 ms of the window, at their mean of 36 ms) while 1.27 times
+    them is lost, in the first window under 100 kB; the next window is 100 kB's as measured.
+    Lowered below a buffer the queue does not reach, nothing is lost; nor without the burst
+    model (the default)."""
+    surface = known_surface()
+
+    def lowered(surface: Surface) -> list[float]:
+        policy = POLICIES["static"](LINK, {"buffer": 100_000})
+        run = simulate(
+            policy, surface, LINK, CONFIG.metrics, 800_000, TIMING, 1, MEASURED_SHRINK_BURST
+        )
+        assert run.buffers.index(100_000) == 8  # in force from 4 s
+        return run.f
+
+    f = lowered(surface)
+    measured = surface.runs[100_000][0][0]
+    lost = 1.27 * 700_000 / 1448
+    loss = measured["loss_rate"] + lost / measured["data_packets"]
+    delay_ns = (36e6 * 56e6 + 8e6 * (500e6 - 56e6)) / 500e6
+    assert f[8] == pytest.approx(
+        -(LINK.weight_loss * loss / 0.01 + LINK.weight_delay * delay_ns / 50e6), rel=1e-3
+    )
+    assert f[8] < f[9] - 5  # loss of 15% in one window
+    assert f[9] in {run[9]["f"] for run in surface.runs[100_000]}
+
+    shallow = [[{**w, "queue_delay_ns": 4_000_000} for w in r] for r in surface.runs[800_000]]
+    f = lowered(Surface({**surface.runs, 800_000: shallow}))
+    assert f[8] in {run[8]["f"] for run in surface.runs[100_000]}
+    policy = POLICIES["static"](LINK, {"buffer": 100_000})
+    run = simulate(policy, surface, LINK, CONFIG.metrics, 800_000, TIMING, seed=1)
+    assert run.f[8] in {r[8]["f"] for r in surface.runs[100_000]}
