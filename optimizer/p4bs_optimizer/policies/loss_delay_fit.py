@@ -101,14 +101,14 @@ class LossDelayFitOptions:
     close_enough: float = 1.15
     max_stride: float = 1.5
     # Settle on the best measured buffer when the fitted optimum promises less than this
-    # over the fitted f there (relative): a step costs 7 s of traffic. Off by default:
+    # over the fitted f there (relative): a step costs 5-7 s of traffic. Off by default:
     # offline, 0.05 took the 21 s searches of Cubic 10 and Reno 10 at the paper's per-flow
     # BDP to 14 s, but left Cubic 10 below the Stanford rule (-0.004 [-0.007, -0.001]), tied
     # without it; 0.02-0.1 moved no Fig. 11 cell's f by 0.001.
     min_gain: float = 0.0
     # Settle on a fitted optimum between two measured buffers whose f differ by less than
     # this (relative), without measuring it: f being unimodal, it is at least the lower of
-    # the two there, and a step costs 7 s of traffic. Offline, 0.05 took the search at the
+    # the two there, and a step costs 5-7 s of traffic. Offline, 0.05 took the search at the
     # paper's per-flow BDP with Cubic 10 from 21 to 14 s (f -0.2473 -> -0.2466) and moved no
     # other cell's f by more than 0.001.
     flat_fraction: float = 0.05
