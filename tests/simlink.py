@@ -42,10 +42,7 @@ class LinkModel:
         """f without noise at `buffer` bytes, as the metrics job computes it."""
         delay_ns = int(buffer * 8e9 / link.capacity_bps)
         loss = self.p0 * math.exp(-buffer / self.loss_scale_bytes)
-        return -(
-            link.weight_loss * loss / link.max_loss
-            + link.weight_delay * delay_ns / link.max_queue_delay_ns
-        )
+        return -sum(link.f_terms(loss, delay_ns))
 
     def window(self, link: LinkConfig, buffer: int, end_ns: int) -> dict[str, object]:
         delay_ns = int(buffer * 8e9 / link.capacity_bps)

@@ -284,6 +284,15 @@ class LinkConfig:
         """The link id every record is keyed by: router and interface."""
         return f"{self.router}:{self.interface}"
 
+    def f_terms(self, loss: float, delay_ns: float) -> tuple[float, float]:
+        """The loss and delay terms, positive, of the performance function of a window with
+        loss rate `loss` and mean queueing delay `delay_ns`: f = -(loss term + delay term),
+        as the metrics job computes it (LinkMetrics.java)."""
+        return (
+            self.weight_loss * loss / self.max_loss,
+            self.weight_delay * delay_ns / self.max_queue_delay_ns,
+        )
+
     def ports(self) -> list[tuple[str, Port, str]]:
         """Every port of the link's taps: (side 'before'/'after', port, direction)."""
         taps = (self.tap_before, self.tap_after)

@@ -335,14 +335,6 @@ def _window_at(run: Sequence[WindowRecord], k: int, steady: int) -> WindowRecord
     return run[steady + (k - steady) % (len(run) - steady)]
 
 
-def _performance(link: LinkConfig, loss: float, delay_ns: float) -> float:
-    """The metrics job's f of a window (LinkMetrics.java)."""
-    return -(
-        link.weight_loss * loss / link.max_loss
-        + link.weight_delay * delay_ns / link.max_queue_delay_ns
-    )
-
-
 def _shrinking(
     metrics: dict[str, Any],
     link: LinkConfig,
@@ -369,7 +361,7 @@ def _shrinking(
     metrics["queue_delay_ns"] = round(
         (draining_ns * drain_ns + measured_ns * (window_ns - drain_ns)) / window_ns
     )
-    metrics["f"] = _performance(link, metrics["loss_rate"], metrics["queue_delay_ns"])
+    metrics["f"] = -sum(link.f_terms(metrics["loss_rate"], metrics["queue_delay_ns"]))
     return True
 
 
@@ -391,7 +383,7 @@ def _filling(
     metrics["queue_delay_ns"] = round(mean_ns)
     metrics["loss_rate"] = 0.0
     metrics["retransmissions"] = 0
-    metrics["f"] = _performance(link, 0.0, mean_ns)
+    metrics["f"] = -sum(link.f_terms(0.0, mean_ns))
     return end_s
 
 

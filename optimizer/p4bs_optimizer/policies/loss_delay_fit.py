@@ -365,7 +365,7 @@ class LossDelayFitPolicy(SteppedPolicy):
         if rtt_ns is None:
             return []  # no RTT in step 0 or now: wait for a window with one
         flows = self._flows(step)
-        loss_term, delay_term = self._terms(point.loss, point.delay_ns)
+        loss_term, delay_term = self.link.f_terms(point.loss, point.delay_ns)
         expected = mathis_loss(self.link, rtt_ns, flows, buffer)
         if loss_term > delay_term and point.loss > self.config.loss_insensitive_ratio * expected:
             reason = (
@@ -396,7 +396,7 @@ class LossDelayFitPolicy(SteppedPolicy):
                     f"probes the top, {top} B"
                 )
                 return [self._new_step(window, top, SEARCH, 2, reason, f=point.f)]
-        loss_term, delay_term = self._terms(point.loss, point.delay_ns)
+        loss_term, delay_term = self.link.f_terms(point.loss, point.delay_ns)
         reach = self.config.first_stride
         stride = min(max(math.sqrt(loss_term / delay_term), 1 / reach), reach)
         if abs(math.log(stride)) < math.log(self.config.close_enough):
@@ -411,14 +411,6 @@ class LossDelayFitPolicy(SteppedPolicy):
             f"{buffer} B, where f would peak with loss ~ 1/B and delay ~ B"
         )
         return [self._new_step(window, buffer, SEARCH, 2, reason, f=point.f)]
-
-    def _terms(self, loss: float, delay_ns: float) -> tuple[float, float]:
-        """f's loss and delay terms, positive."""
-        link = self.link
-        return (
-            link.weight_loss * loss / link.max_loss,
-            link.weight_delay * delay_ns / link.max_queue_delay_ns,
-        )
 
     def _fitted_optimum(self, top: int) -> tuple[int, float, float, str, bool]:
         """The buffer with the highest fitted f around the best measured buffer `top` (and
@@ -443,7 +435,7 @@ class LossDelayFitPolicy(SteppedPolicy):
         candidates = [low * (high / low) ** (i / (CANDIDATES - 1)) for i in range(CANDIDATES)]
 
         def fitted_f(buffer: float) -> float:
-            return -sum(self._terms(loss(buffer), delay(buffer)))
+            return -sum(self.link.f_terms(loss(buffer), delay(buffer)))
 
         index = max(range(CANDIDATES), key=lambda i: fitted_f(candidates[i]))
         best = candidates[index]
