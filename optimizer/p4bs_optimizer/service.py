@@ -115,6 +115,7 @@ STALLED_ROUND_NS = 500_000_000
 TRANSACTION_TIMEOUT_MS = 6_000
 # How often a fit process looks whether its service is still there.
 FIT_PARENT_POLL_S = 1.0
+WARM_UP_GRID_STEP_BYTES = 1_000  # the throwaway grid search's (any step will do)
 RESTORE_TIMEOUT_S = 60.0  # reading a changelog partition to its end, open transactions too
 
 
@@ -890,6 +891,11 @@ class OptimizerService:
             self.instance,
             TRANSACTION_TIMEOUT_MS,
         )
+        if any(_fits_on_loop(link) for link in self.config.links):
+            # Before the first window: the first fit would otherwise hold the loop, and every
+            # link's windows with it, while it imports numpy and scipy (bayes.warm_up).
+            seconds = await asyncio.to_thread(bayes.warm_up, WARM_UP_GRID_STEP_BYTES)
+            log.info("grid GP fit warmed up in %.2f s", seconds)
         consumer: RecordConsumer | None = None
 
         def assigned(given: list[Partition]) -> None:
@@ -987,16 +993,29 @@ class OptimizerService:
                 await driver.close()
 
 
+def _p4bs_options(link: LinkConfig) -> P4bsOptions | None:
+    """A P4BS link's options; None for another policy's link, or for options the link's
+    controller refuses (it reports them when it is made)."""
+    if link.policy != P4bsPolicy.name:
+        return None
+    try:
+        return P4bsOptions.parse(link.policy_options)
+    except PolicyOptionError:
+        return None
+
+
 def _decides_off_loop(link: LinkConfig) -> bool:
     """A link whose `decide` may hold the loop for long: a P4BS search on log(buffer), which
     fits its GP with Ax when a trial ends (0.1-0.3 s; the authors' grid search, P4BS's
     default, a few ms: tests/bench/ax_decision.py)."""
-    if link.policy != P4bsPolicy.name:
-        return False
-    try:
-        return P4bsOptions.parse(link.policy_options).grid_step_ns == 0
-    except PolicyOptionError:  # the link's controller reports it when it is made
-        return False
+    options = _p4bs_options(link)
+    return options is not None and options.grid_step_ns == 0
+
+
+def _fits_on_loop(link: LinkConfig) -> bool:
+    """A link whose policy fits a GP on the loop: P4BS on the authors' grid."""
+    options = _p4bs_options(link)
+    return options is not None and options.grid_step_ns > 0
 
 
 def _fit_worker() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import logging
 import math
 import re
 import signal
@@ -305,7 +306,11 @@ class GatedPolicy(Policy):
 
 
 def test_a_blocking_policy_decides_in_its_thread_in_order_while_other_links_go_on(
-    stack: Stack, topics: dict[str, str], testbed: Testbed, tmp_path: Path
+    stack: Stack,
+    topics: dict[str, str],
+    testbed: Testbed,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Two links in one service (in this process, dry run, windows through Kafka): a P4BS
     link searching on log(buffer) (Ax: its fits take 0.1-0.3 s, so it decides off the loop)
@@ -313,7 +318,7 @@ def test_a_blocking_policy_decides_in_its_thread_in_order_while_other_links_go_o
     windows wait and the GLOBECOM link's window is decided and recorded; once released, the
     P4BS windows are decided in the decide thread, in arrival order, each once, and only then
     does the saved state cover them. A P4BS link with the default grid search (fits of a few
-    ms) decides on the loop."""
+    ms) decides on the loop, its fit warmed up before the first window."""
     path = write_config(tmp_path, stack.kafka.bootstrap, topics, testbed, "p4bs")
     base = load_config(path)
     slow_link = dataclasses.replace(base.links[0], policy_options={"grid_step_ns": 0})
@@ -360,7 +365,9 @@ def test_a_blocking_policy_decides_in_its_thread_in_order_while_other_links_go_o
         await running
         return gated
 
-    gated = asyncio.run(scenario())
+    with caplog.at_level(logging.INFO, logger="p4bs_optimizer.service"):
+        gated = asyncio.run(scenario())
+    assert "grid GP fit warmed up" in caplog.text
     assert [end for end, _ in gated.seen] == ends
     assert all(thread.startswith("decide") for _, thread in gated.seen)  # not the loop's
     assert gated.snapshots_while_deciding == 0

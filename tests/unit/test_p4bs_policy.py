@@ -344,6 +344,21 @@ def test_importing_the_policies_does_not_import_ax() -> None:
     assert out.stdout.strip() == "[]"
 
 
+def test_warming_up_the_grid_search_loads_its_fit_without_ax() -> None:
+    """The service warms the grid GP up before its first window (the first fit's imports
+    held its loop for seconds on the testbed); Ax and torch stay out of it."""
+    code = (
+        "import sys, p4bs_optimizer.policies.p4bs; "
+        "from p4bs_optimizer.policies import bayes; "
+        "before = 'scipy.optimize' in sys.modules; "
+        "seconds = bayes.warm_up(1_000); "
+        "print(before, 'scipy.optimize' in sys.modules, seconds > 0, "
+        "sorted(m for m in ('ax', 'torch', 'botorch') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False True True []"
+
+
 def test_the_ei_rule_waits_for_min_trials_trials() -> None:
     """A flat f (no improvement anywhere, EI 0) still gets `min_trials` trials before the
     search settles: a GP on the bound search's points alone cannot rule the range out."""

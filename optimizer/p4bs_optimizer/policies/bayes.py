@@ -481,13 +481,20 @@ def plan(spec: SearchSpec) -> Plan:
     return Plan(search.max_expected_improvement(), search.suggest())
 
 
-def warm_up() -> float:
-    """Imports Ax and torch and fits a throwaway continuous search on two made-up points, so
-    that a link's first real fit does not pay for them; returns the seconds it took. Idle,
-    the imports take ~6 s and the first fit ~0.4 s (later ones ~0.25 s); on a loaded machine
-    the first P4BS fit of an evaluation run took a minute, with the link's windows waiting."""
+def warm_up(grid_step_bytes: int | None = None) -> float:
+    """Fits a throwaway search of the kind `grid_step_bytes` says (None: continuous, with Ax
+    and torch) on two made-up points, so that a link's first real fit does not pay for the
+    imports; returns the seconds it took.
+    - Continuous: idle, the imports take ~6 s and the first fit ~0.4 s (later ones ~0.25 s);
+      on a loaded machine the first P4BS fit of an evaluation run took a minute, with the
+      link's windows waiting.
+    - Grid: numpy and scipy's optimiser, ~0.4 s idle, where a fit takes ~1 ms. Unwarmed, the
+      first grid fit of every live P4BS run (trial 2's decision) came a median 3.5 s after
+      its window (2.0-15.7 s, 16 runs of p4bs-fig11), the other decisions 1.5 s: the
+      service's loop, which decides grid searches, held the whole time, P4BS's first trial
+      kept seconds longer than the simulator gives it."""
     began = time.monotonic()
-    search = BufferSearch(1_000, 100_000)
+    search = BufferSearch(1_000, 100_000, grid_step_bytes=grid_step_bytes)
     search.tell(10_000, -1.0, 0.1)
     search.tell(50_000, -2.0, 0.1)
     search.suggest()
