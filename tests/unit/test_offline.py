@@ -42,10 +42,13 @@ TIMING = LoopTiming(
 )
 
 
-def windows(link: LinkConfig, buffer: int, n: int, rng: random.Random) -> list[dict[str, Any]]:
-    """n windows at `buffer`: loss 10% * exp(-buffer / 40 kB), a full queue, noisy f."""
+def windows(
+    link: LinkConfig, buffer: int, n: int, rng: random.Random, loss: float | None = None
+) -> list[dict[str, Any]]:
+    """n windows at `buffer`: loss `loss` (10% * exp(-buffer / 40 kB) by default), a full
+    queue, noisy f."""
     delay_ns = round(buffer * 8e9 / RATE_BPS)
-    loss = 0.1 * math.exp(-buffer / 40_000)
+    loss = 0.1 * math.exp(-buffer / 40_000) if loss is None else loss
     packets = RATE_BPS // 8 // 1500 // 2
     f = -(
         link.weight_loss * loss / link.max_loss
@@ -77,6 +80,21 @@ def test_the_oracle_is_the_best_measured_buffer_and_between_them_is_interpolated
     assert surface.neighbours(2_000_000) == (800_000, 800_000, 0.0)
     with pytest.raises(SurfaceError):
         Surface({25_000: []})
+
+
+def test_between_measured_buffers_loss_and_delay_follow_powers_of_the_buffer() -> None:
+    """Loss ~ 1/B and delay ~ B, measured at 100 and 400 kB only: at 200 kB the simulated
+    link loses half of 100 kB's loss with twice its delay, and f follows from them, -0.66
+    (a linear blend of the two buffers' windows gives 0.625 and 2.5 times, f -0.825)."""
+    rng = random.Random(2)
+    surface = Surface(
+        {b: [windows(LINK, b, 80, rng, loss=0.02 * 100_000 / b)] for b in (100_000, 400_000)}
+    )
+    policy = POLICIES["static"](LINK, {"buffer": 200_000})
+    run = simulate(policy, surface, LINK, CONFIG.metrics, 200_000, TIMING, seed=1)
+    expected = -sum(LINK.f_terms(0.01, 16_000_000))
+    assert expected == pytest.approx(-0.66)
+    assert run.f_mean == pytest.approx(expected, abs=0.01)
 
 
 def test_a_decision_is_in_force_after_the_lag_the_apply_time_and_a_whole_window() -> None:
