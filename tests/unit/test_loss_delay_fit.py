@@ -148,6 +148,24 @@ def test_an_optimum_between_two_buffers_measured_alike_is_settled_on_unmeasured(
     assert [d.trial for d in strict if d.phase == "search"] == [1, 2, 3]
 
 
+def test_a_step_whose_f_is_good_enough_settles_the_search() -> None:
+    """f a twentieth of the power-law link's: -0.20 at the buffer in force (5 MB), -0.05 at
+    the first guess (870 kB for 60 flows), so the search settles on its first step, where
+    with `good_enough` 0 it measures two more."""
+    slight = power_law_link(flows=60, f_of=lambda b: f_of(b) / 20)
+    *steps, last = run(LossDelayFitPolicy(LINK, {}), slight, settled, 2000)
+    assert [d.trial for d in steps] == [1]
+    assert (last.phase, last.buffer_bytes) == ("settled", steps[0].buffer_bytes)
+    assert f_of(last.buffer_bytes) / 20 >= -0.1 and "good_enough" in last.reason
+    picky = run(
+        LossDelayFitPolicy(LINK, {"good_enough": 0}),
+        power_law_link(flows=60, f_of=lambda b: f_of(b) / 20),
+        settled,
+        2000,
+    )
+    assert [d.trial for d in picky if d.phase == "search"] == [1, 2, 3]
+
+
 STANDING_NS = 60_000_000  # the queue BBR-like flows keep of their own
 
 
@@ -308,6 +326,7 @@ def test_restored_policy_decides_what_the_uninterrupted_one_does() -> None:
         ({"max_stride": 0.5}, "max_stride"),
         ({"max_steps": 0}, "max_steps"),
         ({"min_gain": 1.5}, "min_gain"),
+        ({"good_enough": -0.1}, "good_enough"),
         ({"loss_insensitive_ratio": 1}, "loss_insensitive_ratio"),
         ({"measure_ns": 0}, "measure_ns"),
         ({"search_max_ns": "soon"}, "search_max_ns"),

@@ -41,7 +41,9 @@ about B^1). Two measured buffers already place the optimum of the fitted sum.
   the maximiser is a prediction); one between two measured buffers whose f differ by less
   than `flat_fraction` settles it on the maximiser unmeasured (f being unimodal, it is at
   least the lower of the two there); else the maximiser is the next step. After `max_steps`
-  steps it settles on the best measured buffer.
+  steps it settles on the best measured buffer. Any step (step 0 too) whose f is at least
+  -`good_enough` settles the search on its buffer: loss and delay are both a small part of
+  their bounds there, and another step would cost more than it could gain.
 - "settled": the buffer stays until the change detector flags f; the search then starts
   again with the settled buffer, in force, as its first step (measured without a change).
 
@@ -112,6 +114,11 @@ class LossDelayFitOptions:
     # paper's per-flow BDP with Cubic 10 from 21 to 14 s (f -0.2473 -> -0.2466) and moved no
     # other cell's f by more than 0.001.
     flat_fraction: float = 0.05
+    # A step measuring f at or above -good_enough settles the search on its buffer: loss and
+    # delay are both a small part of their bounds there, and another step costs more than it
+    # could gain (offline at the paper's per-flow BDP, 3 Cubic or Reno flows: f -0.05 at the
+    # smallest buffer, and steps above it cost 0.001-0.002 of whole-run f). 0: off.
+    good_enough: float = 0.1
     # The second step's reach: the 1/B-and-B prior from one point may be far off (BBR keeps
     # a standing queue, and loses heavily below it, whatever the first guess says).
     first_stride: float = 4.0
@@ -142,6 +149,7 @@ class LossDelayFitOptions:
             max_stride=r.number("max_stride", d.max_stride, low=1, low_open=True),
             min_gain=r.number("min_gain", d.min_gain, low=0, high=1),
             flat_fraction=r.number("flat_fraction", d.flat_fraction, low=0, high=1),
+            good_enough=r.number("good_enough", d.good_enough, low=0),
             first_stride=r.number("first_stride", d.first_stride, low=1, low_open=True),
             loss_insensitive_ratio=r.number(
                 "loss_insensitive_ratio", d.loss_insensitive_ratio, low=1, low_open=True
@@ -293,6 +301,9 @@ class LossDelayFitPolicy(SteppedPolicy):
             f"{step.mean_loss():.3%}, delay {step.mean_delay_ns() / 1e6:.2f} ms, f {point.f:.4f}"
         )
         self.note = ""
+        if self.config.good_enough > 0 and point.f >= -self.config.good_enough:
+            reason = f"{seen}; f at least -{self.config.good_enough:g} (good_enough)"
+            return self._settle(window, point.buffer_bytes, reason, point.f)
         if step.trial == 0:
             return self._after_step_zero(window, step, point, seen)
         self.points.append(point)
