@@ -3,7 +3,9 @@ verdict, n, effect size and confidence interval, made from the run summaries com
 eval/results (never raw captures):
 
 - offline evaluations, `*offline.json` (written by `p4bs eval offline` beside its report):
-  per cell and policy, each seed's whole-run mean f, search time and f after settling;
+  per cell and policy, each seed's whole-run mean f, search time and f after settling, and
+  its share of windows per measured buffer, with the surface's standard error per buffer:
+  an offline difference's interval counts that error too (`offline.surface_variance`);
 - live evaluations, a folder's `results.jsonl` with its `scenario.json` (as `p4bs eval run`
   writes them): per point, policy and repeat, the run's figures.
 
@@ -32,8 +34,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from p4bs_eval.offline import surface_variances
 from p4bs_eval.report import load_results
-from p4bs_eval.stats import BEST, TIED, WORSE, mean_ci, paired_difference, verdict
+from p4bs_eval.stats import (
+    BEST,
+    TIED,
+    WORSE,
+    KnownVariance,
+    mean_ci,
+    paired_difference,
+    verdict,
+)
 
 STATIC_RULES = ("bdp", "stanford", "tiny", "bloated", "bscl", "adt")
 P4BS = "p4bs"
@@ -49,6 +60,7 @@ def versus(
     policy: str,
     rivals: Sequence[str],
     higher_is_better: bool = True,
+    known_variance: KnownVariance | None = None,
 ) -> dict[str, Any] | None:
     """`policy` against the best of `rivals` by mean, paired by seed: the difference
     (policy - rival) and the verdict; None when either side is missing."""
@@ -57,7 +69,8 @@ def versus(
         return None
     pick = max if higher_is_better else min
     rival = pick(present, key=lambda r: statistics.fmean(by_policy[r].values()))
-    difference = paired_difference(by_policy[policy], by_policy[rival])
+    extra = known_variance(policy, rival) if known_variance else 0.0
+    difference = paired_difference(by_policy[policy], by_policy[rival], known_variance=extra)
     return {
         "policy": policy,
         "against": rival,
@@ -94,11 +107,12 @@ def paired_claims(
     claims: Sequence[tuple[str, str, Sequence[str], Mapping[str, str]]],
     metric: str,
     higher_is_better: bool = True,
+    known_variance: KnownVariance | None = None,
 ) -> list[dict[str, Any]]:
     """Each claim's policy against the best of its rivals on `metric` in one cell."""
     found = []
     for name, policy, rivals, verdicts in claims:
-        compared = versus(by_policy, policy, rivals, higher_is_better)
+        compared = versus(by_policy, policy, rivals, higher_is_better, known_variance)
         if compared is not None:
             found.append(
                 {
@@ -122,7 +136,19 @@ def offline_claims(path: Path, summary: Mapping[str, Any]) -> list[dict[str, Any
         by_policy = {
             p: {int(seed): f for seed, f in v["f_mean"].items()} for p, v in policies.items()
         }
-        found += paired_claims(source, cell, by_policy, F_CLAIMS, "f_mean")
+        # The surface's own error, as the offline report counts it (older files lack it).
+        se = {int(b): e for b, e in data.get("surface_se", {}).items()}
+        exposure = {
+            p: {int(b): x for b, x in v.get("exposure", {}).items()} for p, v in policies.items()
+        }
+        found += paired_claims(
+            source,
+            cell,
+            by_policy,
+            F_CLAIMS,
+            "f_mean",
+            known_variance=surface_variances(exposure, se),
+        )
         ours = policies.get(OURS)
         if ours is None:
             continue

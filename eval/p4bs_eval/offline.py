@@ -22,7 +22,11 @@ bursts they do not cause live (eval/README.md).
 
 What it reports per run: the whole-run mean f (after the warm-up, as the live evaluation
 does), the mean f after the policy settled and when, and the regret to the oracle, the best
-fixed buffer measured in hindsight.
+fixed buffer measured in hindsight. Seeds are paired repeats, but they all draw on the few
+runs measured per buffer: the intervals of a policy's f and of a paired difference add the
+surface's own error (each buffer's standard error between its runs, in proportion to the
+share of windows a policy drew from it: `surface_variance`), which no number of seeds
+shrinks.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from typing import Any
 
 from p4bs.config import LinkConfig, MetricsConfig
 from p4bs_eval.report import load_results
-from p4bs_eval.stats import compare_in_cell, mean_ci
+from p4bs_eval.stats import KnownVariance, compare_in_cell, mean_ci
 from p4bs_optimizer.policies import POLICIES
 from p4bs_optimizer.policies.base import Decision, Policy, Window
 from p4bs_optimizer.policies.loss_delay_fit import MSS_BYTES
@@ -107,6 +111,16 @@ class Surface:
         """Mean f over the windows measured at a measured buffer, each run's first `skip`
         left out."""
         return statistics.fmean(w["f"] for run in self.runs[buffer] for w in run[skip:])
+
+    def mean_f_se(self, skip: int = 0) -> dict[int, float]:
+        """Per measured buffer the standard error of its mean f between its runs (each run's
+        first `skip` windows left out): how well the surface knows that buffer (0 from one
+        run)."""
+        out = {}
+        for b, runs in self.runs.items():
+            means = [statistics.fmean(w["f"] for w in run[skip:]) for run in runs]
+            out[b] = statistics.stdev(means) / math.sqrt(len(means)) if len(means) > 1 else 0.0
+        return out
 
     def oracle(self, skip: int = 0) -> tuple[int, float]:
         """The measured buffer with the highest mean f (each run's first `skip` windows left
@@ -307,6 +321,8 @@ class SimRun:
     decisions: list[tuple[int, Decision]] = field(default_factory=list)
     window_ns: int = 0
     warmup_windows: int = 0
+    # Per measured buffer the share of the windows after the warm-up drawn from its runs.
+    exposure: dict[int, float] = field(default_factory=dict)
 
     @property
     def f_mean(self) -> float:
@@ -515,6 +531,11 @@ def simulate(
         )
         result.buffers.append(buffer)
         result.f.append(metrics_now["f"])
+        if k >= steady:
+            share = 1 / (timing.duration_ns // w - steady)
+            for measured, part in ((low, 1 - weight), (high, weight)):
+                if part > 0:
+                    result.exposure[measured] = result.exposure.get(measured, 0.0) + part * share
         in_flight.append((end + timing.metrics_lag_ns, window))
         while in_flight and in_flight[0][0] <= end:
             _, seen = in_flight.popleft()
@@ -537,6 +558,7 @@ class PolicySummary:
     policy: str
     runs: tuple[SimRun, ...]
     oracle: tuple[int, float]  # the best fixed buffer over the same windows, and its f
+    surface_se: Mapping[int, float]  # Surface.mean_f_se over the same windows
 
     @property
     def oracle_f(self) -> float:
@@ -549,6 +571,34 @@ class PolicySummary:
     @property
     def regrets(self) -> list[float]:
         return [self.oracle_f - r.f_mean for r in self.runs]
+
+    @property
+    def exposure(self) -> dict[int, float]:
+        """The runs' mean share of windows drawn from each measured buffer."""
+        out: dict[int, float] = {}
+        for run in self.runs:
+            for b, share in run.exposure.items():
+                out[b] = out.get(b, 0.0) + share / len(self.runs)
+        return out
+
+
+def surface_variance(
+    ours: Mapping[int, float], theirs: Mapping[int, float], se: Mapping[int, float]
+) -> float:
+    """The variance the surface's own measurement adds to a difference of two policies'
+    mean f (`theirs` empty: to one policy's mean f), which seeds cannot show, as they all
+    draw on the same few runs per buffer: each buffer's mean f is known to its standard
+    error `se`, and a policy carries it in its share of windows from that buffer
+    (`PolicySummary.exposure`). Two policies on the same buffers carry the same error."""
+    return sum((ours.get(b, 0.0) - theirs.get(b, 0.0)) ** 2 * e**2 for b, e in se.items())
+
+
+def surface_variances(
+    exposure: Mapping[str, Mapping[int, float]], se: Mapping[int, float]
+) -> KnownVariance:
+    """(policy, rival) -> the `surface_variance` of their difference, from each policy's
+    exposure: what `compare_in_cell` and the claims add to the seeds' variance."""
+    return lambda ours, theirs: surface_variance(exposure[ours], exposure[theirs], se)
 
 
 def evaluate(
@@ -577,7 +627,8 @@ def evaluate(
         )
         for s in seeds
     )
-    return PolicySummary(policy, runs, surface.oracle(timing.warmup_ns // timing.window_ns))
+    skip = timing.warmup_ns // timing.window_ns
+    return PolicySummary(policy, runs, surface.oracle(skip), surface.mean_f_se(skip))
 
 
 def cell_report(
@@ -598,7 +649,9 @@ def cell_report(
         "|---|---|---|---|---|---|---|---|",
     ]
     by_policy = {s.policy: {r.seed: r.f_mean for r in s.runs} for s in summaries}
-    compared = {c.policy: c for c in compare_in_cell(by_policy)}
+    exposure, se = {s.policy: s.exposure for s in summaries}, summaries[0].surface_se
+    known_variance = surface_variances(exposure, se)
+    compared = {c.policy: c for c in compare_in_cell(by_policy, known_variance=known_variance)}
     for s in summaries:
         settled = [r.settled_ns / 1e9 for r in s.runs if r.settled_ns is not None]
         after = [f for r in s.runs if (f := r.f_after_settling) is not None]
@@ -606,16 +659,18 @@ def cell_report(
         versus = f"{c.against}: {c.difference.shown('+.3f')} | {c.verdict}" if c else "- | -"
         settled_s = f"{statistics.median(settled):.1f} ({len(settled)})" if settled else "-"
         after_f = f"{statistics.fmean(after):.3f}" if after else "-"
+        f_mean = mean_ci(s.f_means, known_variance=surface_variance(s.exposure, {}, se))
         lines.append(
-            f"| {s.policy} | {len(s.runs)} | {mean_ci(s.f_means).shown('.3f')} | "
+            f"| {s.policy} | {len(s.runs)} | {f_mean.shown('.3f')} | "
             f"{mean_ci(s.regrets).shown('.3f')} | {settled_s} | {after_f} | {versus} |"
         )
     return lines
 
 
 def summary_data(cells: Mapping[str, Sequence[PolicySummary]]) -> dict[str, Any]:
-    """Per cell the oracle and per policy each seed's whole-run mean f, search time (s) and f
-    after settling: what `p4bs eval claims` reads (`offline.json`)."""
+    """Per cell the oracle and the surface's standard error per buffer, and per policy each
+    seed's whole-run mean f, search time (s) and f after settling, and its mean share of
+    windows per buffer: what `p4bs eval claims` reads (`offline.json`)."""
 
     def seconds(ns: int | None) -> float | None:
         return None if ns is None else ns / 1e9
@@ -625,9 +680,11 @@ def summary_data(cells: Mapping[str, Sequence[PolicySummary]]) -> dict[str, Any]
         best, best_f = summaries[0].oracle
         out[cell] = {
             "oracle": {"buffer_bytes": best, "f": round(best_f, 6)},
+            "surface_se": {b: round(e, 6) for b, e in summaries[0].surface_se.items()},
             "policies": {
                 s.policy: {
                     "f_mean": {r.seed: round(r.f_mean, 6) for r in s.runs},
+                    "exposure": {b: round(x, 6) for b, x in sorted(s.exposure.items())},
                     "search_s": {r.seed: seconds(r.search_ns) for r in s.runs},
                     "f_after_settling": {
                         r.seed: None if r.f_after_settling is None else round(r.f_after_settling, 6)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from scipy.stats import t as student_t
@@ -38,8 +38,12 @@ class Interval:
         return f"{self.mean:{fmt}} [{self.low:{fmt}}, {self.high:{fmt}}]"
 
 
-def mean_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
-    """The mean of `values` with the Student-t interval (n - 1 degrees of freedom)."""
+def mean_ci(
+    values: Sequence[float], confidence: float = CONFIDENCE, known_variance: float = 0.0
+) -> Interval:
+    """The mean of `values` with the Student-t interval (n - 1 degrees of freedom), its
+    variance the repeats' plus `known_variance`: one the repeats cannot show (an offline
+    evaluation's seeds all draw on the same few measured runs per buffer)."""
     if not values:
         raise ValueError("no values")
     mean = statistics.fmean(values)
@@ -47,18 +51,25 @@ def mean_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval
     if n == 1:
         return Interval(mean, -math.inf, math.inf, 1)
     t = float(student_t.ppf((1 + confidence) / 2, n - 1))
-    half = t * statistics.stdev(values) / math.sqrt(n)
+    half = t * math.sqrt(statistics.variance(values) / n + known_variance)
     return Interval(mean, mean - half, mean + half, n)
 
 
+# (policy, rival) -> a variance their paired difference has beyond the repeats' (mean_ci)
+KnownVariance = Callable[[str, str], float]
+
+
 def paired_difference(
-    ours: Mapping[int, float], theirs: Mapping[int, float], confidence: float = CONFIDENCE
+    ours: Mapping[int, float],
+    theirs: Mapping[int, float],
+    confidence: float = CONFIDENCE,
+    known_variance: float = 0.0,
 ) -> Interval:
     """ours - theirs over the repeats both have (keyed by repeat: the same traffic)."""
     shared = sorted(ours.keys() & theirs.keys())
     if not shared:
         raise ValueError("no repeat in common")
-    return mean_ci([ours[r] - theirs[r] for r in shared], confidence)
+    return mean_ci([ours[r] - theirs[r] for r in shared], confidence, known_variance)
 
 
 def verdict(difference: Interval, higher_is_better: bool = True) -> str:
@@ -86,7 +97,9 @@ class Comparison:
 
 
 def compare_in_cell(
-    by_policy: Mapping[str, Mapping[int, float]], higher_is_better: bool = True
+    by_policy: Mapping[str, Mapping[int, float]],
+    higher_is_better: bool = True,
+    known_variance: KnownVariance | None = None,
 ) -> list[Comparison]:
     """Each policy of a cell (metric per repeat) against the best other policy by mean."""
     means = {policy: statistics.fmean(v.values()) for policy, v in by_policy.items() if v}
@@ -97,6 +110,7 @@ def compare_in_cell(
             continue
         pick = max if higher_is_better else min
         rival = pick(others, key=lambda p: means[p])
-        difference = paired_difference(by_policy[policy], by_policy[rival])
+        extra = known_variance(policy, rival) if known_variance else 0.0
+        difference = paired_difference(by_policy[policy], by_policy[rival], known_variance=extra)
         found.append(Comparison(policy, rival, difference, verdict(difference, higher_is_better)))
     return found

@@ -112,6 +112,31 @@ def test_claims_from_offline_and_live_summaries(tmp_path: Path) -> None:
     assert checks["p4bs"]["offline_f"] == pytest.approx(checks["p4bs"]["live_f"]["mean"])
 
 
+def test_offline_claims_count_the_surface_s_own_error(tmp_path: Path) -> None:
+    """loss-delay-fit's lead over BSCL, outside the seeds' noise, is within what the surface
+    knows of the two buffers they sit on (standard error 0.05 each): the interval widens to
+    t * sqrt(s^2 / n + 0.05^2 + 0.05^2) and takes 0 in."""
+    results = tmp_path / "eval" / "results"
+    (results / "surface").mkdir(parents=True)
+    _offline(results / "surface")
+    data = build(results, tmp_path)
+    (plain,) = [c for c in data["claims"] if c["claim"] == "ours-best-or-tied"]
+    assert plain["against"] == "bscl" and plain["difference"]["low"] > 0
+    summary = json.loads((results / "surface" / "offline.json").read_text())
+    cell = summary["cells"]["cca=cubic,flows=25"]
+    cell["surface_se"] = {"100000": 0.05, "200000": 0.05}
+    for policy, data_of in cell["policies"].items():
+        data_of["exposure"] = {"100000" if policy == "loss-delay-fit" else "200000": 1.0}
+    (results / "surface" / "offline.json").write_text(json.dumps(summary))
+    (widened,) = [
+        c for c in build(results, tmp_path)["claims"] if c["claim"] == "ours-best-or-tied"
+    ]
+    diffs = [F["loss-delay-fit"][s] - F["bscl"][s] for s in (1, 2, 3)]
+    half = 4.302653 * math.sqrt(statistics.variance(diffs) / 3 + 2 * 0.05**2)  # t(0.975, 2)
+    assert widened["difference"]["high"] == pytest.approx(statistics.fmean(diffs) + half, abs=1e-5)
+    assert widened["difference"]["low"] < 0 and widened["verdict"] == "met"
+
+
 def test_the_command_writes_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     results = tmp_path / "results"
     (results / "surface").mkdir(parents=True)

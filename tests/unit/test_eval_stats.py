@@ -30,6 +30,22 @@ def test_the_interval_is_the_student_t_one() -> None:
     assert wide.half_width == pytest.approx(4.604095 * math.sqrt(2.5) / math.sqrt(5), abs=1e-5)
 
 
+def test_a_known_variance_adds_to_the_mean_s() -> None:
+    """An offline evaluation's surface error: var(mean) = s^2 / n + v, same t."""
+    ci = mean_ci([1.0, 2.0, 3.0, 4.0, 5.0], known_variance=0.3)
+    assert ci.half_width == pytest.approx(2.776445 * math.sqrt(2.5 / 5 + 0.3), abs=1e-5)
+    # A difference the seeds show every time, but smaller than what the surface knows.
+    ours, theirs = {1: 1.01, 2: 1.011, 3: 1.01, 4: 1.011}, {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0}
+    assert verdict(paired_difference(ours, theirs)) == BEST
+    assert verdict(paired_difference(ours, theirs, known_variance=0.01**2)) == TIED
+    (compared,) = [
+        c
+        for c in compare_in_cell({"a": ours, "b": theirs}, known_variance=lambda p, q: 1e-4)
+        if c.policy == "a"
+    ]
+    assert compared.verdict == TIED
+
+
 def test_one_run_decides_nothing() -> None:
     one = mean_ci([-1.5])
     assert (one.mean, one.low, one.high) == (-1.5, -math.inf, math.inf)

@@ -9,6 +9,7 @@ import dataclasses
 import json
 import math
 import random
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,12 @@ from p4bs_cli.main import main
 from p4bs_eval.offline import (
     MEASURED_SHRINK_BURST,
     LoopTiming,
+    PolicySummary,
     Surface,
     SurfaceError,
     evaluate,
     simulate,
+    surface_variance,
     surfaces,
 )
 from p4bs_optimizer.policies import POLICIES
@@ -95,6 +98,31 @@ def test_between_measured_buffers_loss_and_delay_follow_powers_of_the_buffer() -
     expected = -sum(LINK.f_terms(0.01, 16_000_000))
     assert expected == pytest.approx(-0.66)
     assert run.f_mean == pytest.approx(expected, abs=0.01)
+
+
+def test_the_surface_s_own_error_follows_each_policy_s_share_of_its_buffers() -> None:
+    """A static run at a measured buffer draws every window after the warm-up from its runs;
+    one at 100 kB * sqrt(2) half from 100 kB's, half from 200 kB's. Each buffer's mean f is
+    known to the standard error of its runs' means, and a policy's f, or the difference of
+    two, carries it in proportion to their shares: none for two on the same buffers."""
+    surface = known_surface(runs=3)
+
+    def static(buffer: int) -> PolicySummary:
+        return evaluate(
+            "static", {"buffer": buffer}, surface, LINK, CONFIG.metrics, buffer, TIMING, range(2)
+        )
+
+    at_200, between = static(200_000), static(round(100_000 * math.sqrt(2)))
+    assert at_200.exposure == pytest.approx({200_000: 1.0})
+    assert between.exposure == pytest.approx({100_000: 0.5, 200_000: 0.5}, abs=1e-4)
+    se = at_200.surface_se
+    means = [statistics.fmean(w["f"] for w in run[10:]) for run in surface.runs[200_000]]
+    assert se[200_000] == pytest.approx(statistics.stdev(means) / math.sqrt(3))
+    assert surface_variance(at_200.exposure, {}, se) == pytest.approx(se[200_000] ** 2)
+    assert surface_variance(between.exposure, at_200.exposure, se) == pytest.approx(
+        0.25 * se[100_000] ** 2 + 0.25 * se[200_000] ** 2, rel=1e-3
+    )
+    assert surface_variance(at_200.exposure, at_200.exposure, se) == 0
 
 
 def test_a_decision_is_in_force_after_the_lag_the_apply_time_and_a_whole_window() -> None:
