@@ -9,9 +9,10 @@ buffers around the one in force (field by field at the same position in time, so
 measured noise and its autocorrelation come along: log-interpolated, the loss and the delay
 as powers of the buffer, f moved with them), from one measured run per buffer drawn by the
 run's seed; the change detector is run again on the simulated f, as the metrics job would.
-The policy sees a window `metrics_lag` after it ended; what it decides is in force from the
-first window that starts at least `apply` after the decision, no sooner than
-`min_change_interval` after the previous change (the service's guard). A raised buffer is
+The policy sees a window `metrics_lag` after it ended; what it decides is applied `apply`
+after the decision, no sooner than `min_change_interval` after the previous change (the
+service's guard), and is in force from the window it is applied in, which the metrics job
+labels with the last change applied before the window's end. A raised buffer is
 not full at once where the surface shows loss-based flows filling it (`_filling`): the
 queue carries over and grows at the flows' pace, without loss, until it reaches the measured
 windows' queue. With `shrink_burst` > 0, a buffer lowered below the queue standing in it costs
@@ -545,8 +546,9 @@ def simulate(
                 result.decisions.append((end, decision))
                 applied = max(end + timing.apply_ns, last_change + timing.min_change_interval_ns)
                 # The service applies the newest decision: one made sooner but not yet in
-                # force is replaced.
-                pending = (-(-applied // w) * w, policy.clamp(decision.buffer_bytes))
+                # force is replaced. The metrics job labels a window with the last change
+                # applied before its end: the window the change falls in has it.
+                pending = (applied // w * w, policy.clamp(decision.buffer_bytes))
                 last_change = applied
     return result
 

@@ -125,13 +125,13 @@ def test_the_surface_s_own_error_follows_each_policy_s_share_of_its_buffers() ->
     assert surface_variance(at_200.exposure, at_200.exposure, se) == 0
 
 
-def test_a_decision_is_in_force_after_the_lag_the_apply_time_and_a_whole_window() -> None:
+def test_a_decision_is_in_force_after_the_lag_and_the_apply_time() -> None:
     """Window 0 ends at 0.5 s and reaches the policy at 3.5 s (lag 3 s); the static buffer
-    it decides is applied at 3.55 s, so windows from the one starting at 4.0 s (k = 8) have
-    it: the first eight had the initial buffer."""
+    it decides is applied at 3.55 s, inside the window from 3.5 s (k = 7), which the metrics
+    job labels with it and which has it: the first seven had the initial buffer."""
     policy = POLICIES["static"](LINK, {"buffer": 200_000})
     run = simulate(policy, known_surface(), LINK, CONFIG.metrics, 800_000, TIMING, seed=1)
-    assert run.buffers[:8] == [800_000] * 8 and set(run.buffers[8:]) == {200_000}
+    assert run.buffers[:7] == [800_000] * 7 and set(run.buffers[7:]) == {200_000}
     assert [(t, d.buffer_bytes) for t, d in run.decisions] == [(3_500_000_000, 200_000)]
     assert len(run.f) == 80 and run.warmup_windows == 10
 
@@ -329,7 +329,7 @@ def test_a_raised_buffer_fills_at_the_pace_the_largest_buffers_sawtooth_shows() 
 
 
 def test_a_buffer_lowered_below_its_standing_queue_costs_a_burst_of_loss() -> None:
-    """Lowered from 800 kB (its queue full, 64 ms) to 100 kB at 4 s: the 700 kB above the new
+    """Lowered from 800 kB (its queue full, 64 ms) to 100 kB at 3.5 s: the 700 kB above the new
     limit drain at line rate (56 ms of the window, at their mean of 36 ms) while 1.27 times
     them is lost, in the first window under 100 kB; the next window is 100 kB's as measured.
     Lowered below a buffer the queue does not reach, nothing is lost; nor without the burst
@@ -341,7 +341,7 @@ def test_a_buffer_lowered_below_its_standing_queue_costs_a_burst_of_loss() -> No
         run = simulate(
             policy, surface, LINK, CONFIG.metrics, 800_000, TIMING, 1, MEASURED_SHRINK_BURST
         )
-        assert run.buffers.index(100_000) == 8  # in force from 4 s
+        assert run.buffers.index(100_000) == 7  # in force from 3.5 s
         return run.f
 
     f = lowered(surface)
@@ -349,15 +349,15 @@ def test_a_buffer_lowered_below_its_standing_queue_costs_a_burst_of_loss() -> No
     lost = 1.27 * 700_000 / 1448
     loss = measured["loss_rate"] + lost / measured["data_packets"]
     delay_ns = (36e6 * 56e6 + 8e6 * (500e6 - 56e6)) / 500e6
-    assert f[8] == pytest.approx(
+    assert f[7] == pytest.approx(
         -(LINK.weight_loss * loss / 0.01 + LINK.weight_delay * delay_ns / 50e6), rel=1e-3
     )
-    assert f[8] < f[9] - 5  # loss of 15% in one window
-    assert f[9] in {run[9]["f"] for run in surface.runs[100_000]}
+    assert f[7] < f[8] - 5  # loss of 15% in one window
+    assert f[8] in {run[8]["f"] for run in surface.runs[100_000]}
 
     shallow = [[{**w, "queue_delay_ns": 4_000_000} for w in r] for r in surface.runs[800_000]]
     f = lowered(Surface({**surface.runs, 800_000: shallow}))
-    assert f[8] in {run[8]["f"] for run in surface.runs[100_000]}
+    assert f[7] in {run[7]["f"] for run in surface.runs[100_000]}
     policy = POLICIES["static"](LINK, {"buffer": 100_000})
     run = simulate(policy, surface, LINK, CONFIG.metrics, 800_000, TIMING, seed=1)
     assert run.f[8] in {r[8]["f"] for r in surface.runs[100_000]}
