@@ -373,9 +373,9 @@ def _blend(
     means: tuple[tuple[float, float], tuple[float, float]],
     link: LinkConfig,
 ) -> dict[str, Any]:
-    """Two buffers' windows blended at the log-scale `weight`, the loss and delay fields as
-    powers of the buffer through the buffers' `means` (LOSS_FIELDS), f moved with them as
-    its formula says (its own noise kept)."""
+    """Two buffers' windows blended at the log-scale `weight`, the loss and delay fields
+    (LOSS_FIELDS, DELAY_FIELDS) as powers of the buffer through the buffers' `means`, f
+    moved with them as its formula says (its own noise kept)."""
     (low_loss, low_delay), (high_loss, high_delay) = means
     loss_weight = _power_weight(low_loss, high_loss, weight)
     delay_weight = _power_weight(low_delay, high_delay, weight)
