@@ -490,7 +490,7 @@ def warm_up(grid_step_bytes: int | None = None) -> float:
       link's windows waiting.
     - Grid: numpy and scipy's optimiser, ~0.4 s idle, where a fit takes ~1 ms. Unwarmed, the
       first grid fit of every live P4BS run (trial 2's decision) came a median 3.5 s after
-      its window (2.0-15.7 s, 16 runs of p4bs-fig11), the other decisions 1.5 s: the
+      its window (2.0-15.7 s over 16 live Fig. 11 runs), the other decisions 1.5 s: the
       service's loop, which decides grid searches, held the whole time, P4BS's first trial
       kept seconds longer than the simulator gives it."""
     began = time.monotonic()
