@@ -21,6 +21,7 @@ from p4bs_optimizer.policies.baselines import (
     BsclPolicy,
     StanfordPolicy,
     StaticPolicy,
+    StepPolicy,
     TinyPolicy,
 )
 from p4bs_optimizer.policies.globecom import GlobecomPolicy
@@ -173,6 +174,19 @@ def test_static_decides_its_buffer_once() -> None:
     assert buffers(default.decide(without_rtt(0))) == [250_000]
     assert default.decide(window(1)) == []
     assert buffers(StaticPolicy(make_link(), {"buffer": "64KiB"}).decide(window())) == [65_536]
+
+
+def test_step_moves_the_buffer_once_at_its_time_after_the_traffic_starts() -> None:
+    step = StepPolicy(make_link(), {"buffer": 1_250_000, "at": "1s"})
+    idle = window(0, data_packets=0)
+    assert step.decide(idle) == []  # no traffic yet: the clock has not started
+    # The traffic starts with window 1; `at` = 1 s = 10 windows of 100 ms: window 10 ends it.
+    assert all(step.decide(window(i)) == [] for i in range(1, 10))
+    resumed = restored(step)
+    assert buffers(resumed.decide(window(10))) == [1_250_000]
+    assert resumed.decide(window(11)) == []
+    with pytest.raises(PolicyOptionError, match="'at'"):
+        StepPolicy(make_link(), {"at": "later"})
 
 
 def test_tiny_is_packets_times_packet_size() -> None:

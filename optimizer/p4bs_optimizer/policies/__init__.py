@@ -12,6 +12,7 @@ from p4bs_optimizer.policies.baselines import (
     BsclPolicy,
     StanfordPolicy,
     StaticPolicy,
+    StepPolicy,
     TinyPolicy,
 )
 from p4bs_optimizer.policies.globecom import GlobecomPolicy
@@ -29,6 +30,7 @@ POLICIES: dict[str, type[Policy]] = {
         BloatedPolicy,
         BsclPolicy,
         AdtPolicy,
+        StepPolicy,
         GlobecomPolicy,
         P4bsPolicy,
         LossDelayFitPolicy,

@@ -1,5 +1,6 @@
 """The buffer-sizing rules P4BS is compared against (P4BS §VI-B, Fig. 11): static, BDP,
-Stanford, Tiny, Bloated, BSCL and ADT, each a `Policy` over the link's metric windows.
+Stanford, Tiny, Bloated, BSCL and ADT, each a `Policy` over the link's metric windows; and
+`step`, one move of the buffer at a set time, which measures the link's response to it.
 
 Each rule computes a target buffer from the window (or from its options alone), clamps it to
 the link's bounds and decides only when that differs from its last decision by more than a
@@ -214,7 +215,7 @@ class StaticPolicy(_TargetPolicy):
                 f"the link's [min, max] = [{low}, {high}] B"
             )
 
-    def target(self, window: Window) -> tuple[float, str]:
+    def target(self, window: Window) -> tuple[float, str] | None:
         return self.buffer_bytes, f"static buffer {self.buffer_bytes} B"
 
 
@@ -439,3 +440,38 @@ class AdtPolicy(_TargetPolicy):
         self.utilisation = state.get("utilisation")
         self._pooled_ns = state.get("pooled_ns", 0)
         self._pooled_utilisation_ns = state.get("pooled_utilisation_ns", 0.0)
+
+
+class StepPolicy(StaticPolicy):
+    """One move of the buffer, to measure the link's response to it: the static buffer
+    (option `buffer`), decided once option `at` (a duration, default 10 s) has passed since
+    the start of the first window with data packets (the traffic's start, to a window);
+    until then the buffer in force stays. Its runs are the offline simulator's step runs
+    (eval/p4bs_eval/offline.py): a fixed-buffer sweep shows each buffer from the traffic's
+    start, not after a move from another."""
+
+    name = "step"
+
+    def __init__(self, link: LinkConfig, options: Mapping[str, Any]) -> None:
+        super().__init__(link, options)
+        self.traffic_start_ns: int | None = None
+
+    def read_options(self, reader: OptionReader) -> None:
+        super().read_options(reader)
+        self.at_ns = reader.duration_ns("at", 10_000_000_000, allow_zero=True)
+
+    def target(self, window: Window) -> tuple[float, str] | None:
+        if self.traffic_start_ns is None:
+            if window.data_packets == 0:
+                return None
+            self.traffic_start_ns = window.window_start_ns
+        if window.window_end_ns < self.traffic_start_ns + self.at_ns:
+            return None
+        return self.buffer_bytes, f"step to {self.buffer_bytes} B, {_ms(self.at_ns)} in"
+
+    def snapshot(self) -> dict[str, Any]:
+        return {**super().snapshot(), "traffic_start_ns": self.traffic_start_ns}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        super().restore(state)
+        self.traffic_start_ns = state.get("traffic_start_ns")
