@@ -270,16 +270,22 @@ def cmd_claims(args: argparse.Namespace) -> int:
 
 
 def cmd_surfaces(args: argparse.Namespace) -> int:
-    from p4bs_eval.offline import SurfaceError, load_surfaces, save_surfaces
+    from p4bs_eval.offline import SurfaceError, load_surfaces, save_surfaces, with_steps
 
     try:
-        found, link_settings = load_surfaces(args.run_dir)
+        found, link_settings = load_surfaces(args.source)
+        for step_dir in args.steps:
+            found = with_steps(found, step_dir)
     except SurfaceError as exc:
         print(f"p4bs eval surfaces: {exc}", file=sys.stderr)
         return 2
     save_surfaces(args.out, found, link_settings)
     runs = sum(len(r) for s in found.values() for r in s.runs.values())
-    print(f"{args.out}: {len(found)} cells, {runs} runs, {args.out.stat().st_size:,} bytes")
+    steps = sum(len(r) for s in found.values() for r in s.steps.values())
+    print(
+        f"{args.out}: {len(found)} cells, {runs} fixed-buffer runs, {steps} step runs, "
+        f"{args.out.stat().st_size:,} bytes"
+    )
     return 0
 
 
@@ -381,7 +387,17 @@ def add_parser(sub: Any, default_config: Path) -> None:
     export = eval_sub.add_parser(
         "surfaces", help="a buffer sweep's measured surfaces as one compact file (to commit)"
     )
-    export.add_argument("run_dir", type=Path)
+    export.add_argument(
+        "source", type=Path, help="a buffer sweep's run folder, or a surfaces file to add to"
+    )
+    export.add_argument(
+        "--steps",
+        type=Path,
+        nargs="+",
+        default=[],
+        metavar="RUN_DIR",
+        help="run folders of policy step: their moves join the cells' surfaces",
+    )
     export.add_argument("--out", type=Path, required=True, help="FILE.json.gz")
     export.set_defaults(func=cmd_surfaces)
     acquisition = eval_sub.add_parser(

@@ -9,6 +9,11 @@ buffers around the one in force (field by field at the same position in time, so
 measured noise and its autocorrelation come along: log-interpolated, the loss and the delay
 as powers of the buffer, f moved with them), from one measured run per buffer drawn by the
 run's seed; the change detector is run again on the simulated f, as the metrics job would.
+After a move of the buffer, a measured buffer whose surface has step runs of that move (runs
+of policy `step`: from the measured buffer nearest the one before the move, into it) gives
+its windows from one of them instead, at the same time since the move, and no fill or
+shrink model applies: with BBR the flows' state depends on how the buffer got where it is,
+which a fixed-buffer run, measured from the traffic's start, cannot show (eval/README.md).
 The policy sees a window `metrics_lag` after it ended; what it decides is applied `apply`
 after the decision, no sooner than `min_change_interval` after the previous change (the
 service's guard), and is in force from the window it is applied in, which the metrics job
@@ -69,6 +74,12 @@ BLENDED = (
 LOSS_FIELDS = ("loss_rate", "loss_rate_ewma", "retransmissions")
 DELAY_FIELDS = ("queue_delay_ns", "queue_delay_ewma_ns")
 SETTLED = "settled"
+# A step run's buffers are the measured ones they are this close to (log scale: 2%; the
+# router's buffer is whole bytes of a µs or a size).
+STEP_SNAP = 0.02
+# Step runs of one move made this many windows apart are taken as made at the same time (a
+# scenario's repeats apply their step 1-3 s apart: the metrics lag varies).
+STEP_TIME_SLACK = 10
 # A queue above this fraction of its buffer is pinned at the limit (its rises are not the
 # flows' growth); one below the second does not fill it (BBR's own queue).
 FILL_PINNED = 0.95
@@ -91,10 +102,26 @@ class SurfaceError(ValueError):
 
 
 @dataclass(frozen=True)
+class StepRun:
+    """A run whose buffer moved once (policy `step`): its windows from the traffic's start,
+    and the index of the first window under the new buffer."""
+
+    moved_at: int
+    windows: Sequence[WindowRecord]
+
+    def window(self, since: int) -> WindowRecord:
+        """The window `since` windows after the move (past the run's end, its windows after
+        the move again)."""
+        return _window_at(self.windows, self.moved_at + since, self.moved_at)
+
+
+@dataclass(frozen=True)
 class Surface:
-    """A cell's measured response: buffer (bytes) -> runs -> windows, in time order."""
+    """A cell's measured response: buffer (bytes) -> runs -> windows, in time order; and
+    its step runs, if any were measured: (from, to) buffer (bytes) -> runs."""
 
     runs: Mapping[int, Sequence[Sequence[WindowRecord]]]
+    steps: Mapping[tuple[int, int], Sequence[StepRun]] = field(default_factory=dict)
     # skip -> buffer -> the mean loss rate and queueing delay (ns) after it (`steady_means`):
     # a simulated run asks for them once, and recomputing them made a run 35% slower.
     _means: dict[int, dict[int, tuple[float, float]]] = field(
@@ -175,6 +202,17 @@ class Surface:
             }
         return self._means[skip]
 
+    def nearest(self, buffer: int) -> int:
+        """The measured buffer nearest to `buffer` on a log scale."""
+        return min(self.buffers, key=lambda b: abs(math.log(buffer / b)))
+
+    def steps_into(self, measured: int, moved_from: int) -> tuple[int, int] | None:
+        """The step runs' (from, to) key for a move from `moved_from` into the measured
+        buffer `measured`: from the measured buffer nearest to `moved_from`; None when that
+        move was not measured (or is no move)."""
+        key = (self.nearest(moved_from), measured)
+        return key if key[0] != measured and key in self.steps else None
+
     def neighbours(self, buffer: int) -> tuple[int, int, float]:
         """The measured buffers around `buffer` and the weight of the upper one (log scale);
         outside the measured range, the nearest end alone."""
@@ -188,47 +226,112 @@ class Surface:
         return low, high, math.log(buffer / low) / math.log(high / low)
 
 
-def surfaces(run_dir: Path) -> dict[str, Surface]:
-    """The surfaces of a buffer sweep's run folder (policy `none`, `buffer` swept), one per
-    cell (the point's other values), from each run's link_metrics.jsonl: the windows of its
-    traffic (traffic/timeline.json), warm-up included, as a simulated run has them."""
+def _results(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A run folder's scenario and rows, or SurfaceError."""
     try:
-        scenario, rows = load_results(run_dir)
+        return load_results(run_dir)
     except OSError as exc:
         raise SurfaceError(
             f"{run_dir}: not a run folder ({exc.strerror}: {exc.filename})"
         ) from None
+
+
+def _traffic_windows(run: Path) -> tuple[list[WindowRecord], int]:
+    """A run's windows of its traffic (traffic/timeline.json) from link_metrics.jsonl, and
+    the traffic's start (ns)."""
+    try:
+        windows = [json.loads(line) for line in (run / "link_metrics.jsonl").open()]
+        # The traffic's own start and end: the metrics job's windows begin seconds earlier
+        # (the testbed's idle RTT probe) and go on while the queue drains.
+        timeline = json.loads((run / "traffic" / "timeline.json").read_text())
+    except OSError as exc:
+        raise SurfaceError(f"{run}: an unfinished run ({exc.strerror}: {exc.filename})") from None
+    start, end = timeline["traffic_start_ns"], timeline["end_ns"]
+    kept = [
+        w
+        for w in windows
+        if start <= w["window_start_ns"] and w["window_end_ns"] <= end and w["f"] is not None
+    ]
+    return kept, start
+
+
+def _cell_and_buffer(row: Mapping[str, Any], scenario: Mapping[str, Any]) -> tuple[str, int]:
+    """A row's cell (its point's values but the buffer) and its initial buffer, bytes."""
+    values = dict(row["values"])
+    buffer_ns = values.pop("buffer", scenario["buffer_ms"] * 1e6)
+    cell = ",".join(f"{k}={v}" for k, v in values.items()) or "base"
+    return cell, round(row.get("rate_bps", 100_000_000) / 8 * buffer_ns / 1e9)
+
+
+def surfaces(run_dir: Path) -> dict[str, Surface]:
+    """The surfaces of a buffer sweep's run folder (policy `none`, `buffer` swept), one per
+    cell (the point's other values), from each run's link_metrics.jsonl: the windows of its
+    traffic, warm-up included, as a simulated run has them."""
+    scenario, rows = _results(run_dir)
     if "buffer" not in scenario["sweep_keys"]:
         raise SurfaceError(f"{run_dir}: not a buffer sweep (sweep keys {scenario['sweep_keys']})")
     cells: dict[str, dict[int, list[list[WindowRecord]]]] = {}
     for row in rows:
         if row["policy"] != "none" or "error" in row:
             continue
-        values = dict(row["values"])
-        buffer_ns = values.pop("buffer")
-        cell = ",".join(f"{k}={v}" for k, v in values.items()) or "base"
-        buffer = round(row.get("rate_bps", 100_000_000) / 8 * buffer_ns / 1e9)
-        run = run_dir / row["run_dir"]
-        try:
-            windows = [json.loads(line) for line in (run / "link_metrics.jsonl").open()]
-            # The traffic's own start and end: the metrics job's windows begin seconds
-            # earlier (the testbed's idle RTT probe) and go on while the queue drains.
-            timeline = json.loads((run / "traffic" / "timeline.json").read_text())
-        except OSError as exc:
-            raise SurfaceError(
-                f"{run}: an unfinished run ({exc.strerror}: {exc.filename})"
-            ) from None
-        start, end = timeline["traffic_start_ns"], timeline["end_ns"]
-        kept = [
-            w
-            for w in windows
-            if start <= w["window_start_ns"] and w["window_end_ns"] <= end and w["f"] is not None
-        ]
+        cell, buffer = _cell_and_buffer(row, scenario)
+        kept, _ = _traffic_windows(run_dir / row["run_dir"])
         if kept:
             cells.setdefault(cell, {}).setdefault(buffer, []).append(kept)
     if not cells:
         raise SurfaceError(f"{run_dir}: no run of policy none with windows")
     return {cell: Surface(runs) for cell, runs in cells.items()}
+
+
+def with_steps(found: Mapping[str, Surface], run_dir: Path) -> dict[str, Surface]:
+    """The surfaces with the step runs of a run folder (policy `step`) added to their cells:
+    each run's move from its initial buffer to the buffer it applied, at the first window
+    the metrics job labels with it (the window its change fell in). Both buffers must be
+    measured ones of the cell's surface."""
+    scenario, rows = _results(run_dir)
+    out = dict(found)
+    added = 0
+    for row in rows:
+        if row["policy"] != "step" or "error" in row:
+            continue
+        cell, moved_from = _cell_and_buffer(row, scenario)
+        run = run_dir / row["run_dir"]
+        if cell not in out:
+            raise SurfaceError(f"{run}: cell {cell} has no fixed-buffer surface")
+        kept, _ = _traffic_windows(run)
+        try:
+            applied = [
+                d
+                for d in map(json.loads, (run / "decisions.jsonl").open())
+                if d["outcome"] == "applied"
+            ]
+        except OSError as exc:
+            raise SurfaceError(f"{run}: no decisions ({exc.strerror})") from None
+        if not applied:
+            raise SurfaceError(f"{run}: the step was never applied")
+        moved_to = applied[0]["buffer_bytes"]
+        surface = out[cell]
+        key = (surface.nearest(moved_from), surface.nearest(moved_to))
+        if any(
+            abs(math.log(measured / b)) > STEP_SNAP
+            for measured, b in zip(key, (moved_from, moved_to), strict=True)
+        ):
+            raise SurfaceError(
+                f"{run}: a move {moved_from} -> {moved_to} B between buffers the surface of "
+                f"{cell} did not measure ({', '.join(map(str, surface.buffers))} B)"
+            )
+        moved_at = next(
+            (i for i, w in enumerate(kept) if w["window_end_ns"] > applied[0]["ts_ns"]), None
+        )
+        if moved_at is None:
+            raise SurfaceError(f"{run}: the step came after the traffic")
+        steps = {k: list(v) for k, v in surface.steps.items()}
+        steps.setdefault(key, []).append(StepRun(moved_at, kept))
+        out[cell] = Surface(surface.runs, steps)
+        added += 1
+    if not added:
+        raise SurfaceError(f"{run_dir}: no run of policy step")
+    return out
 
 
 def load_surfaces(source: Path) -> tuple[dict[str, Surface], dict[str, Any]]:
@@ -241,32 +344,57 @@ def load_surfaces(source: Path) -> tuple[dict[str, Surface], dict[str, Any]]:
     try:
         with gzip.open(source, "rt") as file:
             data = json.load(file)
+        steps = data.get("steps", {})
         cells = {
-            cell: Surface({int(b): runs for b, runs in by_buffer.items()})
+            cell: Surface(
+                {int(b): runs for b, runs in by_buffer.items()},
+                {
+                    _step_key(key): [StepRun(r["moved_at"], r["windows"]) for r in runs]
+                    for key, runs in steps.get(cell, {}).items()
+                },
+            )
             for cell, by_buffer in data["cells"].items()
         }
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SurfaceError(f"{source}: not a run folder or a surfaces file ({exc})") from None
     return cells, data["link_settings"]
+
+
+def _step_key(text: str) -> tuple[int, int]:
+    """'FROM>TO' (bytes), as `save_surfaces` writes a step runs' key."""
+    moved_from, moved_to = text.split(">")
+    return int(moved_from), int(moved_to)
 
 
 def save_surfaces(
     path: Path, found: Mapping[str, Surface], link_settings: Mapping[str, Any]
 ) -> None:
     """The surfaces as a compact file: per cell, buffer and run, the windows' measured fields
-    the simulator reads (six significant digits), gzipped JSON."""
+    the simulator reads (six significant digits), and the cells' step runs, gzipped JSON."""
 
     def compact(value: Any) -> Any:
         return float(f"{value:.6g}") if isinstance(value, float) else value
 
+    def windows(run: Sequence[WindowRecord]) -> list[dict[str, Any]]:
+        return [{k: compact(w[k]) for k in BLENDED} for w in run]
+
     cells = {
+        cell: {str(buffer): list(map(windows, runs)) for buffer, runs in sorted(s.runs.items())}
+        for cell, s in found.items()
+    }
+    steps = {
         cell: {
-            str(buffer): [[{k: compact(w[k]) for k in BLENDED} for w in run] for run in runs]
-            for buffer, runs in sorted(surface.runs.items())
+            f"{moved_from}>{moved_to}": [
+                {"moved_at": r.moved_at, "windows": windows(r.windows)} for r in runs
+            ]
+            for (moved_from, moved_to), runs in sorted(s.steps.items())
         }
-        for cell, surface in found.items()
+        for cell, s in found.items()
+        if s.steps
     }
     data = {"link_settings": dict(link_settings), "cells": cells}
+    if steps:
+        data["steps"] = steps
     with gzip.open(path, "wt") as file:
         json.dump(data, file, separators=(",", ":"))
 
@@ -413,6 +541,14 @@ def _window_at(run: Sequence[WindowRecord], k: int, steady: int) -> WindowRecord
     return run[steady + (k - steady) % (len(run) - steady)]
 
 
+def _made_about_then(runs: Sequence[StepRun], k: int) -> Sequence[StepRun]:
+    """Of a move's step runs, those made nearest in time to a move in window `k`: with BBR
+    the flows recover from a move faster the longer they have run (live, a move from 250 kB
+    to 1.25 MB at ~11 s dipped to f -13 to -14 and came back over ~4 s; at ~25 s to -11)."""
+    nearest = min(abs(r.moved_at - k) for r in runs)
+    return [r for r in runs if abs(r.moved_at - k) <= nearest + STEP_TIME_SLACK]
+
+
 def _shrinking(
     metrics: dict[str, Any],
     link: LinkConfig,
@@ -479,6 +615,7 @@ def simulate(
     buffer costs `shrink_burst` times the queue that stood above it in loss (0: nothing)."""
     rng = random.Random(seed)
     chosen = {b: rng.randrange(len(runs)) for b, runs in surface.runs.items()}
+    chosen_steps = {key: rng.randrange(len(runs)) for key, runs in surface.steps.items()}
     detect = ChangeDetector(metrics)
     w = timing.window_ns
     steady = timing.warmup_ns // w
@@ -491,27 +628,45 @@ def simulate(
     share = 1 / (timing.duration_ns // w - steady)  # of one window in the run's f
     queue_s: float | None = None  # while a raised buffer fills: the queue, s of line rate
     previous, last_queue_s = buffer, 0.0
+    # Since the last move (in window `moved_at`): the step run each measured buffer around
+    # the one in force gives its windows from (the others: their fixed-buffer runs). The
+    # n-th move of a kind in a run takes the n-th measured run of it after the seed's, so
+    # that a move made again is not measured with the very same windows.
+    stepping: dict[int, StepRun] = {}
+    moves_made: dict[tuple[int, int], int] = {}
+    moved_at = 0
     for k in range(timing.duration_ns // w):
         start, end = k * w, (k + 1) * w
         if pending is not None and pending[0] <= start:
             buffer, pending = pending[1], None
         low, high, weight = surface.neighbours(buffer)
-        run_low = surface.runs[low][chosen[low]]
-        run_high = surface.runs[high][chosen[high]]
-        metrics_now = _blend(
-            _window_at(run_low, k, steady),
-            _window_at(run_high, k, steady),
-            weight,
-            (means[low], means[high]),
-            link,
+        if buffer != previous:
+            stepping, moved_at = {}, k
+            for measured in {low, high}:
+                key = surface.steps_into(measured, previous)
+                if key is not None:
+                    n = moves_made[key] = moves_made.get(key, -1) + 1
+                    runs = _made_about_then(surface.steps[key], k)
+                    stepping[measured] = runs[(chosen_steps[key] + n) % len(runs)]
+
+        low_window, high_window = (
+            stepping[b].window(k - moved_at)
+            if b in stepping
+            else _window_at(surface.runs[b][chosen[b]], k, steady)
+            for b in (low, high)
         )
-        if (
+        metrics_now = _blend(low_window, high_window, weight, (means[low], means[high]), link)
+        # A step run measured how the queue followed its move: no fill or shrink model.
+        stepped = bool(stepping)
+        if stepped:
+            queue_s = None
+        elif (
             shrink_burst > 0
             and buffer < previous
             and _shrinking(metrics_now, link, last_queue_s, buffer, w, shrink_burst)
         ):
             queue_s = None  # a fill under way ends at the new limit
-        if fill_k is not None:
+        if fill_k is not None and not stepped:
             if buffer > previous and queue_s is None:
                 queue_s = last_queue_s  # the queue the last window ended with carries over
             queue_s = _filling(metrics_now, link, fill_k, queue_s, w)
@@ -644,7 +799,17 @@ def cell_report(
         "",
         f"Measured buffers: {', '.join(f'{b / 1000:g}' for b in surface.buffers)} kB. Oracle "
         f"(best fixed buffer in hindsight): {best / 1000:g} kB ({best * 8e3 / rate_bps:.1f} ms)"
-        f", mean f {best_f:.3f}.",
+        f", mean f {best_f:.3f}."
+        + (
+            " Step runs (the moves measured, kB: runs): "
+            + ", ".join(
+                f"{a / 1000:g} -> {b / 1000:g}: {len(runs)}"
+                for (a, b), runs in sorted(surface.steps.items())
+            )
+            + "."
+            if surface.steps
+            else ""
+        ),
         "",
         "| policy | runs | whole-run f [95% CI] | regret [95% CI] | settled after, s (median, "
         "runs) | f after settling | against the best other: difference [95% CI] | verdict |",

@@ -22,14 +22,19 @@ from p4bs_eval.offline import (
     MEASURED_SHRINK_BURST,
     LoopTiming,
     PolicySummary,
+    StepRun,
     Surface,
     SurfaceError,
     evaluate,
+    load_surfaces,
+    save_surfaces,
     simulate,
     surface_variance,
     surfaces,
+    with_steps,
 )
 from p4bs_optimizer.policies import POLICIES
+from p4bs_optimizer.policies.base import Decision, Policy, Window
 
 RATE_BPS = 100_000_000
 WINDOW_NS = 500_000_000
@@ -142,10 +147,10 @@ def test_a_run_shorter_than_the_simulation_goes_on_from_its_steady_part() -> Non
     never the start-up again."""
     rng = random.Random(1)
     measured = [windows(LINK, b, 30, rng) for b in BUFFERS]
-    for run in measured:
-        for k, window in enumerate(run):
+    for windows_at_b in measured:
+        for k, window in enumerate(windows_at_b):
             window["f"] = -float(k)  # each window's f says where it was taken from
-    surface = Surface({b: [run] for b, run in zip(BUFFERS, measured, strict=True)})
+    surface = Surface({b: [w] for b, w in zip(BUFFERS, measured, strict=True)})
     policy = POLICIES["static"](LINK, {"buffer": 200_000})
     run = simulate(policy, surface, LINK, CONFIG.metrics, 200_000, TIMING, seed=1)
     assert run.f[:30] == [-float(k) for k in range(30)]
@@ -190,11 +195,15 @@ def test_a_search_settles_near_the_surface_optimum_and_p4bs_runs_deterministical
     assert phases[0] == "bound_search" and "settled" in phases, phases
 
 
-def sweep_folder(run_dir: Path, buffers_ms: tuple[int, ...], windows_per_run: int) -> Path:
-    """A run folder as `p4bs eval run` writes it for a buffer sweep at 50 flows."""
+def sweep_folder(
+    run_dir: Path, buffers_ms: tuple[int, ...], windows_per_run: int, step_to_ms: int = 0
+) -> Path:
+    """A run folder as `p4bs eval run` writes it for a buffer sweep at 50 flows; with
+    `step_to_ms`, of policy step: the buffer moved there in the traffic's sixth window."""
     rng = random.Random(1)
+    policy = "step" if step_to_ms else "none"
     scenario = {
-        "name": "s", "title": "s", "reports": [], "policies": ["none"], "repeat": 1,
+        "name": "s", "title": "s", "reports": [], "policies": [policy], "repeat": 1,
         "duration_s": 10, "warmup_s": 1, "buffer_ms": 200,
         "points": [f"flows=50,buffer={ms}ms" for ms in buffers_ms],
         "sweep_keys": ["flows", "buffer"],
@@ -220,9 +229,15 @@ def sweep_folder(run_dir: Path, buffers_ms: tuple[int, ...], windows_per_run: in
             "end_ns": first + (windows_per_run - 2) * WINDOW_NS,
         }
         (run / "traffic" / "timeline.json").write_text(json.dumps(timeline))
+        if step_to_ms:
+            applied = {
+                "ts_ns": first + 7 * WINDOW_NS + 1, "outcome": "applied",
+                "buffer_bytes": RATE_BPS // 8 * step_to_ms // 1000,
+            }  # fmt: skip
+            (run / "decisions.jsonl").write_text(json.dumps(applied) + "\n")
         rows.append(
             {"point": f"flows=50,buffer={ms}ms", "values": {"flows": 50, "buffer": ms * 10**6},
-             "policy": "none", "repeat": 1, "run_dir": f"runs/b{ms}", "rate_bps": RATE_BPS}
+             "policy": policy, "repeat": 1, "run_dir": f"runs/b{ms}", "rate_bps": RATE_BPS}
         )  # fmt: skip
     (run_dir / "scenario.json").write_text(json.dumps(scenario))
     (run_dir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -239,6 +254,82 @@ def test_surfaces_are_read_from_a_buffer_sweeps_run_folder(tmp_path: Path) -> No
         surfaces(tmp_path / "s")
     with pytest.raises(SurfaceError, match="not a run folder"):
         surfaces(tmp_path / "nothing")
+
+
+def test_step_runs_join_the_surface_of_their_cell_with_the_window_they_moved_in(
+    tmp_path: Path,
+) -> None:
+    found = surfaces(sweep_folder(tmp_path / "s", (2, 16), 20))
+    stepped = with_steps(found, sweep_folder(tmp_path / "up", (2,), 20, step_to_ms=16))
+    # Applied in the metrics job's eighth window, the sixth of the traffic (which starts with
+    # the third): its window 5 is the first the metrics job labels with the new buffer.
+    ((key, (run,)),) = stepped["flows=50"].steps.items()
+    assert key == (25_000, 200_000) and run.moved_at == 5 and len(run.windows) == 16
+    packed = tmp_path / "sweep.json.gz"
+    save_surfaces(packed, stepped, {})
+    loaded, _ = load_surfaces(packed)
+    assert loaded["flows=50"].steps[key][0].moved_at == 5
+    with pytest.raises(SurfaceError, match="did not measure"):
+        with_steps(found, sweep_folder(tmp_path / "odd", (2,), 20, step_to_ms=5))
+    with pytest.raises(SurfaceError, match="no run of policy step"):
+        with_steps(found, tmp_path / "s")
+
+
+def test_after_a_measured_move_the_windows_come_from_its_step_run() -> None:
+    """A move from 800 kB to 200 kB in force from window 7 (as above): with a step run of
+    that move, whose buffer moved in its window 4, window k is the step run's 4 + (k - 7);
+    from a buffer whose move into 200 kB was not measured, the fixed-buffer windows."""
+    surface = known_surface()
+    rng = random.Random(2)
+    step = windows(LINK, 200_000, 80, rng)
+    for k, window in enumerate(step):
+        window["f"] = -100.0 - k  # each window's f says where it was taken from
+    measured = Surface(surface.runs, {(800_000, 200_000): [StepRun(4, step)]})
+    policy = POLICIES["static"](LINK, {"buffer": 200_000})
+    run = simulate(policy, measured, LINK, CONFIG.metrics, 800_000, TIMING, seed=1)
+    assert run.f[7:] == [-100.0 - (4 + k - 7) for k in range(7, 80)]
+    assert max(run.f[:7]) > -5  # before the move: the fixed 800 kB windows
+    policy = POLICIES["static"](LINK, {"buffer": 200_000})
+    other = simulate(policy, measured, LINK, CONFIG.metrics, 400_000, TIMING, seed=1)
+    assert max(other.f[7:]) > -5
+
+
+class Scripted(Policy):
+    """Decides the buffers of `plan` (window index -> bytes) on those windows."""
+
+    name = "scripted"
+
+    def __init__(self, plan: dict[int, int]) -> None:
+        super().__init__(LINK, {})
+        self.plan = plan
+
+    def decide(self, window: Window) -> list[Decision]:
+        k = window.window_start_ns // WINDOW_NS
+        return [Decision(self.plan[k], "static", "plan")] if k in self.plan else []
+
+
+def test_a_move_made_again_takes_another_step_run_made_about_then() -> None:
+    """Two step runs of a move made in their window 4 and one made in its window 150: the
+    move in force from window 7 and the same move from window 47 draw on the two early ones,
+    one each (never the late one, made further from either), at the time since the move."""
+    surface = known_surface()
+    rng = random.Random(2)
+    marked = []
+    for base in (-100.0, -300.0, -500.0):
+        step = windows(LINK, 200_000, 160, rng)
+        for k, window in enumerate(step):
+            window["f"] = base - k
+        marked.append(step)
+    runs = [StepRun(4, marked[0]), StepRun(4, marked[1]), StepRun(150, marked[2])]
+    measured = Surface(surface.runs, {(800_000, 200_000): runs})
+    # Decided on windows 0, 20 and 40, each in force 7 windows later (the lag of 3 s).
+    plan = {0: 200_000, 20: 800_000, 40: 200_000}
+    run = simulate(Scripted(plan), measured, LINK, CONFIG.metrics, 800_000, TIMING, seed=1)
+    first, again = run.f[7:27], run.f[47:60]
+    bases = {round(first[0] + 4), round(again[0] + 4)}
+    assert bases == {-100, -300}
+    assert first == [first[0] - k for k in range(20)] and again == [again[0] - k for k in range(13)]
+    assert max(run.f[27:47]) > -5  # 200 kB -> 800 kB was not measured: fixed windows
 
 
 def test_eval_offline_reports_each_policy_against_the_oracle(
