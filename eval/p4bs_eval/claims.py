@@ -137,10 +137,8 @@ def offline_claims(path: Path, summary: Mapping[str, Any]) -> list[dict[str, Any
             p: {int(seed): f for seed, f in v["f_mean"].items()} for p, v in policies.items()
         }
         # The surface's own error, as the offline report counts it (older files lack it).
-        se = {int(b): e for b, e in data.get("surface_se", {}).items()}
-        exposure = {
-            p: {int(b): x for b, x in v.get("exposure", {}).items()} for p, v in policies.items()
-        }
+        se = data.get("surface_se", {})
+        exposure = {p: v.get("exposure", {}) for p, v in policies.items()}
         found += paired_claims(
             source,
             cell,

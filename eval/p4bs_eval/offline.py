@@ -29,10 +29,10 @@ bursts they do not cause live (eval/README.md).
 What it reports per run: the whole-run mean f (after the warm-up, as the live evaluation
 does), the mean f after the policy settled and when, and the regret to the oracle, the best
 fixed buffer measured in hindsight. Seeds are paired repeats, but they all draw on the few
-runs measured per buffer: the intervals of a policy's f and of a paired difference add the
-surface's own error (each buffer's standard error between its runs, in proportion to the
-share of windows a policy drew from it: `surface_variance`), which no number of seeds
-shrinks.
+runs measured per buffer (and move): the intervals of a policy's f and of a paired
+difference add the surface's own error (each buffer's or move's standard error between its
+runs, in proportion to the share of windows a policy drew from it: `surface_variance`),
+which no number of seeds shrinks.
 """
 
 from __future__ import annotations
@@ -141,15 +141,22 @@ class Surface:
         left out."""
         return statistics.fmean(w["f"] for run in self.runs[buffer] for w in run[skip:])
 
-    def mean_f_se(self, skip: int = 0) -> dict[int, float]:
-        """Per measured buffer the standard error of its mean f between its runs (each run's
-        first `skip` windows left out): how well the surface knows that buffer (0 from one
-        run)."""
-        out = {}
-        for b, runs in self.runs.items():
-            means = [statistics.fmean(w["f"] for w in run[skip:]) for run in runs]
-            out[b] = statistics.stdev(means) / math.sqrt(len(means)) if len(means) > 1 else 0.0
-        return out
+    def mean_f_se(self, skip: int = 0) -> dict[str, float]:
+        """Per source of windows (`source`) the standard error of its mean f between its
+        runs: how well the surface knows it (0 from one run). A measured buffer's runs
+        without their first `skip` windows; a move's step runs from the move on (those made
+        at different times together, which overstates it)."""
+        means = {
+            source(b): [statistics.fmean(w["f"] for w in run[skip:]) for run in runs]
+            for b, runs in self.runs.items()
+        } | {
+            source(key): [statistics.fmean(w["f"] for w in r.windows[r.moved_at :]) for r in runs]
+            for key, runs in self.steps.items()
+        }
+        return {
+            name: statistics.stdev(m) / math.sqrt(len(m)) if len(m) > 1 else 0.0
+            for name, m in means.items()
+        }
 
     def oracle(self, skip: int = 0) -> tuple[int, float]:
         """The measured buffer with the highest mean f (each run's first `skip` windows left
@@ -360,10 +367,21 @@ def load_surfaces(source: Path) -> tuple[dict[str, Surface], dict[str, Any]]:
     return cells, data["link_settings"]
 
 
+def source(measured: int | tuple[int, int]) -> str:
+    """Where a simulated window came from: a measured buffer's fixed-buffer runs ('BYTES')
+    or a move's step runs ('FROM>TO', bytes; their key in a surfaces file)."""
+    return str(measured) if isinstance(measured, int) else f"{measured[0]}>{measured[1]}"
+
+
+def _source_order(name: str) -> list[int]:
+    """Sorts sources by buffer, a move after its from-buffer."""
+    return [int(part) for part in name.split(">")]
+
+
 def _step_key(text: str) -> tuple[int, int]:
-    """'FROM>TO' (bytes), as `save_surfaces` writes a step runs' key."""
-    moved_from, moved_to = text.split(">")
-    return int(moved_from), int(moved_to)
+    """A move's key from its `source` name."""
+    moved_from, moved_to = _source_order(text)
+    return moved_from, moved_to
 
 
 def save_surfaces(
@@ -384,10 +402,8 @@ def save_surfaces(
     }
     steps = {
         cell: {
-            f"{moved_from}>{moved_to}": [
-                {"moved_at": r.moved_at, "windows": windows(r.windows)} for r in runs
-            ]
-            for (moved_from, moved_to), runs in sorted(s.steps.items())
+            source(key): [{"moved_at": r.moved_at, "windows": windows(r.windows)} for r in runs]
+            for key, runs in sorted(s.steps.items())
         }
         for cell, s in found.items()
         if s.steps
@@ -451,8 +467,9 @@ class SimRun:
     decisions: list[tuple[int, Decision]] = field(default_factory=list)
     window_ns: int = 0
     warmup_windows: int = 0
-    # Per measured buffer the share of the windows after the warm-up drawn from its runs.
-    exposure: dict[int, float] = field(default_factory=dict)
+    # Per source (a measured buffer or a move) the share of the windows after the warm-up
+    # drawn from its runs.
+    exposure: dict[str, float] = field(default_factory=dict)
 
     @property
     def f_mean(self) -> float:
@@ -632,7 +649,7 @@ def simulate(
     # the one in force gives its windows from (the others: their fixed-buffer runs). The
     # n-th move of a kind in a run takes the n-th measured run of it after the seed's, so
     # that a move made again is not measured with the very same windows.
-    stepping: dict[int, StepRun] = {}
+    stepping: dict[int, tuple[str, StepRun]] = {}
     moves_made: dict[tuple[int, int], int] = {}
     moved_at = 0
     for k in range(timing.duration_ns // w):
@@ -647,10 +664,13 @@ def simulate(
                 if key is not None:
                     n = moves_made[key] = moves_made.get(key, -1) + 1
                     runs = _made_about_then(surface.steps[key], k)
-                    stepping[measured] = runs[(chosen_steps[key] + n) % len(runs)]
+                    stepping[measured] = (
+                        source(key),
+                        runs[(chosen_steps[key] + n) % len(runs)],
+                    )
 
         low_window, high_window = (
-            stepping[b].window(k - moved_at)
+            stepping[b][1].window(k - moved_at)
             if b in stepping
             else _window_at(surface.runs[b][chosen[b]], k, steady)
             for b in (low, high)
@@ -691,7 +711,8 @@ def simulate(
         if k >= steady:
             for measured, part in ((low, 1 - weight), (high, weight)):
                 if part > 0:
-                    result.exposure[measured] = result.exposure.get(measured, 0.0) + part * share
+                    drawn = stepping[measured][0] if measured in stepping else source(measured)
+                    result.exposure[drawn] = result.exposure.get(drawn, 0.0) + part * share
         in_flight.append((end + timing.metrics_lag_ns, window))
         while in_flight and in_flight[0][0] <= end:
             _, seen = in_flight.popleft()
@@ -715,7 +736,7 @@ class PolicySummary:
     policy: str
     runs: tuple[SimRun, ...]
     oracle: tuple[int, float]  # the best fixed buffer over the same windows, and its f
-    surface_se: Mapping[int, float]  # Surface.mean_f_se over the same windows
+    surface_se: Mapping[str, float]  # Surface.mean_f_se over the same windows
 
     @property
     def oracle_f(self) -> float:
@@ -730,9 +751,9 @@ class PolicySummary:
         return [self.oracle_f - r.f_mean for r in self.runs]
 
     @property
-    def exposure(self) -> dict[int, float]:
-        """The runs' mean share of windows drawn from each measured buffer."""
-        out: dict[int, float] = {}
+    def exposure(self) -> dict[str, float]:
+        """The runs' mean share of windows drawn from each source (`source`)."""
+        out: dict[str, float] = {}
         for run in self.runs:
             for b, share in run.exposure.items():
                 out[b] = out.get(b, 0.0) + share / len(self.runs)
@@ -740,18 +761,18 @@ class PolicySummary:
 
 
 def surface_variance(
-    ours: Mapping[int, float], theirs: Mapping[int, float], se: Mapping[int, float]
+    ours: Mapping[str, float], theirs: Mapping[str, float], se: Mapping[str, float]
 ) -> float:
     """The variance the surface's own measurement adds to a difference of two policies'
     mean f (`theirs` empty: to one policy's mean f), which seeds cannot show, as they all
-    draw on the same few runs per buffer: each buffer's mean f is known to its standard
-    error `se`, and a policy carries it in its share of windows from that buffer
-    (`PolicySummary.exposure`). Two policies on the same buffers carry the same error."""
+    draw on the same few runs per buffer (and move): each source's mean f is known to its
+    standard error `se`, and a policy carries it in its share of windows from that source
+    (`PolicySummary.exposure`). Two policies on the same sources carry the same error."""
     return sum((ours.get(b, 0.0) - theirs.get(b, 0.0)) ** 2 * e**2 for b, e in se.items())
 
 
 def surface_variances(
-    exposure: Mapping[str, Mapping[int, float]], se: Mapping[int, float]
+    exposure: Mapping[str, Mapping[str, float]], se: Mapping[str, float]
 ) -> KnownVariance:
     """(policy, rival) -> the `surface_variance` of their difference, from each policy's
     exposure: what `compare_in_cell` and the claims add to the seeds' variance."""
@@ -851,7 +872,10 @@ def summary_data(cells: Mapping[str, Sequence[PolicySummary]]) -> dict[str, Any]
             "policies": {
                 s.policy: {
                     "f_mean": {r.seed: round(r.f_mean, 6) for r in s.runs},
-                    "exposure": {b: round(x, 6) for b, x in sorted(s.exposure.items())},
+                    "exposure": {
+                        b: round(x, 6)
+                        for b, x in sorted(s.exposure.items(), key=lambda i: _source_order(i[0]))
+                    },
                     "search_s": {r.seed: seconds(r.search_ns) for r in s.runs},
                     "f_after_settling": {
                         r.seed: None if r.f_after_settling is None else round(r.f_after_settling, 6)

@@ -118,14 +118,14 @@ def test_the_surface_s_own_error_follows_each_policy_s_share_of_its_buffers() ->
         )
 
     at_200, between = static(200_000), static(round(100_000 * math.sqrt(2)))
-    assert at_200.exposure == pytest.approx({200_000: 1.0})
-    assert between.exposure == pytest.approx({100_000: 0.5, 200_000: 0.5}, abs=1e-4)
+    assert at_200.exposure == pytest.approx({"200000": 1.0})
+    assert between.exposure == pytest.approx({"100000": 0.5, "200000": 0.5}, abs=1e-4)
     se = at_200.surface_se
     means = [statistics.fmean(w["f"] for w in run[10:]) for run in surface.runs[200_000]]
-    assert se[200_000] == pytest.approx(statistics.stdev(means) / math.sqrt(3))
-    assert surface_variance(at_200.exposure, {}, se) == pytest.approx(se[200_000] ** 2)
+    assert se["200000"] == pytest.approx(statistics.stdev(means) / math.sqrt(3))
+    assert surface_variance(at_200.exposure, {}, se) == pytest.approx(se["200000"] ** 2)
     assert surface_variance(between.exposure, at_200.exposure, se) == pytest.approx(
-        0.25 * se[100_000] ** 2 + 0.25 * se[200_000] ** 2, rel=1e-3
+        0.25 * se["100000"] ** 2 + 0.25 * se["200000"] ** 2, rel=1e-3
     )
     assert surface_variance(at_200.exposure, at_200.exposure, se) == 0
 
@@ -289,6 +289,8 @@ def test_after_a_measured_move_the_windows_come_from_its_step_run() -> None:
     run = simulate(policy, measured, LINK, CONFIG.metrics, 800_000, TIMING, seed=1)
     assert run.f[7:] == [-100.0 - (4 + k - 7) for k in range(7, 80)]
     assert max(run.f[:7]) > -5  # before the move: the fixed 800 kB windows
+    # Every window after the warm-up (10) came from the step run: its error is the move's.
+    assert run.exposure == pytest.approx({"800000>200000": 1.0})
     policy = POLICIES["static"](LINK, {"buffer": 200_000})
     other = simulate(policy, measured, LINK, CONFIG.metrics, 400_000, TIMING, seed=1)
     assert max(other.f[7:]) > -5
@@ -330,6 +332,10 @@ def test_a_move_made_again_takes_another_step_run_made_about_then() -> None:
     assert bases == {-100, -300}
     assert first == [first[0] - k for k in range(20)] and again == [again[0] - k for k in range(13)]
     assert max(run.f[27:47]) > -5  # 200 kB -> 800 kB was not measured: fixed windows
+    # The move's own error: between its runs' means from the move on.
+    means = [statistics.fmean(w["f"] for w in r.windows[r.moved_at :]) for r in runs]
+    se = measured.mean_f_se(skip=10)
+    assert se["800000>200000"] == pytest.approx(statistics.stdev(means) / math.sqrt(3))
 
 
 def test_eval_offline_reports_each_policy_against_the_oracle(
