@@ -243,9 +243,8 @@ def _results(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         ) from None
 
 
-def _traffic_windows(run: Path) -> tuple[list[WindowRecord], int]:
-    """A run's windows of its traffic (traffic/timeline.json) from link_metrics.jsonl, and
-    the traffic's start (ns)."""
+def _traffic_windows(run: Path) -> list[WindowRecord]:
+    """A run's windows of its traffic (traffic/timeline.json) from link_metrics.jsonl."""
     try:
         windows = [json.loads(line) for line in (run / "link_metrics.jsonl").open()]
         # The traffic's own start and end: the metrics job's windows begin seconds earlier
@@ -254,12 +253,11 @@ def _traffic_windows(run: Path) -> tuple[list[WindowRecord], int]:
     except OSError as exc:
         raise SurfaceError(f"{run}: an unfinished run ({exc.strerror}: {exc.filename})") from None
     start, end = timeline["traffic_start_ns"], timeline["end_ns"]
-    kept = [
+    return [
         w
         for w in windows
         if start <= w["window_start_ns"] and w["window_end_ns"] <= end and w["f"] is not None
     ]
-    return kept, start
 
 
 def _cell_and_buffer(row: Mapping[str, Any], scenario: Mapping[str, Any]) -> tuple[str, int]:
@@ -282,7 +280,7 @@ def surfaces(run_dir: Path) -> dict[str, Surface]:
         if row["policy"] != "none" or "error" in row:
             continue
         cell, buffer = _cell_and_buffer(row, scenario)
-        kept, _ = _traffic_windows(run_dir / row["run_dir"])
+        kept = _traffic_windows(run_dir / row["run_dir"])
         if kept:
             cells.setdefault(cell, {}).setdefault(buffer, []).append(kept)
     if not cells:
@@ -305,7 +303,7 @@ def with_steps(found: Mapping[str, Surface], run_dir: Path) -> dict[str, Surface
         run = run_dir / row["run_dir"]
         if cell not in out:
             raise SurfaceError(f"{run}: cell {cell} has no fixed-buffer surface")
-        kept, _ = _traffic_windows(run)
+        kept = _traffic_windows(run)
         try:
             applied = [
                 d
@@ -397,7 +395,7 @@ def save_surfaces(
         return [{k: compact(w[k]) for k in BLENDED} for w in run]
 
     cells = {
-        cell: {str(buffer): list(map(windows, runs)) for buffer, runs in sorted(s.runs.items())}
+        cell: {source(b): list(map(windows, runs)) for b, runs in sorted(s.runs.items())}
         for cell, s in found.items()
     }
     steps = {
