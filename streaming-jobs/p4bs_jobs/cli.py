@@ -68,18 +68,33 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"p4bs jobs run: {exc}", file=sys.stderr)
         return 2
     client = result.get_job_client()
+    # The job's end is awaited on a thread of its own: a stop signal raised inside that py4j
+    # call made py4j log an ERROR with a traceback on every normal stop.
+    ended: list[Exception | None] = []
+    done = threading.Event()
+
+    def await_end() -> None:
+        try:
+            client.get_job_execution_result().result()  # returns when the job ends
+            ended.append(None)
+        except Exception as exc:  # the job failed or was cancelled
+            ended.append(exc)
+        finally:
+            done.set()
+
     # Explicit handlers: a process started from a background shell job inherits SIGINT
     # ignored, and Python then never raises KeyboardInterrupt; SIGTERM cancels the same way.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    threading.Thread(target=await_end, name="job-end", daemon=True).start()
     try:
-        client.get_job_execution_result().result()  # returns when the job ends
+        done.wait()
     except KeyboardInterrupt:
         print("cancelling; restart with --resume to continue from the last checkpoint", flush=True)
         client.cancel().result()
         return 0
-    except Exception as exc:  # the job failed; Flink's own exception says why
-        print(f"p4bs jobs run: the job failed: {exc}", file=sys.stderr)
+    if ended[0] is not None:  # the job failed; Flink's own exception says why
+        print(f"p4bs jobs run: the job failed: {ended[0]}", file=sys.stderr)
         return 1
     print("job finished")
     return 0

@@ -66,15 +66,19 @@ def test_jobs_run_bounded_writes_every_window(
     ]
 
 
-def _jobs_run_live(config: Path, checkpoints: Path, *resume: str) -> subprocess.Popen[str]:
-    """`p4bs jobs run` (live) in a process group of its own: its JVM is killed with it."""
+def _jobs_run_live(
+    config: Path, checkpoints: Path, *resume: str, log: Path | None = None
+) -> subprocess.Popen[str]:
+    """`p4bs jobs run` (live) in a process group of its own: its JVM is killed with it. Its
+    output goes to `log` if given."""
     argv = ["jobs", "run", "--config", str(config), "--group", "kill-test"]
-    return subprocess.Popen(
-        [sys.executable, "-m", "p4bs_cli", *argv, "--checkpoints", str(checkpoints), *resume],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    with open(log or os.devnull, "w") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "p4bs_cli", *argv, "--checkpoints", str(checkpoints), *resume],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def _stop(job: subprocess.Popen[str]) -> None:
@@ -137,7 +141,8 @@ def test_a_job_killed_mid_backlog_resumes_and_every_window_is_the_uninterrupted_
         for partition in partition_offsets(bootstrap, topics["link_counters"]):
             producer.produce("link_counters", held, partition=partition)
         assert producer.flush(30) == 0
-        second = _jobs_run_live(config, checkpoints, "--resume")
+        resumed_log = tmp_path / "resumed.log"
+        second = _jobs_run_live(config, checkpoints, "--resume", log=resumed_log)
         try:
             assert wait_until(lambda: read(len(want)), 240, 0), (len(got), len(want))
             linger = time.monotonic() + 3  # a doubled window would come meanwhile
@@ -150,3 +155,7 @@ def test_a_job_killed_mid_backlog_resumes_and_every_window_is_the_uninterrupted_
     print(f"{out_before} of {len(want)} windows out before the kill")
     assert 0 < out_before < len(want)
     assert_windows_match(got, want)
+    # SIGTERM cancelled the resumed job cleanly: it said so and logged no error.
+    stopped = resumed_log.read_text()
+    assert second.returncode == 0 and "cancelling; restart with --resume" in stopped
+    assert "Traceback" not in stopped and "ERROR" not in stopped, stopped[-3000:]
