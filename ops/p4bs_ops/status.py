@@ -530,6 +530,16 @@ def _partitions(consumer: Consumer, topic: str, deadline: Deadline) -> list[int]
     return sorted(info.partitions)
 
 
+def _watermarks(consumer: Consumer, topic: str, deadline: Deadline) -> dict[int, tuple[int, int]]:
+    """Per partition of `topic`: its first and next offsets, as the broker has them now."""
+    return {
+        p: consumer.get_watermark_offsets(
+            TopicPartition(topic, p), timeout=deadline.left_s(), cached=False
+        )
+        for p in _partitions(consumer, topic, deadline)
+    }
+
+
 def _read_ranges(
     consumer: Consumer,
     topic: str,
@@ -599,13 +609,8 @@ def _exporters(
     deadline: Deadline,
 ) -> PartStatus:
     now_ns = time.time_ns()
-    partitions = _partitions(consumer, topic, deadline)
-    marks = {
-        p: consumer.get_watermark_offsets(
-            TopicPartition(topic, p), timeout=deadline.left_s(), cached=False
-        )
-        for p in partitions
-    }
+    marks = _watermarks(consumer, topic, deadline)
+    partitions = sorted(marks)
     since_ms = (now_ns - options.max_data_age_ns) // MS_NS
     found = consumer.offsets_for_times(
         [TopicPartition(topic, p, since_ms) for p in partitions], timeout=deadline.left_s()
@@ -831,13 +836,7 @@ def _newest_states(
     compacted changelog: reading it whole reads little more than one record per link)."""
     topic = config.kafka.topics["optimizer_state"]
     schema = codec(STREAMS["optimizer_state"])
-    partitions = _partitions(consumer, topic, deadline)
-    ranges = {}
-    for p in partitions:
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(topic, p), timeout=deadline.left_s(), cached=False
-        )
-        ranges[p] = (low, high)
+    ranges = _watermarks(consumer, topic, deadline)
     newest: dict[str, tuple[dict[str, Any], int]] = {}
 
     def seen(msg: Any) -> None:
