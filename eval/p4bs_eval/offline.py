@@ -294,14 +294,15 @@ def with_steps(found: Mapping[str, Surface], run_dir: Path) -> dict[str, Surface
     the metrics job labels with it (the window its change fell in). Both buffers must be
     measured ones of the cell's surface."""
     scenario, rows = _results(run_dir)
-    out = dict(found)
+    # Per cell, its step runs so far and this folder's.
+    steps = {cell: {k: list(v) for k, v in s.steps.items()} for cell, s in found.items()}
     added = 0
     for row in rows:
         if row["policy"] != "step" or "error" in row:
             continue
         cell, moved_from = _cell_and_buffer(row, scenario)
         run = run_dir / row["run_dir"]
-        if cell not in out:
+        if cell not in found:
             raise SurfaceError(f"{run}: cell {cell} has no fixed-buffer surface")
         kept = _traffic_windows(run)
         try:
@@ -315,7 +316,7 @@ def with_steps(found: Mapping[str, Surface], run_dir: Path) -> dict[str, Surface
         if not applied:
             raise SurfaceError(f"{run}: the step was never applied")
         moved_to = applied[0]["buffer_bytes"]
-        surface = out[cell]
+        surface = found[cell]
         key = (surface.nearest(moved_from), surface.nearest(moved_to))
         if any(
             abs(math.log(measured / b)) > STEP_SNAP
@@ -330,13 +331,11 @@ def with_steps(found: Mapping[str, Surface], run_dir: Path) -> dict[str, Surface
         )
         if moved_at is None:
             raise SurfaceError(f"{run}: the step came after the traffic")
-        steps = {k: list(v) for k, v in surface.steps.items()}
-        steps.setdefault(key, []).append(StepRun(moved_at, kept))
-        out[cell] = Surface(surface.runs, steps)
+        steps[cell].setdefault(key, []).append(StepRun(moved_at, kept))
         added += 1
     if not added:
         raise SurfaceError(f"{run_dir}: no run of policy step")
-    return out
+    return {cell: Surface(s.runs, steps[cell]) for cell, s in found.items()}
 
 
 def load_surfaces(source: Path) -> tuple[dict[str, Surface], dict[str, Any]]:
