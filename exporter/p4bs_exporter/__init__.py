@@ -6,7 +6,7 @@
 implement the same `Target` (exporter/README.md says what it must provide).
 """
 
-from p4bs_exporter.model import ModelTarget, run_spec
+from p4bs_exporter.model_target import ModelTarget, run_spec
 from p4bs_exporter.target import (
     EXPORTED_STREAMS,
     ExporterError,

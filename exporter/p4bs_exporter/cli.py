@@ -16,8 +16,8 @@ from typing import Any
 
 from p4bs import paths
 from p4bs.config import Config, ConfigError, DataplaneConfig, SwitchConfig, load_config
-from p4bs_exporter import dataplane
-from p4bs_exporter.model import ModelTarget, choose_switch, run_spec
+from p4bs_exporter import dataplane_spec
+from p4bs_exporter.model_target import ModelTarget, choose_switch, run_spec
 from p4bs_exporter.target import ExporterError, ExporterStats, SpecError, Target
 from p4bs_exporter.tofino import TofinoTarget
 
@@ -25,7 +25,7 @@ from p4bs_exporter.tofino import TofinoTarget
 def _analyze_spec(args: argparse.Namespace) -> dict[str, object]:
     if args.config is None:
         link_id = args.link or "capture"
-        return dataplane.capture_spec(link_id, args.output_prefix, DataplaneConfig())
+        return dataplane_spec.capture_spec(link_id, args.output_prefix, DataplaneConfig())
     config = load_config(args.config)
     try:
         chosen = config.link(args.link) if args.link else config.links[0]
@@ -34,7 +34,7 @@ def _analyze_spec(args: argparse.Namespace) -> dict[str, object]:
         problem = f"--link: no link {args.link!r} (links: {known})"
         raise ConfigError(str(args.config), [problem]) from None
     prefixes = args.output_prefix or chosen.output_prefixes
-    return dataplane.capture_spec(chosen.id, prefixes, config.dataplane)
+    return dataplane_spec.capture_spec(chosen.id, prefixes, config.dataplane)
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -51,9 +51,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         json.dump(spec, spec_file)
         spec_file.flush()
         argv = [str(binary), "analyze", "--config", spec_file.name]
-        argv += ["--pcap", f"{dataplane.BEFORE}={args.before}"]
+        argv += ["--pcap", f"{dataplane_spec.BEFORE}={args.before}"]
         if args.after is not None:
-            argv += ["--pcap", f"{dataplane.AFTER}={args.after}", "--queue-delay-samples"]
+            argv += ["--pcap", f"{dataplane_spec.AFTER}={args.after}", "--queue-delay-samples"]
         if args.summary:
             argv.append("--summary")
         return subprocess.run(argv, check=False).returncode

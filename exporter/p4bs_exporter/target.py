@@ -1,7 +1,7 @@
 """What every exporter target provides: start, counters, stop — whatever the data plane is.
 
 Two targets implement `Target`: `model` (the software data plane, driven by the Rust binary
-`p4bs-exporter`, see `p4bs_exporter.model`) and `tofino` (the switch's digests and registers
+`p4bs-exporter`, see `p4bs_exporter.model_target`) and `tofino` (the switch's digests and registers
 over bfrt_grpc, see `p4bs_exporter.tofino`). Both produce the same records to the same
 topics with the same keys and headers, and report the same `ExporterStats`.
 """

@@ -31,7 +31,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from p4bs.bus import client_settings, ensure_topics
 from p4bs.config import Config, FlowGroup, config_toml, parse_config
-from p4bs_exporter.model import ModelTarget, run_spec
+from p4bs_exporter import ModelTarget, run_spec
 from p4bs_infra.procs import wait_until
 from p4bs_infra.stack import Stack, StackSettings
 from p4bs_infra.testbed import NETCONF_PORT, Testbed, TestbedPlan, sender_group

@@ -15,7 +15,7 @@ from pcapgen import FlowPlan, flows_through_router, tcp_frame, write_pcap, write
 
 from p4bs import paths
 from p4bs.config import parse_config
-from p4bs_exporter import dataplane
+from p4bs_exporter import dataplane_spec
 
 T0 = 1_700_000_000 * 10**9
 RECEIVERS = "10.201.2.0/24"
@@ -218,7 +218,7 @@ def test_per_direction_tap_ports_measure_what_merged_ports_with_prefixes_do(
     del link["output_prefixes"]
     link["taps"] = {"before": {"out": "bo", "back": "bb"}, "after": {"out": "ao", "back": "ab"}}
     config = parse_config(example)
-    spec = dataplane.live_spec(config, config.links)
+    spec = dataplane_spec.live_spec(config, config.links)
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     argv = [str(paths.built("p4bs-model")), "analyze", "--config", str(tmp_path / "spec.json")]
     senders = ipaddress.IPv4Network("10.201.1.0/24")

@@ -19,9 +19,9 @@ from pygnmi.spec.v080 import gnmi_pb2_grpc as pb_grpc
 
 from p4bs.yang import YangError, YangModel
 from p4bs_infra.agent import netconf_server
+from p4bs_infra.agent.datastore import AgentError, RouterQos
 from p4bs_infra.agent.gnmi import Gnmi
 from p4bs_infra.agent.junos import JunosDatastores, JunosMethods
-from p4bs_infra.agent.model import AgentError, RouterQos
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,18 +62,18 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        model = RouterQos(args.interface, args.max_buffer_bytes, args.state_file)
+        qos = RouterQos(args.interface, args.max_buffer_bytes, args.state_file)
         methods = (
-            JunosMethods(JunosDatastores(model, YangModel("junos")))
+            JunosMethods(JunosDatastores(qos, YangModel("junos")))
             if args.netconf_dialect == "junos"
-            else netconf_server.QosMethods(model)
+            else netconf_server.QosMethods(qos)
         )
     except (AgentError, YangError) as err:
         log.error("%s", err)
         return 2
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
-    pb_grpc.add_gNMIServicer_to_server(Gnmi(model, username, password), server)
+    pb_grpc.add_gNMIServicer_to_server(Gnmi(qos, username, password), server)
     with open(args.tls_key, "rb") as key, open(args.tls_cert, "rb") as cert:
         pair = (key.read(), cert.read())
     if args.tls_client_ca:

@@ -20,7 +20,7 @@ import grpc
 from pygnmi.spec.v080 import gnmi_pb2 as pb
 from pygnmi.spec.v080 import gnmi_pb2_grpc as pb_grpc
 
-from p4bs_infra.agent.model import AgentError, PathElems, RouterQos, flatten, format_path
+from p4bs_infra.agent.datastore import AgentError, PathElems, RouterQos, flatten, format_path
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def typed(value: Any, encoding: int) -> pb.TypedValue:
 
 
 def value_of(value: pb.TypedValue) -> Any:
-    """A Set's value: JSON as RFC 7951 gives it (a uint64 is then a string; the model refuses
+    """A Set's value: JSON as RFC 7951 gives it (a uint64 is then a string; the datastore refuses
     a JSON number for one), a typed scalar as its text."""
     kind = value.WhichOneof("value")
     if kind in ("json_val", "json_ietf_val"):
@@ -86,8 +86,8 @@ class _Sample:
 
 
 class Gnmi(pb_grpc.gNMIServicer):  # type: ignore[misc]
-    def __init__(self, model: RouterQos, username: str, password: str) -> None:
-        self.model = model
+    def __init__(self, qos: RouterQos, username: str, password: str) -> None:
+        self.qos = qos
         self._username = username.encode()
         self._password = password.encode()
 
@@ -124,7 +124,7 @@ class Gnmi(pb_grpc.gNMIServicer):  # type: ignore[misc]
         now = time.time_ns()
         out = []
         for elems in paths:
-            for path, value in self.model.get(elems, config_only):
+            for path, value in self.qos.get(elems, config_only):
                 out.append(
                     pb.Notification(
                         timestamp=now,
@@ -155,7 +155,7 @@ class Gnmi(pb_grpc.gNMIServicer):  # type: ignore[misc]
             ]
             deletes = [elems_of(request.prefix, p) for p in request.delete]
             began = time.perf_counter_ns()
-            self.model.set(updates, deletes)
+            self.qos.set(updates, deletes)
         except AgentError as error:
             self._fail(context, error)
         took_us = (time.perf_counter_ns() - began) / 1000
@@ -244,5 +244,5 @@ class Gnmi(pb_grpc.gNMIServicer):  # type: ignore[misc]
             time.sleep(max(0.0, min(due, default=now + 10**9) - time.monotonic_ns()) / 1e9)
 
     def _leaves(self, elems: PathElems) -> Iterator[tuple[PathElems, Any]]:
-        for path, value in self.model.get(elems):
+        for path, value in self.qos.get(elems):
             yield from flatten(path, value)

@@ -37,7 +37,7 @@ from netconf import server as ncserver
 from netconf import util as ncutil
 
 from p4bs.yang import YangError, YangModel
-from p4bs_infra.agent.model import AgentError, PathElems, RouterQos
+from p4bs_infra.agent.datastore import AgentError, PathElems, RouterQos
 from p4bs_infra.agent.netconf_server import ERROR_TAGS
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from netconf import error as ncerror
 from netconf import server as ncserver
 from netconf import util as ncutil
 
-from p4bs_infra.agent.model import LIST_KEYS, AgentError, PathElems, RouterQos
+from p4bs_infra.agent.datastore import LIST_KEYS, AgentError, PathElems, RouterQos
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ ERROR_TAGS = {
 
 
 def to_xml(name: str, value: Any, parent: etree._Element) -> None:
-    """JSON (as the model serves it) -> XML children of `parent` in the QoS namespace."""
+    """JSON (as the datastore serves it) -> XML children of `parent` in the QoS namespace."""
     if isinstance(value, list):
         for entry in value:
             to_xml(name, entry, parent)
@@ -49,7 +49,7 @@ def to_xml(name: str, value: Any, parent: etree._Element) -> None:
 
 
 def from_xml(node: etree._Element) -> Any:
-    """XML of an edit -> the JSON shape the model takes; lists known by their names."""
+    """XML of an edit -> the JSON shape the datastore takes; lists known by their names."""
     children = [c for c in node if isinstance(c.tag, str)]
     operation = node.get(f"{{{NC_NS}}}operation")
     if operation in ("delete", "remove"):
@@ -74,8 +74,8 @@ def from_xml(node: etree._Element) -> Any:
 
 
 class QosMethods(ncserver.NetconfMethods):  # type: ignore[misc]
-    def __init__(self, model: RouterQos) -> None:
-        self.model = model
+    def __init__(self, qos: RouterQos) -> None:
+        self.qos = qos
 
     def nc_append_capabilities(self, capabilities: etree._Element) -> None:
         ncutil.subelm(
@@ -85,7 +85,7 @@ class QosMethods(ncserver.NetconfMethods):  # type: ignore[misc]
     def _data(self, rpc: etree._Element, filter_or_none: Any, config_only: bool) -> Any:
         data = ncutil.elm("nc:data")
         qos = etree.SubElement(data, f"{{{OC_QOS_NS}}}qos", nsmap={None: OC_QOS_NS})
-        for name, value in self.model.tree(config_only).items():
+        for name, value in self.qos.tree(config_only).items():
             to_xml(name, value, qos)
         return ncutil.filter_results(rpc, data, filter_or_none)
 
@@ -116,7 +116,7 @@ class QosMethods(ncserver.NetconfMethods):  # type: ignore[misc]
                         f"{etree.QName(top).text}: only {{{OC_QOS_NS}}}qos is served",
                     )
                 updates.append(([("qos", {})], from_xml(top)))
-            self.model.set(updates, [])
+            self.qos.set(updates, [])
         except AgentError as err:
             log.info("NETCONF edit-config refused: %s", err)
             raise ncerror.RPCServerError(

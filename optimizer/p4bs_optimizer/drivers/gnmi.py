@@ -1,7 +1,7 @@
 """gNMI driver (pygnmi): OpenConfig QoS over TLS, as the router agent (infra/) serves it.
 
 A queue's buffer is its buffer-allocation-profile queue's `dedicated-buffer`, in bytes; the
-profile is named like the interface and bound to its output (see p4bs_infra.agent.model):
+profile is named like the interface and bound to its output (see p4bs_infra.agent.datastore):
 
   /qos/buffer-allocation-profiles/buffer-allocation-profile[name=IF]/queues/queue[name=qN]/
       config/dedicated-buffer   set (with config/name, the entry's key)

@@ -2,7 +2,7 @@
 host-key check and errors serve the Junos driver (junos.py) too.
 
 "netconf" edits a queue's `dedicated-buffer` (bytes) in the buffer-allocation-profile named
-like the interface (namespace http://openconfig.net/yang/qos, see p4bs_infra.agent.model)
+like the interface (namespace http://openconfig.net/yang/qos, see p4bs_infra.agent.datastore)
 and reads back the queue's state/dedicated-buffer.
 
 How a change is committed follows what the server offers. With :candidate and

@@ -15,7 +15,7 @@ from typing import Any
 from p4bs import paths
 from p4bs.bus import credentials, security_settings
 from p4bs.config import Config, ConfigError, LinkConfig, SwitchConfig
-from p4bs_exporter import dataplane
+from p4bs_exporter import dataplane_spec
 from p4bs_exporter.target import (
     EXPORTED_STREAMS,
     ExporterError,
@@ -82,10 +82,12 @@ def run_spec(
         except KeyError:
             known = ", ".join(x.id for x in links)
             raise ConfigError("--link", [f"no link {link!r} (links: {known})"]) from None
-        pipeline = dataplane.capture_spec(captured.id, captured.output_prefixes, config.dataplane)
+        pipeline = dataplane_spec.capture_spec(
+            captured.id, captured.output_prefixes, config.dataplane
+        )
         source = {"pcap": [[port, str(file)] for port, file in pcaps], "pace": pace}
     else:
-        pipeline = dataplane.live_spec(config, links)
+        pipeline = dataplane_spec.live_spec(config, links)
         source = {"live": True, "netns": netns}
     names = dict(config.kafka.topics)
     names.update(topics or {})
