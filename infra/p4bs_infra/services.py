@@ -14,15 +14,15 @@ import json
 import secrets
 import shutil
 import urllib.error
-import urllib.parse
 import urllib.request
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from p4bs import history, paths
 from p4bs.config import InfluxConfig
+from p4bs.influx import InfluxClient, InfluxError, Series
 from p4bs_infra import procs
 from p4bs_infra.pki import server_pki
 
@@ -370,6 +370,8 @@ class InfluxDB(_Process):
         self.settings = settings  # the database and how long it keeps what
         self.database = settings.database
         self.url = f"http://{LOOPBACK}:{port}"
+        # The stack's own server, which asks for no login.
+        self.client = InfluxClient(replace(settings, url=self.url, username=None, password=None))
 
     @property
     def where(self) -> str:
@@ -408,23 +410,17 @@ bind-address = "{LOOPBACK}:{self.rpc_port}"
 
     def ready(self) -> bool:
         try:
-            with urllib.request.urlopen(f"{self.url}/ping", timeout=2) as reply:
-                return bool(reply.status == 204)
-        except (urllib.error.URLError, OSError):
+            self.client.ping(timeout_s=2)
+        except InfluxError:
             return False
+        return True
 
-    def query(self, statement: str) -> str:
+    def query(self, statement: str) -> list[Series]:
         """Runs an InfluxQL statement; raises StackError with InfluxDB's own message on error."""
-        body = urllib.parse.urlencode({"q": statement}).encode()
         try:
-            with urllib.request.urlopen(f"{self.url}/query", data=body, timeout=10) as reply:
-                text = str(reply.read().decode())
-        except urllib.error.HTTPError as exc:
-            raise StackError(f"influxdb: {statement!r}: {exc.read().decode()}") from exc
-        errors = [r["error"] for r in json.loads(text).get("results", []) if "error" in r]
-        if errors:
-            raise StackError(f"influxdb: {statement!r}: {'; '.join(errors)}")
-        return text
+            return self.client.query(statement)
+        except InfluxError as exc:
+            raise StackError(f"influxdb: {exc}") from exc
 
     def create_database(self) -> None:
         """The database, its retention policies and the continuous queries that downsample
@@ -501,8 +497,7 @@ class _FlinkProcess(_Process):
             "python": {"executable": str(paths.home() / ".venv" / "bin" / "python")},
             # A TaskManager that is killed is noticed at once (its connections close) and its
             # job restarts from the last checkpoint on the other one; one that hangs, in 30 s
-            # (default 50 s). 10 s timed out a TaskManager that was only slow: a chaos run on
-            # two cores (three Kafka nodes, the testbed's traffic) missed heartbeats for 16 s.
+            # (default 50 s). Shorter timed out TaskManagers that were only slow (infra/README).
             "heartbeat": {"interval": 2000, "timeout": 30000},
         }
         _merge(config, ours)

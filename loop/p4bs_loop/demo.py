@@ -12,7 +12,6 @@ a plot shows the run (report.md and run.png in the output folder).
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
 import threading
 import time
@@ -305,15 +304,12 @@ def history(influxdb: InfluxDB) -> str:
     counts = []
     for measurement, field in HISTORY:
         try:
-            reply = json.loads(
-                influxdb.query(
-                    f'SELECT COUNT("{field}") FROM "{influxdb.database}".'
-                    f'"{retention_policy_of(measurement)}"."{measurement}"'
-                )
+            series = influxdb.query(
+                f'SELECT COUNT("{field}") FROM "{influxdb.database}".'
+                f'"{retention_policy_of(measurement)}"."{measurement}"'
             )
-            series = reply["results"][0].get("series")
-            counts.append(f"{series[0]['values'][0][1] if series else 0} {measurement}")
-        except (StackError, KeyError, IndexError, ValueError) as exc:
+            counts.append(f"{series[0].values[0][1] if series else 0} {measurement}")
+        except (StackError, IndexError) as exc:
             counts.append(f"{measurement}: not read ({exc})")
     return (
         f"\nHistory in InfluxDB ({influxdb.url}, database {influxdb.database}, kept in "

@@ -33,11 +33,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import requests
-
 from p4bs import history
 from p4bs.bus import Cluster, Received, RecordConsumer
 from p4bs.config import InfluxConfig
+from p4bs.influx import InfluxClient, InfluxError
 
 log = logging.getLogger(__name__)
 
@@ -110,9 +109,7 @@ class InfluxSink:
         self.batch_size = batch_size
         self.batch_interval_s = batch_interval_s
         self.stats = SinkStats()
-        self._session = requests.Session()
-        if settings.username is not None and settings.password is not None:
-            self._session.auth = (settings.username.resolve(), settings.password.resolve())
+        self._influx = InfluxClient(settings)
         self._consumer = RecordConsumer(cluster, group, STREAMS, topics, store_on_poll=False)
         # Per rollup, the first and last window written too late for its continuous query.
         self._late: dict[history.Rollup, tuple[int, int]] = {}
@@ -149,44 +146,31 @@ class InfluxSink:
         for rollup, (first, last) in list(self._late.items()):
             query = history.late_rollup_select(self.settings.database, rollup, first, last)
             try:
-                reply = self._session.post(
-                    f"{self.settings.url}/query",
-                    params={"db": self.settings.database, "q": query},
-                    timeout=timeout_s,
-                )
-                error = None if reply.status_code == 200 else f"HTTP {reply.status_code}"
-                if error is None and '"error"' in reply.text:
-                    error = reply.text.strip()[:300]
-            except requests.RequestException as exc:
-                error = f"{type(exc).__name__}: {exc}"
-            if error is None:
-                del self._late[rollup]
-                self.stats.late_rollups += 1
-            else:
-                self.stats.last_error = error
-                log.warning("%s of late windows not made again: %s", rollup.policy, error)
+                self._influx.query(query, timeout_s=timeout_s)
+            except InfluxError as exc:
+                self.stats.last_error = str(exc)
+                log.warning("%s of late windows not made again: %s", rollup.policy, exc)
+                continue
+            del self._late[rollup]
+            self.stats.late_rollups += 1
 
     def _write_points(self, policy: str, points: list[Received], stop: threading.Event) -> bool:
-        body = "\n".join(line_of(r.stream, r.record) for r in points).encode()
-        url = f"{self.settings.url}/write"
-        params = {"db": self.settings.database, "rp": policy, "precision": "ns"}
+        lines = [line_of(r.stream, r.record) for r in points]
         backoff = 0.5
         while True:
             try:
-                reply = self._session.post(url, params=params, data=body, timeout=30)
-                if reply.status_code == 204:
-                    self.stats.written += len(points)
-                    return True
-                error = f"HTTP {reply.status_code}: {reply.text.strip()[:300]}"
-                if 400 <= reply.status_code < 500 and reply.status_code != 429:
+                self._influx.write(lines, retention_policy=policy, timeout_s=30)
+                self.stats.written += len(points)
+                return True
+            except InfluxError as exc:
+                error = str(exc)
+                if exc.refused:
                     # Rejected for good (e.g. points older than the retention policy): no
                     # retry can help. Counted and logged; the records stay in Kafka.
                     self.stats.rejected += len(points)
                     self.stats.last_error = error
                     log.error("InfluxDB rejected %d points: %s", len(points), error)
                     return True
-            except requests.RequestException as exc:
-                error = f"{type(exc).__name__}: {exc}"
             self.stats.last_error = error
             log.warning("InfluxDB write of %d points failed: %s", len(points), error)
             if stop.wait(backoff):
@@ -221,5 +205,5 @@ class InfluxSink:
             if self._late:  # their windows are committed: a next run would not see them
                 self._summarise_late(timeout_s=5.0)
             self._consumer.close()
-            self._session.close()
+            self._influx.close()
         return self.stats

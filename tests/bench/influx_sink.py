@@ -32,8 +32,6 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import requests
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for simlink
 
 from simlink import WINDOW_NS, LinkModel
@@ -72,17 +70,13 @@ def produce(bootstrap: str, topics: dict[str, str], links: int, seconds: float, 
 
 def reference(db: InfluxDB, points: list[dict[str, object]]) -> float:
     """Points/s InfluxDB takes of these, posted in batches from one thread."""
-    bodies = [
-        "\n".join(line_of("link_metrics", p) for p in points[i : i + BATCH]).encode()
+    batches = [
+        [line_of("link_metrics", p) for p in points[i : i + BATCH]]
         for i in range(0, len(points), BATCH)
     ]
-    session = requests.Session()
     began = time.perf_counter()
-    for body in bodies:
-        reply = session.post(
-            f"{db.url}/write", params={"db": db.database, "precision": "ns"}, data=body
-        )
-        assert reply.status_code == 204, reply.text
+    for lines in batches:
+        db.client.write(lines, timeout_s=30)
     return len(points) / (time.perf_counter() - began)
 
 

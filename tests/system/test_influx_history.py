@@ -4,10 +4,8 @@ continuous queries that make the summaries from the windows InfluxDB receives.""
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
-import urllib.request
 from typing import Any
 
 import pytest
@@ -22,14 +20,7 @@ WINDOW = 100_000_000
 
 def _rows(stack: Stack, statement: str) -> list[dict[str, Any]]:
     """The statement's rows as dicts (with the series' tags), [] when it has none."""
-    reply = json.loads(stack.influxdb.query(statement))
-    rows = []
-    for series in reply["results"][0].get("series", []):
-        for values in series["values"]:
-            rows.append(
-                {**series.get("tags", {}), **dict(zip(series["columns"], values, strict=True))}
-            )
-    return rows
+    return [row for series in stack.influxdb.query(statement) for row in series.rows()]
 
 
 def _write_windows(stack: Stack, link: str, ends: list[int]) -> list[float]:
@@ -49,12 +40,7 @@ def _write_windows(stack: Stack, link: str, ends: list[int]) -> list[float]:
         )
         for i, (end, f) in enumerate(zip(ends, fs, strict=True))
     ]
-    request = urllib.request.Request(
-        f"{stack.influxdb.url}/write?db={stack.influxdb.database}&precision=ns",
-        data="\n".join(lines).encode(),
-    )
-    with urllib.request.urlopen(request, timeout=10) as reply:
-        assert reply.status == 204
+    stack.influxdb.client.write(lines)
     return fs
 
 

@@ -5,7 +5,6 @@ everything."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -119,9 +118,8 @@ def test_points_read_back_and_nothing_is_lost_while_influxdb_is_away(
     assert stats.late_rollups == len(history.ROLLUPS)
 
     def query(q: str) -> list[list[Any]]:
-        reply = json.loads(stack.influxdb.query(q))
-        (series,) = reply["results"][0]["series"]
-        return list(series["values"])
+        (series,) = stack.influxdb.query(q)
+        return series.values
 
     db = f'"{stack.influxdb.database}"."autogen".'
     events = f'"{stack.influxdb.database}"."events".'  # alerts and decisions, kept longer

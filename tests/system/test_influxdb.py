@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -38,10 +37,7 @@ def test_point_written_with_influxdb_client_reads_back(stack: Stack) -> None:
 
 
 def test_database_has_the_configured_retention(stack: Stack) -> None:
-    reply = json.loads(
-        stack.influxdb.query(f'SHOW RETENTION POLICIES ON "{stack.influxdb.database}"')
-    )
-    (series,) = reply["results"][0]["series"]
-    policies = {row[0]: dict(zip(series["columns"], row, strict=True)) for row in series["values"]}
+    (series,) = stack.influxdb.query(f'SHOW RETENTION POLICIES ON "{stack.influxdb.database}"')
+    policies = {row["name"]: row for row in series.rows()}
     assert policies["autogen"]["duration"] == "48h0m0s"
     assert policies["autogen"]["default"] is True

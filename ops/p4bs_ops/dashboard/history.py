@@ -10,13 +10,11 @@ windows to the series InfluxDB gave it.
 
 from __future__ import annotations
 
-import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
-from influxdb import InfluxDBClient
-
 from p4bs.config import InfluxConfig
+from p4bs.influx import InfluxClient, InfluxError
 from p4bs_ops import grafana
 
 LINK_DASHBOARD = "link"
@@ -65,22 +63,6 @@ def _queries() -> dict[str, grafana.Query]:
     return {q.title: q for q in grafana.queries(dashboard) if q.kind != "variable"}
 
 
-def client(influx: InfluxConfig, timeout_s: float = 10.0) -> InfluxDBClient:
-    """A client of the config's InfluxDB, its credentials resolved from their references."""
-    url = urllib.parse.urlsplit(influx.url)
-    return InfluxDBClient(
-        host=url.hostname or "127.0.0.1",
-        port=url.port or (443 if url.scheme == "https" else 8086),
-        username=influx.username.resolve() if influx.username is not None else "",
-        password=influx.password.resolve() if influx.password is not None else "",
-        database=influx.database,
-        ssl=url.scheme == "https",
-        verify_ssl=url.scheme == "https",
-        timeout=timeout_s,
-        path=url.path.strip("/"),
-    )
-
-
 def link_history(influx: InfluxConfig, link_id: str, start_ns: int, end_ns: int) -> dict[str, Any]:
     """The link's charts, decisions and alerts between `start_ns` and `end_ns`: each chart as
     columns (times in ms for the page's charts, values in the system's units), the
@@ -89,9 +71,9 @@ def link_history(influx: InfluxConfig, link_id: str, start_ns: int, end_ns: int)
     interval = grafana.auto_interval_ns(start_ns, end_ns, MAX_POINTS)
     context = grafana.Context(start_ns, end_ns, interval, {"link": [link_id]})
     try:
-        db = client(influx)
-    except LookupError as exc:
-        raise HistoryError(f"influxdb credentials: {exc}") from None
+        db = InfluxClient(influx)
+    except InfluxError as exc:  # a credential that does not resolve
+        raise HistoryError(str(exc)) from None
     try:
         charts = {}
         for chart in CHARTS:
@@ -111,16 +93,15 @@ def link_history(influx: InfluxConfig, link_id: str, start_ns: int, end_ns: int)
     }
 
 
-def _select(db: InfluxDBClient, statement: str) -> list[dict[str, Any]]:
+def _select(db: InfluxClient, statement: str) -> list[dict[str, Any]]:
     """The rows of every series the statement returns, each a dict with `time` in ms."""
     try:
-        result = db.query(statement, epoch="ms")
-    except Exception as exc:  # the client raises requests' and its own errors alike
-        raise HistoryError(f"{statement}: {exc}") from None
+        found = db.query(statement, epoch="ms")
+    except InfluxError as exc:  # its message names the statement
+        raise HistoryError(str(exc)) from None
     rows = []
-    for series in result.raw.get("series", []):
-        columns = series["columns"]
-        rows += [dict(zip(columns, values, strict=True)) for values in series["values"]]
+    for series in found:
+        rows += [dict(zip(series.columns, values, strict=True)) for values in series.values]
     return rows
 
 
