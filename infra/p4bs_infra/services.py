@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from p4bs import history, paths
+from p4bs import paths, retention
 from p4bs.config import InfluxConfig
 from p4bs.influx import InfluxClient, InfluxError, Series
 from p4bs_infra import procs
@@ -424,7 +424,7 @@ bind-address = "{LOOPBACK}:{self.rpc_port}"
 
     def create_database(self) -> None:
         """The database, its retention policies and the continuous queries that downsample
-        the windows (p4bs/history.py); settings changed since an earlier start are applied."""
+        the windows (p4bs/retention.py); settings changed since an earlier start are applied."""
         db, raw_ns = self.database, self.settings.retention_ns
         hour = 3_600_000_000_000
         if raw_ns:
@@ -435,18 +435,18 @@ bind-address = "{LOOPBACK}:{self.rpc_port}"
             duration, shard = "INF", "7d"
         self.query(f'CREATE DATABASE "{db}"')
         self.query(
-            f'ALTER RETENTION POLICY "{history.RAW}" ON "{db}" '
+            f'ALTER RETENTION POLICY "{retention.RAW}" ON "{db}" '
             f"DURATION {duration} SHARD DURATION {shard} DEFAULT"
         )
-        for policy, keep in history.retention_policies(self.settings):
+        for policy, keep in retention.retention_policies(self.settings):
             try:
                 self.query(
                     f'CREATE RETENTION POLICY "{policy}" ON "{db}" DURATION {keep} REPLICATION 1'
                 )
             except StackError:  # it exists, with another duration
                 self.query(f'ALTER RETENTION POLICY "{policy}" ON "{db}" DURATION {keep}')
-        for rollup in history.ROLLUPS:
-            name, statement = history.continuous_query(db, rollup)
+        for rollup in retention.ROLLUPS:
+            name, statement = retention.continuous_query(db, rollup)
             self.query(f'DROP CONTINUOUS QUERY "{name}" ON "{db}"')
             self.query(statement)
 

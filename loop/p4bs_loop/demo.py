@@ -23,7 +23,7 @@ from typing import Any
 from p4bs import paths
 from p4bs.bus import RecordConsumer
 from p4bs.config import FlowGroup, load_config
-from p4bs.history import retention_policy_of
+from p4bs.retention import retention_policy_of
 from p4bs_infra.services import InfluxDB, StackError
 from p4bs_infra.testbed import Testbed
 from p4bs_infra.traffic import Scenario, TrafficRun

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from p4bs import paths
-from p4bs.history import influxql_duration_ns
+from p4bs.retention import influxql_duration_ns
 
 DATASOURCE_TYPE = "influxdb"
 DATASOURCE_UID = "p4bs-influxdb"  # ops/grafana/provisioning/datasources/p4bs.yaml

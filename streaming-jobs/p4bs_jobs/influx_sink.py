@@ -10,9 +10,9 @@ measurement, tags and time, so a batch written twice after a crash stays one set
 Link metrics go into the database's default retention policy (every window, kept for
 `influxdb.retention`), SLA alerts and buffer decisions into `events` (kept for a year by
 default); continuous queries summarise the windows per second and per minute
-(p4bs/history.py). Windows written too late for a continuous query to see them again (a
+(p4bs/retention.py). Windows written too late for a continuous query to see them again (a
 job catching up) the sink summarises itself: at most once a second, it makes the rollups of
-the intervals they fall in again (`history.late_rollup_select`); a summary that fails is
+the intervals they fall in again (`retention.late_rollup_select`); a summary that fails is
 tried again at the next one.
 
 Schema (time = the record's window end or event time, ns):
@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from p4bs import history
+from p4bs import retention
 from p4bs.bus import Cluster, Received, RecordConsumer
 from p4bs.config import InfluxConfig
 from p4bs.influx import InfluxClient, InfluxError
@@ -112,7 +112,7 @@ class InfluxSink:
         self._influx = InfluxClient(settings)
         self._consumer = RecordConsumer(cluster, group, STREAMS, topics, store_on_poll=False)
         # Per rollup, the first and last window written too late for its continuous query.
-        self._late: dict[history.Rollup, tuple[int, int]] = {}
+        self._late: dict[retention.Rollup, tuple[int, int]] = {}
         self._summarised = time.monotonic()
 
     def _write_batch(self, batch: list[Received], stop: threading.Event) -> bool:
@@ -120,7 +120,7 @@ class InfluxSink:
         takes it or rejects it for good; False if stopped."""
         by_policy: dict[str, list[Received]] = {}
         for received in batch:
-            policy = history.retention_policy_of(received.stream)
+            policy = retention.retention_policy_of(received.stream)
             by_policy.setdefault(policy, []).append(received)
         for policy, points in by_policy.items():
             if not self._write_points(policy, points, stop):
@@ -132,8 +132,8 @@ class InfluxSink:
 
     def _note_late(self, batch: list[Received]) -> None:
         written = time.time_ns()
-        ends = [r.record["window_end_ns"] for r in batch if r.stream == history.DOWNSAMPLED]
-        for rollup in history.ROLLUPS:
+        ends = [r.record["window_end_ns"] for r in batch if r.stream == retention.DOWNSAMPLED]
+        for rollup in retention.ROLLUPS:
             cutoff = rollup.late_before(written)
             late = [end for end in ends if end < cutoff]
             if late:
@@ -144,7 +144,7 @@ class InfluxSink:
         """Makes the rollups of the late windows' intervals again; what fails stays noted."""
         self._summarised = time.monotonic()
         for rollup, (first, last) in list(self._late.items()):
-            query = history.late_rollup_select(self.settings.database, rollup, first, last)
+            query = retention.late_rollup_select(self.settings.database, rollup, first, last)
             try:
                 self._influx.query(query, timeout_s=timeout_s)
             except InfluxError as exc:

@@ -1,4 +1,4 @@
-"""The history InfluxDB keeps (p4bs/history.py), as `p4bs stack up` sets it up: retention
+"""The history InfluxDB keeps (p4bs/retention.py), as `p4bs stack up` sets it up: retention
 policies for the windows, their per-second and per-minute summaries and the events, and
 continuous queries that make the summaries from the windows InfluxDB receives."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from p4bs import history
+from p4bs import retention
 from p4bs_infra.procs import wait_until
 from p4bs_infra.stack import Stack
 from p4bs_jobs.influx_sink import line_of
@@ -84,9 +84,9 @@ def test_the_minute_summary_has_the_99th_percentile(stack: Stack) -> None:
     ends = [minute + (i + 1) * WINDOW for i in range(599)]  # all inside the minute
     fs = _write_windows(stack, link, ends)
     db = stack.influxdb.database
-    rollup = next(r for r in history.ROLLUPS if r.every == "1m")
+    rollup = next(r for r in retention.ROLLUPS if r.every == "1m")
     stack.influxdb.query(
-        f"{history.rollup_select(db, rollup)} WHERE \"link\" = '{link}' AND time >= {minute} "
+        f"{retention.rollup_select(db, rollup)} WHERE \"link\" = '{link}' AND time >= {minute} "
         f"AND time < {minute + 60_000_000_000} GROUP BY time(1m), *"
     )
     (row,) = _rows(

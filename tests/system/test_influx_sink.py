@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from p4bs import history
+from p4bs import retention
 from p4bs.bus import RecordProducer
 from p4bs.config import InfluxConfig
 from p4bs_infra.procs import free_ports, wait_until
@@ -112,10 +112,10 @@ def test_points_read_back_and_nothing_is_lost_while_influxdb_is_away(
     # their per-second and per-minute rollups itself.
     stats = _run(
         InfluxSink(settings, stack.kafka.bootstrap, topics, group="sink-t"),
-        lambda s: s.written >= 22 and s.late_rollups >= len(history.ROLLUPS),
+        lambda s: s.written >= 22 and s.late_rollups >= len(retention.ROLLUPS),
     )
     assert stats.written == 22 and stats.rejected == 0
-    assert stats.late_rollups == len(history.ROLLUPS)
+    assert stats.late_rollups == len(retention.ROLLUPS)
 
     def query(q: str) -> list[list[Any]]:
         (series,) = stack.influxdb.query(q)
@@ -134,8 +134,8 @@ def test_points_read_back_and_nothing_is_lost_while_influxdb_is_away(
         [21_000_013.5, sum(i % 3 for i in range(9, 19)), 10],
     ]
     # The rollups the sink made of these late windows hold the same summaries.
-    for rollup in history.ROLLUPS:
-        every = history.influxql_duration_ns(rollup.every)
+    for rollup in retention.ROLLUPS:
+        every = retention.influxql_duration_ns(rollup.every)
         first, last = START // every * every, START + every + 3 * 10**9
         span = f"\"link\" = '{LINK}' AND time >= {first} AND time < {last}"
         raw = query(

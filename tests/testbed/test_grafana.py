@@ -17,7 +17,7 @@ from typing import Any
 
 from test_closed_loop import cubic_testbed
 
-from p4bs import history, paths
+from p4bs import paths, retention
 from p4bs_infra.procs import wait_until
 from p4bs_infra.services import InfluxDB
 from p4bs_infra.stack import Stack
@@ -124,13 +124,13 @@ def test_every_dashboard_query_returns_data_after_a_closed_loop_run(
                 loop.stop()
         assert filled, f"{_stored(influx)}; InfluxDB sink log:\n{loop.log_tail('influx-sink')}"
         # The rollups of the whole run made again as the sink makes those of late windows
-        # (history.late_rollup_select): the per-minute continuous query runs at minute
+        # (retention.late_rollup_select): the per-minute continuous query runs at minute
         # boundaries, which a run this short may not reach after its windows.
-        for rollup in history.ROLLUPS:
+        for rollup in retention.ROLLUPS:
             made = _count(influx, "mean_f", f'"{rollup.policy}"."link_metrics"', "time > 0")
             print(f"{rollup.policy}: {made} points from the continuous query")
             influx.query(
-                history.late_rollup_select(influx.database, rollup, began_ns, time.time_ns())
+                retention.late_rollup_select(influx.database, rollup, began_ns, time.time_ns())
             )
         # The dashboard's range from the start of the run's first minute, so that the
         # per-minute summary of that minute is in it.

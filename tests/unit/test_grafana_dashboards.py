@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from p4bs import history
+from p4bs import retention
 from p4bs_jobs.influx_sink import line_of
 from p4bs_ops import grafana
 from p4bs_schemas.registry import STREAMS, current_schema
@@ -133,8 +133,8 @@ def test_the_link_dashboard_has_the_link_variable_its_annotations_and_the_buffer
     assert target["query"].endswith('GROUP BY time($__interval), "link" fill(previous)')
     assert buffer["fieldConfig"]["defaults"]["custom"]["lineInterpolation"] == "stepAfter"
     # Long ranges: panels on each rollup the stack keeps.
-    for rollup in history.ROLLUPS:
-        assert f'"{rollup.policy}"."{history.DOWNSAMPLED}"' in texts, rollup.policy
+    for rollup in retention.ROLLUPS:
+        assert f'"{rollup.policy}"."{retention.DOWNSAMPLED}"' in texts, rollup.policy
 
 
 def _dummy(kind: Any) -> Any:
@@ -159,13 +159,13 @@ def _known() -> dict[tuple[str, str], set[str]]:
     known = {}
     for stream in ("link_metrics", "sla_alerts", "buffer_decisions"):
         tags, fields = _written(stream)
-        known[(history.retention_policy_of(stream), stream)] = tags | fields
-    tags, fields = _written(history.DOWNSAMPLED)
+        known[(retention.retention_policy_of(stream), stream)] = tags | fields
+    tags, fields = _written(retention.DOWNSAMPLED)
     numbers = {f for f in fields if f != "change"}  # the summaries are of numbers
-    for rollup in history.ROLLUPS:
+    for rollup in retention.ROLLUPS:
         summaries = {s.split("(")[0] for s in rollup.summaries}  # "mean(*)" -> "mean"
         named = {f"{s}_{f}" for s in summaries for f in numbers}
-        known[(rollup.policy, history.DOWNSAMPLED)] = tags | named
+        known[(rollup.policy, retention.DOWNSAMPLED)] = tags | named
     return known
 
 
@@ -245,8 +245,8 @@ def test_an_unknown_macro_or_a_formatted_variable_is_refused() -> None:
 
 
 def test_intervals_are_grafanas() -> None:
-    assert history.influxql_duration_ns("100ms") == 100_000_000
-    assert history.influxql_duration_ns("1m") == 60 * 10**9
+    assert retention.influxql_duration_ns("100ms") == 100_000_000
+    assert retention.influxql_duration_ns("1m") == 60 * 10**9
     assert [grafana.interval_text(ns) for ns in (2 * 10**8, 10**9, 120 * 10**9, 3600 * 10**9)] == [
         "200ms",
         "1s",

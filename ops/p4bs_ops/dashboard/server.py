@@ -47,7 +47,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from p4bs import paths
 from p4bs.units import duration_for_bytes
 from p4bs_ops.dashboard.feed import Event, FeedReader, Fleet, LinkView
-from p4bs_ops.dashboard.history import CHARTS, HistoryError, link_history
+from p4bs_ops.dashboard.link_history import CHARTS, HistoryError, link_history
 from p4bs_ops.dashboard.search import NoSearch, search_view
 
 ASSETS_DIR = paths.cache_dir() / "dashboard" / "node_modules" / "uplot" / "dist"
