@@ -483,16 +483,11 @@ def plan(spec: SearchSpec) -> Plan:
 
 def warm_up(grid_step_bytes: int | None = None) -> float:
     """Fits a throwaway search of the kind `grid_step_bytes` says (None: continuous, with Ax
-    and torch) on two made-up points, so that a link's first real fit does not pay for the
-    imports; returns the seconds it took.
-    - Continuous: idle, the imports take ~6 s and the first fit ~0.4 s (later ones ~0.25 s);
-      on a loaded machine the first P4BS fit of an evaluation run took a minute, with the
-      link's windows waiting.
-    - Grid: numpy and scipy's optimiser, ~0.4 s idle, where a fit takes ~1 ms. Unwarmed, the
-      first grid fit of every live P4BS run (trial 2's decision) came a median 3.5 s after
-      its window (2.0-15.7 s over 16 live Fig. 11 runs), the other decisions 1.5 s: the
-      service's loop, which decides grid searches, held the whole time, P4BS's first trial
-      kept seconds longer than the simulator gives it."""
+    and torch; a grid: numpy and scipy's optimiser) on two made-up points, so that a link's
+    first real fit does not pay for the imports, which take far longer than a fit: unwarmed,
+    that first fit holds the link's windows (and, for a grid search decided on the service's
+    loop, every link) and keeps P4BS's first trial longer than the simulator gives it
+    (optimizer/README.md has the measurements). Returns the seconds it took."""
     began = time.monotonic()
     search = BufferSearch(1_000, 100_000, grid_step_bytes=grid_step_bytes)
     search.tell(10_000, -1.0, 0.1)
