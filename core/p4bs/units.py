@@ -1,11 +1,13 @@
-"""Unit parsing at the edges: the system keeps time in ns, sizes in bytes and rates in bit/s.
+"""Units at the edges: the system keeps time in ns, sizes in bytes and rates in bit/s.
 
 Config files and command lines may write "20ms", "100Mbit", "256KiB"; everything inside
-p4bs works on the int64 values these functions return.
+p4bs works on the int64 values the parsers return. The formatters turn those values back
+into text for a person to read ("4 min 10 s", "256 KiB", "100 Mbit/s").
 """
 
 from __future__ import annotations
 
+import math
 import re
 
 _NUMBER_UNIT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\s*([A-Za-zµ/]*)\s*$")
@@ -88,3 +90,41 @@ def bytes_for_duration(duration_ns: int, rate_bps: int) -> int:
 def duration_for_bytes(size_bytes: int, rate_bps: int) -> int:
     """Nanoseconds a link of `rate_bps` needs to drain `size_bytes`."""
     return size_bytes * 8 * 1_000_000_000 // rate_bps
+
+
+def format_duration_ns(ns: int) -> str:
+    """850 ns, 12.3 µs, 80 ms, 3.2 s, 4 min 10 s, 2 h 5 min, 3 d 4 h."""
+    if ns < 0:
+        return "-" + format_duration_ns(-ns)
+    if ns < 1_000:
+        return f"{ns} ns"
+    if ns < _TIME_NS["ms"]:
+        return f"{ns / 1e3:.3g} µs"
+    if ns < _TIME_NS["s"]:
+        return f"{ns / 1e6:.3g} ms"
+    seconds = ns / 1e9
+    if seconds < 60:
+        return f"{seconds:.3g} s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    if whole < 86400:
+        return f"{whole // 3600} h {whole % 3600 // 60} min"
+    return f"{whole // 86400} d {whole % 86400 // 3600} h"
+
+
+def format_size_bytes(size: int) -> str:
+    """262144 -> '256 KiB'; below 1 KiB in bytes."""
+    if abs(size) < 1024:
+        return f"{size} B"
+    exponent = min(int(math.log(abs(size), 1024)), 4)
+    unit = ("B", "KiB", "MiB", "GiB", "TiB")[exponent]
+    return f"{size / 1024**exponent:.4g} {unit}"
+
+
+def format_rate_bps(bps: int) -> str:
+    """100_000_000 -> '100 Mbit/s'; below 1 kbit/s in bit/s."""
+    for unit, scale in (("Gbit/s", 10**9), ("Mbit/s", 10**6), ("kbit/s", 10**3)):
+        if abs(bps) >= scale:
+            return f"{bps / scale:.4g} {unit}"
+    return f"{bps} bit/s"

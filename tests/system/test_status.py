@@ -354,7 +354,7 @@ def test_each_links_newest_record_found_however_old_stale_ones_named(
         produce("r1:a", now_ms - 1000 + i)  # the last second
     produce("r1:d", now_ms - 2000)
     assert producer.flush(30) == 0
-    result = status.check_exporters(config, StatusOptions(timeout_ns=10 * S))
+    result = status.run_check("exporters", config, StatusOptions(timeout_ns=10 * S))
     print(result)
     assert not result.healthy
     links = result.details["links"]
@@ -407,7 +407,7 @@ def test_a_groups_lag_is_the_committed_end_minus_its_offsets_and_may_have_a_limi
     finally:
         committer.close()
 
-    result = status.check_kafka(config, StatusOptions(metrics_group=group))
+    result = status.run_check("kafka", config, StatusOptions(metrics_group=group))
     assert result.healthy, result
     lag = result.details["groups"][group]["lag"]
     assert lag == {
@@ -416,7 +416,7 @@ def test_a_groups_lag_is_the_committed_end_minus_its_offsets_and_may_have_a_limi
     }
     assert f"{group} 3," in result.summary
 
-    result = status.check_kafka(config, StatusOptions(metrics_group=group, max_lag=1))
+    result = status.run_check("kafka", config, StatusOptions(metrics_group=group, max_lag=1))
     assert not result.healthy
     assert result.summary == f"group {group}: 3 records behind on {topic} (over 1)"
 
@@ -436,7 +436,7 @@ def test_flink_with_nothing_on_the_rest_port_is_unhealthy_naming_the_url(
     port = free_port()
     flink = f'mode = "remote"\njobmanager = "127.0.0.1:{port}"'
     config = load_config(write_config(tmp_path / "p4bs.toml", stack, topics, flink=flink))
-    result = status.check_flink(config, StatusOptions(timeout_ns=2 * S))
+    result = status.run_check("flink", config, StatusOptions(timeout_ns=2 * S))
     assert not result.healthy
     assert result.summary == f"JobManager http://127.0.0.1:{port}/jobs/overview: Connection refused"
     assert result.details == {"mode": "remote", "jobmanager": f"http://127.0.0.1:{port}"}
@@ -498,24 +498,24 @@ def test_flink_job_state_and_checkpoint_age_from_the_rest_api(
                 "latest": {"completed": latest, "failed": None, "restored": None},
             }
         }
-        result = status.check_flink(config, options)
+        result = status.run_check("flink", config, options)
         assert result.healthy, result
         assert result.summary.startswith("metrics job a5e0 RUNNING, last checkpoint 1.")
         assert result.details["last_checkpoint"]["id"] == 118
         assert 1_500_000_000 <= result.details["last_checkpoint"]["age_ns"] < 10 * S
 
         latest["latest_ack_timestamp"] = now_ms - 45_000  # limit: 30 s (10 intervals at least)
-        result = status.check_flink(config, options)
+        result = status.run_check("flink", config, options)
         assert not result.healthy
         assert "its last checkpoint (118) is 4" in result.summary
         assert "(limit 30 s)" in result.summary
 
         job["state"] = "FAILING"
-        result = status.check_flink(config, options)
+        result = status.run_check("flink", config, options)
         assert not result.healthy and result.summary == "metrics job a5e0 is FAILING"
 
         FlinkRest.jobs = [{"jid": "x", "name": "other", "state": "RUNNING"}]
-        result = status.check_flink(config, options)
+        result = status.run_check("flink", config, options)
         assert not result.healthy
         assert result.summary.startswith("no metrics job (name containing 'metrics_out') on")
         assert result.details["jobs"] == ["other"]

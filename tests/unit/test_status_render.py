@@ -21,7 +21,7 @@ from p4bs_cli.main import main
 from p4bs_jobs import alerts, influx_sink
 from p4bs_jobs import cli as jobs_cli
 from p4bs_ops import status
-from p4bs_ops.status import PartStatus, StatusOptions
+from p4bs_ops.status import PartStatus, StatusOptions, runner
 
 S = 1_000_000_000
 MS = 1_000_000
@@ -145,8 +145,8 @@ def test_a_check_that_raises_or_hangs_is_an_unhealthy_part_and_the_others_still_
         return PartStatus("routers", True, "too late")
 
     checks = {"kafka": fine, "flink": broken, "influxdb": refused, "routers": hung}
-    monkeypatch.setattr(status, "CHECKS", checks)
-    monkeypatch.setattr(status, "GRACE_NS", 100 * MS)
+    monkeypatch.setattr(runner, "CHECKS", checks)
+    monkeypatch.setattr(runner, "GRACE_NS", 100 * MS)
     options = StatusOptions(timeout_ns=200 * MS, influx_interval_ns=MS)
     config = load_config(paths.default_config())
     began = time.monotonic()
@@ -164,6 +164,13 @@ def test_a_check_that_raises_or_hangs_is_an_unhealthy_part_and_the_others_still_
     assert by_name["influxdb"].details == {"url": "x"}
     assert not by_name["routers"].healthy
     assert by_name["routers"].summary.startswith("no answer: the check was still waiting after")
+
+
+def test_every_part_has_one_registered_check_and_only_parts_have_one() -> None:
+    assert set(status.CHECKS) == set(status.PARTS)
+    assert status.CHECKS["flink"] is status.flink.check_flink
+    with pytest.raises(ValueError, match="no part 'telemetry'"):
+        runner.part_check("telemetry")
 
 
 def test_a_config_that_does_not_load_exits_2_naming_its_problems(

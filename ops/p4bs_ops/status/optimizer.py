@@ -1,0 +1,146 @@
+"""The optimizer's check: the members of the optimizer's group and the links each owns, from
+the newest `optimizer_state` record of each link (`owner`, `epoch`)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException
+from confluent_kafka.admin import AdminClient
+
+from p4bs.config import Config
+from p4bs_ops.status.groups import describe_group
+from p4bs_ops.status.kafka_clients import (
+    KafkaErrors,
+    kafka_settings,
+    no_cluster,
+    read_ranges,
+    status_consumer,
+    watermarks,
+)
+from p4bs_ops.status.runner import Deadline, PartStatus, StatusOptions, part_check
+from p4bs_schemas.codec import RecordError, codec
+from p4bs_schemas.registry import STREAMS
+
+
+@part_check("optimizer")
+def check_optimizer(config: Config, options: StatusOptions) -> PartStatus:
+    """The optimizer group's members and the partitions of link_metrics each holds; each
+    link's newest optimizer_state record (its `owner` and `epoch`, in the partition of the
+    link's windows), and the member holding that partition now."""
+    deadline = Deadline(options.timeout_ns)
+    group = config.optimizer.group
+    errors = KafkaErrors()
+    admin = AdminClient(kafka_settings(config.kafka, errors))
+    try:
+        admin.list_topics(timeout=deadline.left_s())  # the cluster answers at all
+    except KafkaException as exc:
+        raise no_cluster(config.kafka, errors, exc, admin) from None
+    group_state, group_members = describe_group(admin, group, deadline)
+    metrics_topic = config.kafka.topics["link_metrics"]
+    members = []
+    holder: dict[int, str] = {}  # link_metrics partition -> member
+    for member in group_members:
+        label = f"{member.client_id}@{member.host.lstrip('/')}"
+        assigned = sorted(
+            tp.partition
+            for tp in (member.assignment.topic_partitions if member.assignment else [])
+            if tp.topic == metrics_topic
+        )
+        for p in assigned:
+            holder[p] = label
+        members.append(
+            {
+                "member": label,
+                "client_id": member.client_id,
+                "host": member.host.lstrip("/"),
+                "member_id": member.member_id,
+                "partitions": assigned,
+            }
+        )
+    consumer = status_consumer(config.kafka, errors, committed_only=True)
+    try:
+        states, complete = _newest_states(consumer, config, deadline)
+    except KafkaException as exc:
+        raise no_cluster(config.kafka, errors, exc, consumer) from None
+    finally:
+        consumer.close()
+    now_ns = time.time_ns()
+    links: dict[str, dict[str, Any]] = {}
+    unowned, unheld = [], []
+    for link in config.links:
+        state = states.get(link.id)
+        if state is None:
+            links[link.id] = {"owner": None}
+            unowned.append(link.id)
+            continue
+        record, partition = state
+        held_by = holder.get(partition)
+        links[link.id] = {
+            "owner": record["owner"],
+            "epoch": record["epoch"],
+            "partition": partition,
+            "state_age_ns": max(0, now_ns - record["ts_ns"]),
+            "held_by": held_by,
+        }
+        if held_by is None:
+            unheld.append(link.id)
+    for entry in members:
+        entry["links"] = sorted(
+            link_id
+            for link_id, info in links.items()
+            if info.get("partition") in entry["partitions"]
+        )
+    owners: dict[str, list[str]] = {}
+    for link_id, info in links.items():
+        if info["owner"] is not None:
+            owners.setdefault(info["owner"], []).append(link_id)
+    details: dict[str, Any] = {
+        "group": group,
+        "state": group_state,
+        "instances": members,
+        "links": links,
+        "unowned": unowned,
+    }
+    others = sorted(set(states) - {link.id for link in config.links})
+    if others:
+        details["not_in_config"] = others
+    if not complete:
+        details["note"] = "the state topic was not read to its end within the timeout"
+    problems = []
+    if not members:
+        problems.append(f"no instance in group {group}")
+    if unowned:
+        problems.append(f"links with no owner: {', '.join(unowned)}")
+    if members and unheld:
+        problems.append(f"links whose partition no instance holds: {', '.join(unheld)}")
+    if problems:
+        return PartStatus("optimizer", False, "; ".join(problems), details)
+    owned = ", ".join(
+        f"{owner} {len(ids)} link{'s' if len(ids) != 1 else ''}"
+        for owner, ids in sorted(owners.items())
+    )
+    summary = f"{len(members)} instance{'s' if len(members) != 1 else ''}; owners: {owned}"
+    return PartStatus("optimizer", True, summary, details)
+
+
+def _newest_states(
+    consumer: Consumer, config: Config, deadline: Deadline
+) -> tuple[dict[str, tuple[dict[str, Any], int]], bool]:
+    """The newest committed state record of each link, with its partition (the topic is a
+    compacted changelog: reading it whole reads little more than one record per link)."""
+    topic = config.kafka.topics["optimizer_state"]
+    schema = codec(STREAMS["optimizer_state"])
+    ranges = watermarks(consumer, topic, deadline)
+    newest: dict[str, tuple[dict[str, Any], int]] = {}
+
+    def seen(msg: Any) -> None:
+        try:
+            record = schema.decode(msg.value(), msg.headers())
+        except RecordError:
+            return
+        newest[record["link_id"]] = (record, msg.partition())
+
+    complete = read_ranges(consumer, topic, ranges, deadline, seen)
+    return newest, complete
