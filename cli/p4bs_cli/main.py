@@ -23,6 +23,7 @@ from p4bs_jobs import cli as jobs_cli
 from p4bs_loop import cli as loop_cli
 from p4bs_ops import cli as ops_cli
 from p4bs_optimizer import cli as optimizer_cli
+from p4bs_sinks import cli as sinks_cli
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
@@ -146,7 +147,17 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--all", action="store_true", help="removed links too")
     listing.set_defaults(func=cmd_links_list)
 
-    for part in (infra_cli, exporter_cli, jobs_cli, optimizer_cli, eval_cli, loop_cli, ops_cli):
+    parts = (
+        infra_cli,
+        exporter_cli,
+        jobs_cli,
+        sinks_cli,
+        optimizer_cli,
+        eval_cli,
+        loop_cli,
+        ops_cli,
+    )
+    for part in parts:
         part.add_parser(sub, default_config)
     return parser
 

@@ -16,7 +16,7 @@ Each continuous query recomputes a few of its last intervals every time it runs
 little late (the metrics job's output latency) are still summarised. Windows later than that
 (the metrics job catching up after a cold start or a failover, a sink catching up) the
 continuous query never sees again: the InfluxDB sink summarises their intervals itself
-(`late_rollup_select`, streaming-jobs/p4bs_jobs/influx_sink.py).
+(`late_rollup_select`, sinks/p4bs_sinks/influx_sink.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`p4bs jobs run|submit|influx|alerts`: the streaming jobs and their two companions.
+"""`p4bs jobs run|submit`: the streaming jobs (the sinks beside them: p4bs_sinks).
 
 PyFlink is imported only by the commands that need it (it takes seconds to load).
 """
@@ -10,7 +10,6 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -112,64 +111,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(name: str, run: Callable[[threading.Event], Any], report: Callable[[], str]) -> int:
-    """Runs a companion service until Ctrl-C or SIGTERM, printing its counters every 10 s."""
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    worker = threading.Thread(target=run, args=(stop,), name=name)
-    worker.start()
-    try:
-        while worker.is_alive():
-            worker.join(10.0)
-            print(report(), flush=True)
-    except KeyboardInterrupt:
-        stop.set()
-        worker.join()
-    print(f"{name} stopped: {report()}")
-    return 0
-
-
-def cmd_influx(args: argparse.Namespace) -> int:
-    from p4bs_jobs.influx_sink import InfluxSink
-
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        print(f"p4bs jobs influx: {exc}", file=sys.stderr)
-        return 2
-    sink = InfluxSink(config.influxdb, config.kafka, config.kafka.topics)
-    influx = config.influxdb
-    print(f"InfluxDB sink: {config.kafka.bootstrap} -> {influx.url}/{influx.database}")
-
-    def report() -> str:
-        s = sink.stats
-        return f"written {s.written:,}, rejected {s.rejected:,}, retries {s.retries:,}" + (
-            f", last error: {s.last_error}" if s.last_error else ""
-        )
-
-    return _serve("influx sink", sink.run, report)
-
-
-def cmd_alerts(args: argparse.Namespace) -> int:
-    from p4bs_jobs.alerts import AlertDispatcher
-
-    try:
-        config = load_config(args.config)
-        dispatcher = AlertDispatcher(config.kafka, config.kafka.topics, config.alerts)
-    except (ConfigError, ValueError) as exc:
-        print(f"p4bs jobs alerts: {exc}", file=sys.stderr)
-        return 2
-    print(f"alert dispatcher: {config.kafka.topics['sla_alerts']} -> {config.alerts.webhook}")
-
-    def report() -> str:
-        s = dispatcher.stats
-        return f"delivered {s.delivered:,}, failed {s.failed:,}, retries {s.retries:,}"
-
-    return _serve("alert dispatcher", dispatcher.run, report)
-
-
 def add_parser(sub: Any, default_config: Path) -> None:
-    jobs = sub.add_parser("jobs", help="the streaming jobs (Flink) and their sinks")
+    jobs = sub.add_parser("jobs", help="the streaming jobs (Flink)")
     jobs_sub = jobs.add_subparsers(dest="action", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
@@ -187,7 +130,3 @@ def add_parser(sub: Any, default_config: Path) -> None:
         "submit", parents=[job], help="submit the metrics + SLA job to a standalone cluster"
     )
     submit.set_defaults(func=cmd_submit)
-    influx = jobs_sub.add_parser("influx", parents=[common], help="Kafka -> InfluxDB sink")
-    influx.set_defaults(func=cmd_influx)
-    alerts = jobs_sub.add_parser("alerts", parents=[common], help="SLA alerts -> webhook")
-    alerts.set_defaults(func=cmd_alerts)

@@ -10,7 +10,7 @@ retention policies and continuous queries `p4bs stack up` sets up) on free ports
    as many written once to make the shard), the line protocol made beforehand and posted
    in the sink's batch size (5000) from one thread, nothing else running: about the
    ceiling of one writer on this InfluxDB.
-2. The sink (`p4bs_jobs.influx_sink.InfluxSink`, one process, as `p4bs jobs influx` runs
+2. The sink (`p4bs_sinks.influx_sink.InfluxSink`, one process, as `p4bs sinks influx` runs
    it) on a backlog of `--seconds` of windows of `--links` links in Kafka (produced first,
    by another process): points written per second from the first batch to the last,
    against the offered 10 windows/s per link, and the ratio to the reference.
@@ -41,8 +41,8 @@ from p4bs.bus import RecordProducer, ensure_topics
 from p4bs.config import InfluxConfig, load_config
 from p4bs_infra.procs import free_ports
 from p4bs_infra.services import InfluxDB, KafkaBroker, wait_ready
-from p4bs_jobs.influx_sink import InfluxSink, line_of
 from p4bs_schemas.registry import STREAMS
+from p4bs_sinks.influx_sink import InfluxSink, line_of
 
 BATCH = 5000
 WINDOWS_PER_S = 10

@@ -13,7 +13,7 @@ import pytest
 from p4bs import retention
 from p4bs_infra.procs import wait_until
 from p4bs_infra.stack import Stack
-from p4bs_jobs.influx_sink import line_of
+from p4bs_sinks.influx_sink import line_of
 
 WINDOW = 100_000_000
 

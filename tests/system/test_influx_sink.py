@@ -15,7 +15,7 @@ from p4bs.bus import RecordProducer
 from p4bs.config import InfluxConfig
 from p4bs_infra.procs import free_ports, wait_until
 from p4bs_infra.stack import Stack
-from p4bs_jobs.influx_sink import InfluxSink, SinkStats
+from p4bs_sinks.influx_sink import InfluxSink, SinkStats
 
 LINK = "r7:et-0/0/1"
 WINDOW = 100_000_000

@@ -16,9 +16,9 @@ from p4bs.bus import RecordConsumer, RecordProducer
 from p4bs.config import AlertsConfig, load_config
 from p4bs_infra.procs import wait_until
 from p4bs_infra.stack import Stack
-from p4bs_jobs.alerts import AlertDispatcher
 from p4bs_jobs.flink_env import flink_configuration
 from p4bs_jobs.metrics import run_metrics_job
+from p4bs_sinks.alerts import AlertDispatcher
 
 LINK = "r1:eth1"
 WINDOW = 100_000_000

@@ -18,7 +18,7 @@ from p4bs import paths
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"p4bs_schemas", "p4bs_linux_tc"}),  # pure: records and codecs; Linux tc
     frozenset({"p4bs"}),  # core: config, the record bus, units, paths
-    frozenset({"p4bs_exporter", "p4bs_jobs", "p4bs_infra"}),  # the parts
+    frozenset({"p4bs_exporter", "p4bs_jobs", "p4bs_sinks", "p4bs_infra"}),  # the parts
     frozenset({"p4bs_optimizer"}),
     # orchestration: the closed loop and the demo; the operator's view of a deployment
     frozenset({"p4bs_loop", "p4bs_ops"}),

@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from p4bs import retention
-from p4bs_jobs.influx_sink import line_of
 from p4bs_ops import grafana
 from p4bs_schemas.registry import STREAMS, current_schema
+from p4bs_sinks.influx_sink import line_of
 
 GRAFANA = Path(__file__).resolve().parents[2] / "ops" / "grafana"
 DASHBOARDS = ("alerts", "decisions", "fleet", "link")

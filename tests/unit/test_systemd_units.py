@@ -197,8 +197,8 @@ def test_each_service_runs_the_subcommand_it_is_named_for() -> None:
     expected = {
         "p4bs-exporter@.service": ["exporter", "run", "--switch", SAMPLE_INSTANCE],
         "p4bs-metrics-job.service": ["jobs", "submit", "--resume"],
-        "p4bs-influx-sink.service": ["jobs", "influx"],
-        "p4bs-alerts.service": ["jobs", "alerts"],
+        "p4bs-influx-sink.service": ["sinks", "influx"],
+        "p4bs-alerts.service": ["sinks", "alerts"],
         "p4bs-optimizer@.service": ["optimizer", "run", "--instance", SAMPLE_INSTANCE],
         "p4bs-dashboard.service": ["dashboard", "--config", "--bind", "127.0.0.1"],
     }

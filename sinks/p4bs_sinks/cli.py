@@ -1,0 +1,80 @@
+"""`p4bs sinks influx|alerts`: the services that carry the topics out of Kafka."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from p4bs.config import ConfigError, load_config
+
+
+def _serve(name: str, run: Callable[[threading.Event], Any], report: Callable[[], str]) -> int:
+    """Runs a sink until Ctrl-C or SIGTERM, printing its counters every 10 s."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    worker = threading.Thread(target=run, args=(stop,), name=name)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(10.0)
+            print(report(), flush=True)
+    except KeyboardInterrupt:
+        stop.set()
+        worker.join()
+    print(f"{name} stopped: {report()}")
+    return 0
+
+
+def cmd_influx(args: argparse.Namespace) -> int:
+    from p4bs_sinks.influx_sink import InfluxSink
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"p4bs sinks influx: {exc}", file=sys.stderr)
+        return 2
+    sink = InfluxSink(config.influxdb, config.kafka, config.kafka.topics)
+    influx = config.influxdb
+    print(f"InfluxDB sink: {config.kafka.bootstrap} -> {influx.url}/{influx.database}")
+
+    def report() -> str:
+        s = sink.stats
+        return f"written {s.written:,}, rejected {s.rejected:,}, retries {s.retries:,}" + (
+            f", last error: {s.last_error}" if s.last_error else ""
+        )
+
+    return _serve("influx sink", sink.run, report)
+
+
+def cmd_alerts(args: argparse.Namespace) -> int:
+    from p4bs_sinks.alerts import AlertDispatcher
+
+    try:
+        config = load_config(args.config)
+        dispatcher = AlertDispatcher(config.kafka, config.kafka.topics, config.alerts)
+    except (ConfigError, ValueError) as exc:
+        print(f"p4bs sinks alerts: {exc}", file=sys.stderr)
+        return 2
+    print(f"alert dispatcher: {config.kafka.topics['sla_alerts']} -> {config.alerts.webhook}")
+
+    def report() -> str:
+        s = dispatcher.stats
+        return f"delivered {s.delivered:,}, failed {s.failed:,}, retries {s.retries:,}"
+
+    return _serve("alert dispatcher", dispatcher.run, report)
+
+
+def add_parser(sub: Any, default_config: Path) -> None:
+    sinks = sub.add_parser("sinks", help="the topics out of Kafka: InfluxDB, alert webhook")
+    sinks_sub = sinks.add_subparsers(dest="action", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
+    influx = sinks_sub.add_parser("influx", parents=[common], help="Kafka -> InfluxDB sink")
+    influx.set_defaults(func=cmd_influx)
+    alerts = sinks_sub.add_parser("alerts", parents=[common], help="SLA alerts -> webhook")
+    alerts.set_defaults(func=cmd_alerts)
