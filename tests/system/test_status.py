@@ -35,12 +35,12 @@ from p4bs.config import Config, load_config
 from p4bs_cli.main import main
 from p4bs_infra.procs import free_port, wait_until
 from p4bs_infra.stack import Stack
-from p4bs_jobs.influx_sink import InfluxSink
 from p4bs_linux_tc.queues import QUEUE_CLASS_BASE
 from p4bs_ops import status
 from p4bs_ops.status import StatusOptions
 from p4bs_schemas.codec import codec
 from p4bs_schemas.registry import STREAMS
+from p4bs_sinks.influx_sink import InfluxSink
 
 IFACE = "st0"
 BUFFER = 250_000  # the router's queue 0, in bytes

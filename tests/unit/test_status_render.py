@@ -18,10 +18,10 @@ import pytest
 from p4bs import paths
 from p4bs.config import load_config
 from p4bs_cli.main import main
-from p4bs_jobs import alerts, influx_sink
 from p4bs_jobs import cli as jobs_cli
 from p4bs_ops import status
 from p4bs_ops.status import PartStatus, StatusOptions, runner
+from p4bs_sinks import alerts, influx_sink
 
 S = 1_000_000_000
 MS = 1_000_000

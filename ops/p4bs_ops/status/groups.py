@@ -21,7 +21,7 @@ from p4bs_ops.status.runner import CheckFailed, Deadline, StatusOptions
 
 # The consumer groups of the project's parts, as each part names its own by default: the
 # metrics job's is the options' `metrics_group` (runner.METRICS_GROUP), then the InfluxDB
-# sink (p4bs_jobs.influx_sink.InfluxSink) and the alert dispatcher (p4bs_jobs.alerts); the
+# sink (p4bs_sinks.influx_sink.InfluxSink) and the alert dispatcher (p4bs_sinks.alerts); the
 # optimizer's is the config's [optimizer] group. tests/unit/test_status_render.py checks
 # that these are still the parts' defaults.
 INFLUX_SINK_GROUP = "p4bs-influx-sink"
