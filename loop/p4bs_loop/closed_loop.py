@@ -299,7 +299,7 @@ class ClosedLoop:
                 )
                 progress("metrics job starting (PyFlink MiniCluster)")
             if self.influx:
-                self._cli("influx-sink", "jobs", "influx")
+                self._cli("influx-sink", "sinks", "influx")
                 progress(f"InfluxDB sink into {config.influxdb.url}/{config.influxdb.database}")
             if optimizer:
                 self.start_optimizer()
