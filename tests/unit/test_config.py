@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from p4bs.config import (
     ROUTER_DRIVERS,
     ConfigError,
+    FlowGroup,
     JunosLinkConfig,
     SecretRef,
     config_toml,
@@ -166,6 +168,74 @@ def test_each_bad_value_names_its_field_and_why(
     with pytest.raises(ConfigError) as err:
         parse_config(data, "bad.toml")
     assert any(p.startswith(message) for p in err.value.problems), err.value.problems
+
+
+# A present value is kept or refused, never replaced by the default (only an absent key takes
+# it). Where 0 means something, it is kept: each of these defaults to something else.
+ZERO_KEPT = [
+    ("influxdb.retention_1s", "0s", lambda c: c.influxdb.retention_1s_ns),  # kept forever
+    ("influxdb.events_retention", 0, lambda c: c.influxdb.events_retention_ns),
+    ("links.0.weights.loss", 0, lambda c: c.links[0].weight_loss),
+    ("metrics.zscore_threshold", 0, lambda c: c.metrics.zscore_threshold),
+    ("testbed.extra_delay_max", "0ms", lambda c: c.testbed.extra_delay_max_ns),
+    ("testbed.groups.0.flows", 0, lambda c: c.testbed.groups[0].flows),  # required
+]
+
+
+@pytest.mark.parametrize(("path", "value", "read"), ZERO_KEPT, ids=[p for p, _, _ in ZERO_KEPT])
+def test_a_present_zero_where_zero_is_legal_is_kept(
+    example: dict[str, Any], path: str, value: Any, read: Callable[[Any], Any]
+) -> None:
+    _set(path, value)(example)
+    assert read(parse_config(example)) == 0
+
+
+# Where 0 (or "") is not a legal value, a present one is refused naming its field, as a
+# missing required one is named: these are the fields whose reading ended in `or default`.
+ZERO_REFUSED = [
+    ("kafka.bootstrap", ""),
+    ("kafka.replication_factor", 0),
+    ("influxdb.database", ""),
+    ("flink.parallelism", 0),
+    ("flink.checkpoint_interval", "0ms"),
+    ("flink.jvm_args", ""),
+    ("alerts.timeout", "0s"),
+    ("alerts.backoff", 0),
+    ("optimizer.group", ""),
+    ("optimizer.session_timeout", "0s"),
+    ("optimizer.min_change_interval", 0),
+    ("switches.0.name", ""),
+    ("routers.0.name", ""),
+    ("routers.0.timeout", "0s"),
+    ("routers.0.max_concurrent_changes", 0),
+    ("testbed.name", ""),
+    ("testbed.buffer", "0B"),
+    ("testbed.base_rtt", "0ms"),
+]
+
+
+@pytest.mark.parametrize(("path", "value"), ZERO_REFUSED, ids=[p for p, _ in ZERO_REFUSED])
+def test_a_present_zero_where_the_field_needs_more_is_refused_naming_the_field(
+    example: dict[str, Any], path: str, value: Any
+) -> None:
+    _set(path, value)(example)
+    with pytest.raises(ConfigError) as err:
+        parse_config(example)
+    where = re.sub(r"\.(\d+)", r"[\1]", path)  # routers.0.name -> routers[0].name
+    assert [p for p in err.value.problems if p.startswith(f"{where}: ")], err.value.problems
+
+
+def test_an_empty_list_of_testbed_groups_is_kept_an_absent_one_defaults(
+    example: dict[str, Any],
+) -> None:
+    """`groups = []` is a testbed without flows of its own, as a group of 0 flows is (it was
+    replaced by the default group); without `groups`, one group of 10 Cubic flows."""
+    example["testbed"]["groups"] = []
+    testbed = parse_config(example).testbed
+    assert testbed is not None and testbed.groups == ()
+    del example["testbed"]["groups"]
+    testbed = parse_config(example).testbed
+    assert testbed is not None and testbed.groups == (FlowGroup("all", 10, "cubic", 0, None),)
 
 
 TOFINO = [

@@ -1,0 +1,131 @@
+"""Reading a config: `load_config` (a file), `parse_config` (what tomllib read) and
+`link_from_table` (one [[links]] entry checked against a config), each refusing with every
+problem at once."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from p4bs.config.fields import Reader
+from p4bs.config.model import Config, ConfigError, LinkConfig
+from p4bs.config.network import read_dataplane, read_link, read_router, read_switch
+from p4bs.config.services import (
+    read_alerts,
+    read_flink,
+    read_influx,
+    read_kafka,
+    read_metrics,
+    read_optimizer,
+)
+from p4bs.config.testbed import read_testbed
+from p4bs.config.topology import check_references, junos_only_where_used
+
+T = TypeVar("T")
+
+
+def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
+    r = Reader()
+    sections = {
+        "kafka",
+        "influxdb",
+        "flink",
+        "dataplane",
+        "metrics",
+        "alerts",
+        "optimizer",
+        "switches",
+        "routers",
+        "links",
+    }
+    r.unknown(data, sections | {"testbed"})
+    with r.at("kafka"):
+        kafka = read_kafka(r, r.table(data, "kafka"))
+    with r.at("influxdb"):
+        influx = read_influx(r, r.table(data, "influxdb"))
+    with r.at("flink"):
+        flink = read_flink(r, r.table(data, "flink"))
+    with r.at("dataplane"):
+        dataplane = read_dataplane(r, r.table(data, "dataplane"))
+    with r.at("metrics"):
+        metrics = read_metrics(r, r.table(data, "metrics"))
+    with r.at("alerts"):
+        alerts = read_alerts(r, r.table(data, "alerts"))
+    with r.at("optimizer"):
+        optimizer = read_optimizer(r, r.table(data, "optimizer"))
+    if flink.window_ns % dataplane.export_interval_ns:
+        # A window then holds whole export intervals, each one record (or its parts).
+        r.problem(
+            "flink.window",
+            f"must be a multiple of dataplane.export_interval ({dataplane.export_interval_ns} "
+            f"ns), got {flink.window_ns} ns",
+        )
+
+    tables = {name: r.tables(data, name) for name in ("switches", "routers", "links")}
+
+    def each(name: str, read: Callable[[Reader, dict[str, Any]], T | None]) -> tuple[T, ...]:
+        out = []
+        for i, item in enumerate(tables[name]):
+            with r.at(f"{name}[{i}]"):
+                value = read(r, item)
+            if value is not None:
+                out.append(value)
+        return tuple(out)
+
+    raw_links = tables["links"]
+    if not raw_links:
+        r.problem("links", "at least one [[links]] entry is required")
+    routers = each("routers", read_router)
+    links = junos_only_where_used(r, each("links", read_link), raw_links, routers)
+    testbed = None
+    if "testbed" in data and raw_links:
+        link_ids = {f"{x.get('router')}:{x.get('interface')}" for x in raw_links}
+        with r.at("testbed"):
+            testbed = read_testbed(r, r.table(data, "testbed"), links, link_ids)
+    config = Config(
+        kafka=kafka,
+        influxdb=influx,
+        flink=flink,
+        switches=each("switches", read_switch),
+        routers=routers,
+        links=links,
+        testbed=testbed,
+        dataplane=dataplane,
+        metrics=metrics,
+        alerts=alerts,
+        optimizer=optimizer,
+    )
+    check_references(r, config)
+    if r.problems:
+        raise ConfigError(source, r.problems)
+    return config
+
+
+def link_from_table(config: Config, table: dict[str, Any], source: str) -> LinkConfig:
+    """One [[links]] entry (as tomllib reads it) read as `load_config` reads it, and checked
+    against `config`'s routers, switches and other links (it replaces the link of its id).
+    Raises ConfigError listing every problem."""
+    r = Reader()
+    with r.at("links[0]"):
+        link = read_link(r, table)
+    if link is not None:
+        (link,) = junos_only_where_used(r, (link,), [table], config.routers)
+        others = tuple(x for x in config.links if x.id != link.id)
+        check_references(r, dataclasses.replace(config, links=(*others, link)))
+    if link is None or r.problems:
+        raise ConfigError(source, r.problems)
+    return link
+
+
+def load_config(path: str | Path) -> Config:
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(str(path), [f"cannot read: {exc.strerror}"]) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), [f"not valid TOML: {exc}"]) from exc
+    return parse_config(data, str(path))

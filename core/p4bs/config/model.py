@@ -1,0 +1,329 @@
+"""The deployment config's model: one frozen dataclass per section, in the system's units (ns,
+bytes, bit/s), the vocabularies a section's text field takes, and `ConfigError`. Nothing here
+reads a file: `p4bs.config.loader` builds these from TOML."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from p4bs_schemas.registry import STREAMS, default_topic
+
+ROUTER_DRIVERS = ("gnmi", "netconf", "netconf-junos", "linux-tc")
+SWITCH_TARGETS = ("model", "tofino")
+FLINK_MODES = ("embedded", "remote")
+KAFKA_SECURITY = ("plaintext", "sasl_ssl")
+SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
+CCAS = ("cubic", "bbr", "reno")
+TOFINO_MAX_PORT = 511
+DAY_NS = 86_400_000_000_000
+
+
+class ConfigError(ValueError):
+    """Every problem found in a config file, one `path: reason` per line."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: {len(problems)} problem(s)\n  " + "\n  ".join(problems))
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    """A credential named by where it lives, resolved only when it is used."""
+
+    env: str | None = None
+    file: str | None = None
+
+    def resolve(self) -> str:
+        if self.env is not None:
+            value = os.environ.get(self.env)
+            if value is None:
+                raise LookupError(f"credential variable ${self.env} is not set")
+            return value
+        assert self.file is not None
+        try:
+            return Path(self.file).read_text().strip()
+        except OSError as exc:
+            raise LookupError(f"credential file {self.file}: {exc.strerror}") from exc
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    bootstrap: str = "127.0.0.1:9092"
+    partitions: int = 4
+    replication_factor: int = 1
+    topics: dict[str, str] = field(default_factory=lambda: {s: default_topic(s) for s in STREAMS})
+    # "sasl_ssl": TLS to the brokers, verified against `ca_file` (None: the system's trust
+    # store), and a SASL/SCRAM login as username/password. "plaintext": neither.
+    security: str = "plaintext"
+    sasl_mechanism: str = "SCRAM-SHA-512"
+    ca_file: str | None = None
+    username: SecretRef | None = None
+    password: SecretRef | None = None
+
+
+@dataclass(frozen=True)
+class InfluxConfig:
+    """InfluxDB and how long it keeps what (p4bs/retention.py); a retention of 0 keeps forever."""
+
+    url: str = "http://127.0.0.1:8086"
+    database: str = "p4bs"
+    retention_ns: int = 0  # every window (the default retention policy)
+    retention_1s_ns: int = 30 * DAY_NS  # the windows' per-second summaries
+    retention_1m_ns: int = 365 * DAY_NS  # per-minute summaries
+    events_retention_ns: int = 365 * DAY_NS  # SLA alerts and buffer decisions
+    username: SecretRef | None = None
+    password: SecretRef | None = None
+
+
+@dataclass(frozen=True)
+class FlinkConfig:
+    mode: str = "embedded"
+    jobmanager: str = "127.0.0.1:8081"  # REST endpoint, used when mode = "remote"
+    parallelism: int = 1
+    window_ns: int = 100_000_000
+    checkpoint_interval_ns: int = 500_000_000
+    # Options for the JVM that `p4bs jobs run|submit` starts (PyFlink's JVM_ARGS): with an
+    # embedded job it also runs the job.
+    jvm_args: str = ""
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """The metrics and SLA jobs' constants (streaming-jobs/README.md says how each is used).
+    EWMA weights are the weight of the past: new = alpha * old + (1 - alpha) * sample."""
+
+    max_out_of_orderness_ns: int = 200_000_000  # watermark delay behind the newest record
+    source_idle_timeout_ns: int = 1_000_000_000  # a topic partition this quiet is idle
+    srtt_alpha: float = 0.875
+    loss_alpha: float = 0.875
+    queue_delay_alpha: float = 0.875
+    rtt_min_horizon_ns: int = 10_000_000_000
+    long_flow_ttl_ns: int = 10_000_000_000  # a long flow with no RTT sample this long ends
+    zscore_lag: int = 50  # windows
+    zscore_threshold: float = 10.0
+    zscore_influence: float = 0.1
+    sla_windows: int = 5  # K: consecutive windows to raise or to resolve an SLA alert
+
+
+@dataclass(frozen=True)
+class AlertsConfig:
+    """Where the alert dispatcher posts SLA alerts (Prometheus Alertmanager v2 API)."""
+
+    webhook: str | None = None  # e.g. http://alertmanager:9093/api/v2/alerts; None: not posted
+    timeout_ns: int = 5_000_000_000
+    attempts: int = 6  # per alert, then it is counted as failed and logged
+    backoff_ns: int = 1_000_000_000  # before the second attempt, doubling up to 30 s
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """The optimizer service (optimizer/README.md): its consumer group, where it keeps each
+    link's state, and the safety guards every link gets."""
+
+    group: str = "p4bs-optimizer"  # Kafka consumer group; processes in it share the links
+    # A process that stops heartbeating this long loses its links to the others; Kafka
+    # brokers accept 6 s to 30 min by default (group.min/max.session.timeout.ms).
+    session_timeout_ns: int = 6_000_000_000
+    stale_after_ns: int = 5_000_000_000  # no metrics this long: fall back to the safe buffer
+    min_change_interval_ns: int = 1_000_000_000  # between two changes of one link's buffer
+    apply_attempts: int = 3  # per change, with backoff between them (transient failures only)
+    fit_processes: int = 0  # processes fitting P4BS's GPs; 0: one per core
+
+
+LONG_FLOW_MODES = ("sketch", "window")
+
+
+@dataclass(frozen=True)
+class DataplaneConfig:
+    """The data plane's sizes, thresholds and timeouts (p4/SPEC.md; defaults are the spec's)."""
+
+    rtt_slots: int = 65_536
+    rtt_max_age_ns: int = 1_000_000_000
+    rtt_min_interval_ns: int = 0  # per-flow sampling limit; 0 = off
+    long_flows: str = "sketch"  # P4BS count-min sketch, or GLOBECOM's packet "window"
+    cms_rows: int = 4
+    cms_width: int = 65_536
+    cms_reset_ns: int = 10_000_000_000
+    long_flow_threshold: int = 2000  # packets within one sketch period
+    long_flow_ttl_ns: int = 2_000_000_000
+    long_flow_capacity: int = 65_536
+    window_ns: int = 1_000_000_000
+    window_packets: int = 1000
+    loss_slots: int = 65_536
+    qdelay_slots: int = 65_536
+    qdelay_max_age_ns: int = 1_000_000_000
+    export_interval_ns: int = 100_000_000
+    # An interval's RTT samples travel in its LinkCounters record; one with more comes in
+    # several (about 8 bytes a sample and 40 a flow: 8192 keep a record far below Kafka's 1 MB).
+    max_rtt_samples_per_record: int = 8192
+
+
+@dataclass(frozen=True)
+class SwitchConfig:
+    name: str
+    target: str
+    address: str | None  # bfrt gRPC endpoint for a Tofino; unused by the software model
+    device_id: int = 0
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    name: str
+    driver: str
+    address: str | None  # host:port of the management interface; None for local linux-tc
+    username: SecretRef | None
+    password: SecretRef | None
+    ca_file: str | None
+    timeout_ns: int
+    max_concurrent_changes: int
+    # gNMI with mutual TLS: the certificate the client presents and its private key, files
+    # named by path (the key is a secret: it stays in its file). Both or neither.
+    client_cert: str | None = None
+    client_key: str | None = None
+
+
+Port = int | str  # a Tofino front-panel port, or an interface the software model captures
+
+
+@dataclass(frozen=True)
+class DirectedTap:
+    """A tap point captured on one port per direction, as an optical tap gives each fibre
+    its own port: `out` carries the data direction, `back` the other one (the ACKs)."""
+
+    out: Port
+    back: Port
+
+
+# One port carrying both directions (the link's output_prefixes tell them apart), or one
+# port per direction.
+Tap = Port | DirectedTap
+TAP_SIDES = ("before", "after")
+
+
+def tap_ports(tap: Tap) -> list[tuple[Port, str]]:
+    """The ports of one tap point, each with the direction it carries: 'out', 'back' or
+    'both'."""
+    if isinstance(tap, DirectedTap):
+        return [(tap.out, "out"), (tap.back, "back")]
+    return [(tap, "both")]
+
+
+@dataclass(frozen=True)
+class JunosLinkConfig:
+    """How a link's buffer is configured on a Junos router (the netconf-junos driver):
+    `class-of-service schedulers <scheduler> buffer-size temporal <µs>`, the scheduler-map
+    `<scheduler_map> forwarding-class <forwarding_class> scheduler <scheduler>`, and
+    `class-of-service interfaces <interface> scheduler-map <scheduler_map>`."""
+
+    interface: str  # the router's name for the link's interface ("et-0/0/0")
+    scheduler: str
+    scheduler_map: str
+    forwarding_class: str
+
+
+JUNOS_DEFAULT_FORWARDING_CLASS = "best-effort"  # Junos's default class of queue 0
+JUNOS_NAME_MAX = 64  # scheduler, scheduler-map and forwarding-class names (the Junos YANG)
+
+
+def junos_defaults(interface: str) -> JunosLinkConfig:
+    """A link's Junos names when the config gives none: p4bs-<interface> with '/', '.' and
+    ':' as '-' (et-0/0/0.0 -> p4bs-et-0-0-0-0), for both the scheduler and its map."""
+    name = "p4bs-" + "".join("-" if c in "/.:" else c for c in interface)
+    return JunosLinkConfig(interface, name, name, JUNOS_DEFAULT_FORWARDING_CLASS)
+
+
+@dataclass(frozen=True)
+class LinkConfig:
+    router: str
+    interface: str
+    switch: str
+    capacity_bps: int
+    tap_before: Tap  # what enters the router
+    tap_after: Tap  # what left it
+    max_queue_delay_ns: int  # SLA d-hat
+    max_loss: float  # SLA p-hat, a fraction
+    weight_loss: float  # w1 of f
+    weight_delay: float  # w2 of f
+    min_buffer_bytes: int
+    max_buffer_bytes: int
+    safe_buffer_bytes: int
+    # The optimizer owns the policies (p4bs_optimizer.policies): it checks the name and the
+    # options, in `p4bs config check` and before `p4bs optimizer run` starts.
+    policy: str
+    policy_options: dict[str, Any]
+    # IPv4 prefixes reached through `interface`: on a tap carrying both directions, a packet
+    # towards one of them is in the data (output) direction. Empty: every packet is.
+    output_prefixes: tuple[str, ...] = ()
+    # Set for a link of a netconf-junos router (defaults from the interface's name).
+    junos: JunosLinkConfig | None = None
+
+    @property
+    def id(self) -> str:
+        """The link id every record is keyed by: router and interface."""
+        return f"{self.router}:{self.interface}"
+
+    def f_terms(self, loss: float, delay_ns: float) -> tuple[float, float]:
+        """The loss and delay terms, positive, of the performance function of a window with
+        loss rate `loss` and mean queueing delay `delay_ns`: f = -(loss term + delay term),
+        as the metrics job computes it (LinkMetrics.java)."""
+        return (
+            self.weight_loss * loss / self.max_loss,
+            self.weight_delay * delay_ns / self.max_queue_delay_ns,
+        )
+
+    def ports(self) -> list[tuple[str, Port, str]]:
+        """Every port of the link's taps: (side 'before'/'after', port, direction)."""
+        taps = (self.tap_before, self.tap_after)
+        return [
+            (side, port, direction)
+            for side, tap in zip(TAP_SIDES, taps, strict=True)
+            for port, direction in tap_ports(tap)
+        ]
+
+
+@dataclass(frozen=True)
+class FlowGroup:
+    """Long flows of one kind in the emulated testbed, sent from their own address."""
+
+    name: str
+    flows: int
+    cca: str
+    start_ns: int  # after the traffic starts
+    rtt_ns: int | None  # fixed base RTT of the group; None: testbed base + per-flow extra
+
+
+@dataclass(frozen=True)
+class TestbedConfig:
+    """The emulated testbed that plays one link's router (infra/)."""
+
+    name: str  # prefix of its network namespaces
+    link: str  # id of the link whose router it emulates
+    buffer_bytes: int  # router buffer at start
+    base_rtt_ns: int
+    extra_delay_max_ns: int  # per-flow extra RTT, uniform in [0, this] by 5-tuple hash
+    groups: tuple[FlowGroup, ...]
+
+
+@dataclass(frozen=True)
+class Config:
+    kafka: KafkaConfig
+    influxdb: InfluxConfig
+    flink: FlinkConfig
+    switches: tuple[SwitchConfig, ...]
+    routers: tuple[RouterConfig, ...]
+    links: tuple[LinkConfig, ...]
+    testbed: TestbedConfig | None = None
+    dataplane: DataplaneConfig = field(default_factory=DataplaneConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+
+    def link(self, link_id: str) -> LinkConfig:
+        for link in self.links:
+            if link.id == link_id:
+                return link
+        raise KeyError(link_id)

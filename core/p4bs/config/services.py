@@ -1,0 +1,174 @@
+"""The services' sections: [kafka], [influxdb], [flink], [metrics], [alerts] and [optimizer].
+Each is optional, as is each of its fields: an absent one takes the model's default."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from p4bs.config.fields import (
+    Reader,
+    endpoint,
+    fraction,
+    int_in,
+    one_of,
+    positive,
+    secret,
+    text,
+    url,
+    weight,
+)
+from p4bs.config.model import (
+    FLINK_MODES,
+    KAFKA_SECURITY,
+    SASL_MECHANISMS,
+    AlertsConfig,
+    FlinkConfig,
+    InfluxConfig,
+    KafkaConfig,
+    MetricsConfig,
+    OptimizerConfig,
+)
+from p4bs.units import parse_duration_ns
+from p4bs_schemas.registry import STREAMS
+
+
+def read_kafka(r: Reader, data: dict[str, Any]) -> KafkaConfig:
+    d = KafkaConfig()
+    known = {"bootstrap", "partitions", "replication_factor", "topics", "security"}
+    secured = {"sasl_mechanism", "ca_file", "username", "password"}
+    r.unknown(data, known | secured)
+    security = r.get(data, "security", one_of(KAFKA_SECURITY), d.security)
+    for name in sorted(secured & set(data)):
+        if security == "plaintext":
+            r.problem(name, 'is used only with security = "sasl_ssl"')
+    topics = dict(d.topics)
+    with r.at("topics"):
+        overrides = r.table(data, "topics") if "topics" in data else {}
+        for stream in overrides:
+            if stream not in STREAMS:
+                r.problem(stream, f"unknown stream (known: {', '.join(STREAMS)})")
+            else:
+                topics[stream] = r.get(overrides, stream, text, topics[stream])
+    if len(set(topics.values())) != len(topics):
+        r.problem("topics", "two streams share one topic name")
+    return KafkaConfig(
+        bootstrap=r.get(data, "bootstrap", endpoint, d.bootstrap),
+        partitions=r.get(data, "partitions", int_in(1, 10_000), d.partitions),
+        replication_factor=r.get(data, "replication_factor", int_in(1, 32), d.replication_factor),
+        topics=topics,
+        security=security,
+        sasl_mechanism=r.get(data, "sasl_mechanism", one_of(SASL_MECHANISMS), d.sasl_mechanism),
+        ca_file=r.get(data, "ca_file", text),
+        username=r.get(data, "username", secret, required=security == "sasl_ssl"),
+        password=r.get(data, "password", secret, required=security == "sasl_ssl"),
+    )
+
+
+def read_influx(r: Reader, data: dict[str, Any]) -> InfluxConfig:
+    d = InfluxConfig()
+    durations = ("retention", "retention_1s", "retention_1m", "events_retention")
+    r.unknown(data, {"url", "database", "username", "password", *durations})
+    kept: dict[str, int] = {}
+    for key in durations:
+        kept[key] = r.get(data, key, parse_duration_ns, int(getattr(d, f"{key}_ns")))
+        if 0 < kept[key] < 3_600_000_000_000:
+            r.problem(key, "InfluxDB keeps data at least 1h; use 0 for forever or >= 1h")
+    return InfluxConfig(
+        url=r.get(data, "url", url, d.url),
+        database=r.get(data, "database", text, d.database),
+        retention_ns=kept["retention"],
+        retention_1s_ns=kept["retention_1s"],
+        retention_1m_ns=kept["retention_1m"],
+        events_retention_ns=kept["events_retention"],
+        username=r.get(data, "username", secret),
+        password=r.get(data, "password", secret),
+    )
+
+
+def read_flink(r: Reader, data: dict[str, Any]) -> FlinkConfig:
+    d = FlinkConfig()
+    r.unknown(
+        data, {"mode", "jobmanager", "parallelism", "window", "checkpoint_interval", "jvm_args"}
+    )
+    window = positive(parse_duration_ns, "the window")
+    interval = positive(parse_duration_ns, "the checkpoint interval")
+    return FlinkConfig(
+        mode=r.get(data, "mode", one_of(FLINK_MODES), d.mode),
+        jobmanager=r.get(data, "jobmanager", endpoint, d.jobmanager),
+        parallelism=r.get(data, "parallelism", int_in(1, 1024), d.parallelism),
+        window_ns=r.get(data, "window", window, d.window_ns),
+        checkpoint_interval_ns=r.get(
+            data, "checkpoint_interval", interval, d.checkpoint_interval_ns
+        ),
+        jvm_args=r.get(data, "jvm_args", text, d.jvm_args),
+    )
+
+
+def read_metrics(r: Reader, data: dict[str, Any]) -> MetricsConfig:
+    d = MetricsConfig()
+    durations = {
+        "max_out_of_orderness": "max_out_of_orderness_ns",
+        "source_idle_timeout": "source_idle_timeout_ns",
+        "rtt_min_horizon": "rtt_min_horizon_ns",
+        "long_flow_ttl": "long_flow_ttl_ns",
+    }
+    alphas = ("srtt_alpha", "loss_alpha", "queue_delay_alpha", "zscore_influence")
+    r.unknown(data, {*durations, *alphas, "zscore_lag", "zscore_threshold", "sla_windows"})
+    values: dict[str, Any] = {}
+    for key, attr in durations.items():
+        values[attr] = r.get(data, key, positive(parse_duration_ns, key), getattr(d, attr))
+    for key in alphas:
+        values[key] = r.get(data, key, fraction, getattr(d, key))
+    values["zscore_lag"] = r.get(data, "zscore_lag", int_in(2, 100_000), d.zscore_lag)
+    values["zscore_threshold"] = r.get(data, "zscore_threshold", weight, d.zscore_threshold)
+    values["sla_windows"] = r.get(data, "sla_windows", int_in(1, 100_000), d.sla_windows)
+    return MetricsConfig(**values)
+
+
+def read_alerts(r: Reader, data: dict[str, Any]) -> AlertsConfig:
+    d = AlertsConfig()
+    r.unknown(data, {"webhook", "timeout", "attempts", "backoff"})
+    timeout = r.get(data, "timeout", positive(parse_duration_ns, "the timeout"), d.timeout_ns)
+    backoff = r.get(data, "backoff", positive(parse_duration_ns, "the backoff"), d.backoff_ns)
+    return AlertsConfig(
+        webhook=r.get(data, "webhook", url),
+        timeout_ns=timeout,
+        attempts=r.get(data, "attempts", int_in(1, 1000), d.attempts),
+        backoff_ns=backoff,
+    )
+
+
+def read_optimizer(r: Reader, data: dict[str, Any]) -> OptimizerConfig:
+    d = OptimizerConfig()
+    r.unknown(
+        data,
+        {
+            "group",
+            "session_timeout",
+            "stale_after",
+            "min_change_interval",
+            "apply_attempts",
+            "fit_processes",
+        },
+    )
+    session = r.get(
+        data,
+        "session_timeout",
+        positive(parse_duration_ns, "session_timeout"),
+        d.session_timeout_ns,
+    )
+    stale = r.get(data, "stale_after", positive(parse_duration_ns, "stale_after"), d.stale_after_ns)
+    interval = r.get(
+        data,
+        "min_change_interval",
+        positive(parse_duration_ns, "the interval"),
+        d.min_change_interval_ns,
+    )
+    return OptimizerConfig(
+        group=r.get(data, "group", text, d.group),
+        session_timeout_ns=session,
+        stale_after_ns=stale,
+        min_change_interval_ns=interval,
+        apply_attempts=r.get(data, "apply_attempts", int_in(1, 100), d.apply_attempts),
+        fit_processes=r.get(data, "fit_processes", int_in(0, 1024), d.fit_processes),
+    )
