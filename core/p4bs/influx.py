@@ -78,6 +78,22 @@ def series_of(statement: str, answer: Any) -> list[Series]:
     return found
 
 
+def reason_of(exc: requests.RequestException) -> str:
+    """What a request that got no reply ran into, in a few words ("Connection refused", "no
+    answer in time"): requests' own text nests urllib3's retries and pools around it."""
+    if isinstance(exc, requests.Timeout):
+        return "no answer in time"
+    cause: BaseException | None = exc
+    for _ in range(10):  # the chain of causes is short; a cycle must not hang
+        if cause is None:
+            break
+        if isinstance(cause, OSError) and cause.strerror:
+            return str(cause.strerror)
+        inner = getattr(cause, "reason", None)  # urllib3's MaxRetryError keeps it there
+        cause = inner if isinstance(inner, BaseException) else cause.__cause__ or cause.__context__
+    return f"{type(exc).__name__}: {exc}"
+
+
 def _failure(what: str, reply: requests.Response) -> InfluxError:
     """The error of a reply whose status says it failed: InfluxDB's own `error` if the body
     is its JSON, else the start of the body."""
@@ -130,7 +146,7 @@ class InfluxClient:
                 url, params=params, timeout=self.timeout_s if timeout_s is None else timeout_s, **kw
             )
         except requests.RequestException as exc:
-            raise InfluxError(f"{what}: {url}: {type(exc).__name__}: {exc}") from None
+            raise InfluxError(f"{what}: {url}: {reason_of(exc)}") from None
         if not 200 <= reply.status_code < 300:
             raise _failure(what, reply)
         return reply
@@ -144,7 +160,7 @@ class InfluxClient:
                 url, timeout=self.timeout_s if timeout_s is None else timeout_s
             )
         except requests.RequestException as exc:
-            raise InfluxError(f"{url}: {type(exc).__name__}: {exc}") from None
+            raise InfluxError(f"{url}: {reason_of(exc)}") from None
         if reply.status_code != 204:
             raise InfluxError(f"{url}: HTTP {reply.status_code}, not 204", reply.status_code)
         return reply.headers.get("X-Influxdb-Version")
