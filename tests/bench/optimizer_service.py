@@ -73,7 +73,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for siml
 from simlink import WINDOW_NS, LinkModel, SimulatedLink
 
 from p4bs import paths
-from p4bs.bus import RecordConsumer, RecordProducer, ensure_topics, producer_config
+from p4bs.bus import RecordProducer, ensure_topics, producer_config
 from p4bs.config import (
     Config,
     KafkaConfig,
@@ -88,7 +88,9 @@ from p4bs_infra.services import KafkaBroker, wait_ready
 from p4bs_infra.testbed import Testbed, TestbedPlan
 from p4bs_optimizer.drivers.linux_tc import LinuxTcDriver
 from p4bs_optimizer.policies.base import Decision, Window
-from p4bs_optimizer.service import LinkController, OptimizerService
+from p4bs_optimizer.service import OptimizerService
+from p4bs_optimizer.service.controller import LinkController
+from p4bs_optimizer.service.transaction import Transaction
 from p4bs_optimizer.state import LinkState
 from p4bs_schemas.codec import codec
 from p4bs_schemas.registry import STREAMS
@@ -120,15 +122,14 @@ def fresh_topics(bootstrap: str) -> dict[str, str]:
 class TimedService(OptimizerService):
     """The service, noting for each decision the end of the window that caused it, when the
     policy returned it, and when the transaction holding its record committed (with its
-    outcome)."""
+    outcome), through the service's `on_transaction` callback."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, on_transaction=self._transaction, **kwargs)
         # (link, window end) -> when the policy returned its decisions on that window
         self.decided_at: dict[tuple[str, int], int] = {}
-        # Per record: link, decision, buffer, window end, decided, committed (ns), outcome.
-        self.records: list[tuple[str, Decision, int, int, int, int, str]] = []
-        self.uncommitted: list[tuple[str, Decision, int, int, int, str]] = []
+        # Per record: link, phase, buffer, window end, decided, committed (ns), outcome.
+        self.records: list[tuple[str, str, int, int, int, int, str]] = []
         self.commit_s = 0.0  # in transactions: states, decision records and offsets
         self.states_written = 0
 
@@ -149,30 +150,18 @@ class TimedService(OptimizerService):
             controller.policy.decide = timed  # type: ignore[method-assign]
         return controller
 
-    def record(
-        self,
-        link: LinkConfig,
-        decision: Decision,
-        buffer: int,
-        previous: int | None,
-        reason: str,
-        outcome: str,
-        epoch: int,
-        ts_ns: int,
-    ) -> None:
-        super().record(link, decision, buffer, previous, reason, outcome, epoch, ts_ns)
-        window_end = decision.window_end_ns or 0
-        decided = self.decided_at.get((link.id, window_end), 0)
-        self.uncommitted.append((link.id, decision, buffer, window_end, decided, outcome))
-
-    async def _commit(self, consumer: RecordConsumer) -> None:
-        records, self.uncommitted = self.uncommitted, []
-        self.states_written += len(self._staged)
-        began = time.perf_counter()
-        await super()._commit(consumer)
-        self.commit_s += time.perf_counter() - began
+    def _transaction(self, transaction: Transaction) -> None:
+        self.states_written += transaction.states
+        self.commit_s += transaction.seconds
+        if not transaction.committed:
+            return  # its records go in the next one
         now = time.time_ns()
-        self.records.extend((*r[:5], now, r[5]) for r in records)
+        for r in transaction.decisions:
+            link, end = r["link_id"], r["window_end_ns"] or 0
+            decided = self.decided_at.get((link, end), 0)
+            self.records.append(
+                (link, r["phase"], r["buffer_bytes"], end, decided, now, r["outcome"])
+            )
 
 
 # ---- capacity ------------------------------------------------------------------------------
@@ -427,7 +416,7 @@ def _reaction(bootstrap: str, steps: int, work: Path, testbed: Testbed) -> bool:
             """The first window with the new base RTT."""
             return next((w for w in sent if w[0] > stepped and w[1] == base_rtt_ns), None)
 
-        def decision() -> tuple[str, Decision, int, int, int, int, str] | None:
+        def decision() -> tuple[str, str, int, int, int, int, str] | None:
             """The first change applied for that window or a later one."""
             first = window_out()
             if first is None:
@@ -522,34 +511,25 @@ def search_windows(
 
 
 class SearchingService(TimedService):
-    """The service, telling the window producer the buffer each link's decisions set."""
+    """The service, telling the window producer the buffer each link's decisions set
+    (through the service's `on_record` callback)."""
 
     def __init__(self, config: Config, buffers: Any) -> None:
-        super().__init__(config, dry_run=True)
+        super().__init__(config, dry_run=True, on_record=self._recorded)
         self.buffers = buffers
         self.index = {link.id: i for i, link in enumerate(config.links)}
 
-    def record(
-        self,
-        link: LinkConfig,
-        decision: Decision,
-        buffer: int,
-        previous: int | None,
-        reason: str,
-        outcome: str,
-        epoch: int,
-        ts_ns: int,
-    ) -> None:
-        super().record(link, decision, buffer, previous, reason, outcome, epoch, ts_ns)
-        if outcome == "dry_run" and decision.queue == 0:
+    def _recorded(self, record: dict[str, Any]) -> None:
+        if record["outcome"] == "dry_run" and record["queue"] == 0:
             # The simulated link is the router: the decision is in force from now on, for
             # the windows the producer makes and for the buffer the service gives them.
-            self.buffers[self.index[link.id]] = buffer
-            self.controllers[link.id].state.buffer_changed(ts_ns, buffer)
+            link_id, buffer = record["link_id"], record["buffer_bytes"]
+            self.buffers[self.index[link_id]] = buffer
+            self.controllers[link_id].state.buffer_changed(record["ts_ns"], buffer)
 
     def cpu_s(self) -> float:
         """CPU seconds of this process and its fit processes so far."""
-        pids = [os.getpid(), *(self._fit_pool._processes if self._fit_pool else {})]
+        pids = [os.getpid(), *self.fits.pids()]
         total = 0.0
         for pid in pids:
             with contextlib.suppress(OSError):
@@ -575,8 +555,8 @@ def bench_searching(bootstrap: str, links: int, seconds: float) -> bool:
     service = SearchingService(config, buffers)
     marks: dict[str, float] = {}
 
-    def fitted() -> list[tuple[str, Decision, int, int, int, int, str]]:
-        return [r for r in service.records if r[1].phase in FIT_PHASES and r[3]]
+    def fitted() -> list[tuple[str, str, int, int, int, int, str]]:
+        return [r for r in service.records if r[1] in FIT_PHASES and r[3]]
 
     async def run() -> None:
         async def measure() -> None:

@@ -1,0 +1,434 @@
+"""The optimizer service: link metrics in, buffer decisions out and applied to routers.
+
+One process drives many links. A thread polls Kafka (the link_metrics topic, and the RTT
+samples of link_counters when a link separates flows by RTT) and hands each window to its
+link's controller (controller.py: the policy and the safety guards) on the asyncio loop.
+Processes in one consumer group share the links: Kafka gives each its partitions, and records
+are keyed by link (ownership.py). Policies that fit a GP for long do it off the loop
+(fit_pool.py); the links topic adds, changes and removes links while the service runs
+(links_follower.py). This module wires them: the loop, the drivers, and the transactions.
+
+State and transactions: each link's state is a record of the compacted `optimizer_state`
+topic (`state.py`). A round of the loop writes the states that changed, the decision records
+made, and the consumer offsets of the windows those states cover in one Kafka transaction
+(transaction.py), committed with the consumer's group metadata: the group coordinator refuses
+it from a process that is no longer a member of the current generation. A decision is applied
+to a router only after the transaction that holds it committed, so a process that lost its
+links (a rebalance, or it stalled and was dropped) cannot change their routers; an aborted
+transaction's states and records go in the next one, and the consumer's callbacks say what
+the process still holds. A window the state already covers is a replay and skipped, so
+nothing is decided twice; a decision committed but not applied (the process died) is applied
+and recorded by the next owner, so each decision is recorded once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from p4bs.bus import (
+    Partition,
+    Received,
+    RecordConsumer,
+    TransactionAborted,
+    TransactionalProducer,
+)
+from p4bs.config import Config, LinkConfig, RouterConfig
+from p4bs_optimizer.drivers import driver_for
+from p4bs_optimizer.drivers.base import RouterDriver
+from p4bs_optimizer.policies import policy_for
+from p4bs_optimizer.policies.base import Decision, Window
+from p4bs_optimizer.policies.jenks import JenksPolicy
+from p4bs_optimizer.service.controller import Guards, LinkController
+from p4bs_optimizer.service.fit_pool import FitPool, warm_up_grid
+from p4bs_optimizer.service.links_follower import LinksFollower
+from p4bs_optimizer.service.ownership import Ownership
+from p4bs_optimizer.service.stats import ServiceStats
+from p4bs_optimizer.service.transaction import NextTransaction, Transaction
+from p4bs_optimizer.state import LinkState
+from p4bs_schemas.flows import flow_key
+
+log = logging.getLogger(__name__)
+
+# How often changed state is saved when no decision saved it (then the offsets it covers are
+# committed). A crash replays at most this much of a link's windows since its last decision,
+# which the policy decides again as it did.
+PERSIST_INTERVAL_NS = 1_000_000_000
+POLL_BATCH = 500  # records handed to the loop at once
+POLL_TIMEOUT_S = 0.05
+# Handling a batch, what it staged is committed at least this often (tests/bench/
+# optimizer_service.py, searching).
+HANDLE_SLICE_NS = 100_000_000
+STOP_DECIDING_TIMEOUT_S = 30.0  # at stop, for the decisions in the decide thread
+# A round of the poll loop (poll, then hand out the records) is a poll timeout plus
+# milliseconds; one this long means the process was held up.
+STALLED_ROUND_NS = 500_000_000
+# A transaction open longer than this is aborted by the broker: what a process that died
+# mid-transaction leaves, which holds up read-committed readers of its partitions (the next
+# owner restoring the changelog) until then. Ours last milliseconds.
+TRANSACTION_TIMEOUT_MS = 6_000
+
+
+def default_instance(config: Config) -> str:
+    """A name unique to this process: the group, the host, the process id and a nonce (a
+    restarted process is another instance; its predecessor's open transaction is aborted)."""
+    host = socket.gethostname()
+    return f"{config.optimizer.group}-{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class OptimizerService:
+    """The links of one process (those on the partitions Kafka gives its consumer).
+
+    `on_record` is called on the loop with each BufferDecision record as it is made, and
+    `on_transaction` after each round's transaction (not the handover's when partitions are
+    taken back): what a benchmark measures."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        dry_run: bool = False,
+        instance: str | None = None,
+        make_driver: Callable[[RouterConfig], RouterDriver] | None = None,
+        on_record: Callable[[dict[str, Any]], None] | None = None,
+        on_transaction: Callable[[Transaction], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.dry_run = dry_run
+        self.guards = Guards.of(config.optimizer, dry_run=dry_run)
+        self.instance = instance or default_instance(config)
+        self.stats = ServiceStats()
+        self.links = {link.id: link for link in config.links}
+        self.routers = {router.name: router for router in config.routers}
+        self.controllers: dict[str, LinkController] = {}
+        self.outgoing = NextTransaction(self.instance, self.stats, on_record)
+        self.owned = Ownership(config, self.stats, self, self.outgoing)
+        self.follower = LinksFollower(config, self.stats, self)
+        self.fits = FitPool(config)
+        self._on_transaction = on_transaction
+        self._drivers: dict[str, RouterDriver] = {}
+        self._make_driver = make_driver or self._driver_for
+        self._producer: TransactionalProducer | None = None
+        self._stop = threading.Event()
+        self._failure: Exception | None = None
+
+    def _driver_for(self, router: RouterConfig) -> RouterDriver:
+        return driver_for(
+            router, links=self.config.links, attempts=self.config.optimizer.apply_attempts
+        )
+
+    # ---- what a controller asks of the service (controller.ControllerHost) -------------
+    def driver_of(self, router: str) -> RouterDriver:
+        driver = self._drivers.get(router)
+        if driver is None:
+            driver = self._drivers[router] = self._make_driver(self.routers[router])
+        return driver
+
+    def stage(self, controller: LinkController) -> None:
+        """The controller's state as it is now, for the next transaction."""
+        self.outgoing.stage(controller, time.time_ns())
+
+    def record(
+        self,
+        link: LinkConfig,
+        decision: Decision,
+        buffer: int,
+        previous: int | None,
+        reason: str,
+        outcome: str,
+        epoch: int,
+        ts_ns: int,
+    ) -> None:
+        """One BufferDecision record (for the next transaction), and the log line an
+        operator reads."""
+        self.outgoing.record(link, decision, buffer, previous, reason, outcome, epoch, ts_ns)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def fail(self, exc: Exception) -> None:
+        """A policy failed in the decide thread: `run` raises it, as a failure on the loop
+        would have been raised."""
+        if self._failure is None:
+            self._failure = exc
+        self._stop.set()
+
+    # ---- the links ----------------------------------------------------------------------
+    def controller(
+        self, link_id: str, partition: int, saved: LinkState | None = None
+    ) -> LinkController | None:
+        """The link's controller: made when its partition is given, resuming from `saved`
+        (its changelog), or on its first window. A saved state of another policy gives the
+        buffers in force and the windows done; the link's policy starts afresh."""
+        controller = self.controllers.get(link_id)
+        if controller is not None:
+            return controller
+        link = self.links.get(link_id)
+        if link is None:
+            self.stats.unknown_links += 1
+            return None
+        policy = policy_for(link)
+        if saved is not None and saved.policy == link.policy:
+            policy.restore(saved.policy_state)
+            state = saved
+            log.info("link %s: resumed %s from its changelog", link_id, link.policy)
+        elif saved is not None:
+            state = LinkState(
+                policy=link.policy,
+                last_window_end_ns=saved.last_window_end_ns,
+                in_force=saved.in_force,
+                last_change_ns=saved.last_change_ns,
+                epoch=saved.epoch,
+            )
+        else:
+            state = LinkState(policy=link.policy)
+        state.epoch += 1
+        controller = LinkController(
+            link,
+            policy,
+            state,
+            partition,
+            host=self,
+            guards=self.guards,
+            decide_thread=self.fits.decide_thread_for(link, policy),
+        )
+        self.controllers[link_id] = controller
+        if state.unapplied:
+            controller.save()  # this owner's transaction authorizes them
+        return controller
+
+    # ---- the loop ----------------------------------------------------------------------
+    def _streams(self) -> list[str]:
+        streams = ["link_metrics"]
+        if any(link.policy == JenksPolicy.name for link in self.config.links):
+            streams.append("link_counters")
+        return streams
+
+    def handle(self, received: Received) -> None:
+        """One record from Kafka, on the loop. A window's offset may be committed once the
+        controller's `saved_through` reaches its number (other records': at once). A record
+        of a partition taken back while its batch was being polled is passed over: its
+        partition's new holder reads it."""
+        partition = (received.topic, received.partition)
+        if partition not in self.owned.partitions:
+            self.stats.not_held += 1
+            return
+        link_id = received.record["link_id"]
+        controller, number = None, 0
+        if received.stream == "link_metrics":
+            controller = self.controller(link_id, received.partition)
+            if controller is not None:
+                controller.partition = received.partition  # its windows' is its changelog's
+                window = Window.from_record(
+                    received.record, controller.state.buffer_at(received.record["window_end_ns"])
+                )
+                number = controller.on_window(window)
+        else:
+            # RTT samples of a link this process drives (their partitions may differ).
+            driven = self.controllers.get(link_id)
+            sampled = bool(received.record["rtt_ns"])
+            if sampled and driven is not None and isinstance(driven.policy, JenksPolicy):
+                driven.policy.observe_flows(
+                    received.record["ts_ns"], flow_min_rtts(received.record)
+                )
+        self.owned.received(partition, received.offset, controller, number)
+
+    async def _handle_batch(self, batch: list[Received], consumer: RecordConsumer) -> None:
+        """Handles a polled batch, committing what it staged every HANDLE_SLICE_NS: a batch
+        that ends many searches' trials at once holds their fits (200 P4BS links in step:
+        ~0.5 s), and each decision waits for a transaction before it is applied, then for
+        another that holds its record."""
+        began = time.monotonic_ns()
+        for received in batch:
+            self.handle(received)
+            if self.outgoing.staged and time.monotonic_ns() - began >= HANDLE_SLICE_NS:
+                await self._commit(consumer)
+                # The decisions it authorized are applied now, so that their records go in
+                # the next slice's transaction.
+                await asyncio.sleep(0)
+                began = time.monotonic_ns()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def _commit(self, consumer: RecordConsumer) -> None:
+        """One transaction: the staged states, the decision records, and the offsets of
+        every partition held (so that the coordinator checks this member's generation);
+        then the decisions it holds are applied. If it is aborted, the process joins the group
+        again and resumes what it is given from what was committed."""
+        assert self._producer is not None
+        records, staged = self.outgoing.take(None)
+        offsets = self.owned.saved_offsets(self.owned.partitions)
+        if not records and not offsets:
+            return
+        began = time.perf_counter()
+        committed = False
+        try:
+            await asyncio.to_thread(
+                self._producer.commit, records, offsets, consumer.group_metadata()
+            )
+            committed = True
+        except TransactionAborted as exc:
+            self.stats.aborted += 1
+            log.warning("transaction aborted (%s): its states and records go in the next one", exc)
+            self.outgoing.put_back(staged, records[len(staged) :], self.controllers)
+        finally:
+            if self._on_transaction is not None:
+                decisions = [r.record for r in records[len(staged) :]]
+                seconds = time.perf_counter() - began
+                self._on_transaction(Transaction(len(staged), decisions, seconds, committed))
+        if not committed:
+            return
+        self.stats.transactions += 1
+        for controller, entry in staged:
+            controller.authorize(entry.unapplied)
+
+    async def run(self, on_tick: Callable[[OptimizerService], None] | None = None) -> None:
+        """Consumes until `stop()`; `on_tick` is called about once a second (progress)."""
+        loop = asyncio.get_running_loop()
+        self._producer = producer = await asyncio.to_thread(
+            TransactionalProducer,
+            self.config.kafka,
+            self.config.kafka.topics,
+            self.instance,
+            TRANSACTION_TIMEOUT_MS,
+        )
+        seconds = await asyncio.to_thread(warm_up_grid, self.config.links)
+        if seconds is not None:
+            log.info("grid GP fit warmed up in %.2f s", seconds)
+        consumer: RecordConsumer | None = None
+
+        def assigned(given: list[Partition]) -> None:
+            assert consumer is not None
+            self.owned.assigned(consumer, loop, given)
+
+        def revoked(taken: list[Partition]) -> None:
+            assert consumer is not None
+            self.owned.revoked(consumer, producer, loop, taken, lost=False)
+
+        def lost(taken: list[Partition]) -> None:
+            assert consumer is not None
+            self.owned.revoked(consumer, producer, loop, taken, lost=True)
+
+        session_ms = self.config.optimizer.session_timeout_ns // 1_000_000
+        consumer = RecordConsumer(
+            self.config.kafka,
+            self.config.optimizer.group,
+            self._streams(),
+            self.config.kafka.topics,
+            store_on_poll=False,
+            transactional=True,
+            settings={
+                "session.timeout.ms": session_ms,
+                "heartbeat.interval.ms": max(100, session_ms // 4),
+                "client.id": self.instance,  # the group's member, by its owner name
+                # A rebalance moves only the partitions that change owner; the other links
+                # stay where they are (the eager default takes every partition back and gives
+                # them out again: every process restores all its links from the changelog).
+                "partition.assignment.strategy": "cooperative-sticky",
+            },
+            on_assign=assigned,
+            on_revoke=revoked,
+            on_lost=lost,
+        )
+        follower = threading.Thread(
+            target=self.follower.follow, args=(loop, self._stop), name="links"
+        )
+        follower.start()
+        self.fits.start()
+        last_persist = last_tick = last_round = time.monotonic_ns()
+        try:
+            while not self._stop.is_set():
+                batch = await asyncio.to_thread(_poll_batch, consumer)
+                await self._handle_batch(batch, consumer)
+                now = time.monotonic_ns()
+                if now - last_round < STALLED_ROUND_NS:
+                    for controller in self.controllers.values():
+                        controller.check_stale(now)
+                # else this process stalled (e.g. a thread held the GIL loading torch): the
+                # windows of that time may be waiting in the consumer, not missing, so
+                # staleness is judged after the next poll.
+                last_round = now
+                if now - last_persist >= PERSIST_INTERVAL_NS:
+                    for controller in self.controllers.values():
+                        if controller.dirty:
+                            controller.save()
+                    await self._commit(consumer)
+                    last_persist = now
+                elif self.outgoing:
+                    await self._commit(consumer)
+                if on_tick is not None and now - last_tick >= 1_000_000_000:
+                    on_tick(self)
+                    last_tick = now
+            if self._failure is not None:
+                raise self._failure
+        finally:
+            self._stop.set()  # also when the loop failed: the inboxes stop being decided
+            await asyncio.to_thread(follower.join)
+            deciding = [c.deciding for c in self.controllers.values() if c.deciding]
+            if deciding:  # each stops after the decision in the thread
+                await asyncio.wait(deciding, timeout=STOP_DECIDING_TIMEOUT_S)
+            in_flight = [
+                task
+                for c in self.controllers.values()
+                for task in (c.applying, c.reading)
+                if task is not None
+            ]
+            if in_flight:
+                await asyncio.wait(in_flight, timeout=10)
+            for controller in self.controllers.values():
+                controller.save()
+            with contextlib.suppress(TransactionAborted):
+                await self._commit(consumer)
+            # Leaving the group hands the partitions over at once (the revoke finds nothing
+            # more to commit); the callbacks come back to this loop, so not from it.
+            await asyncio.to_thread(consumer.close)
+            producer.flush(10.0)
+            self.fits.shutdown()
+            for driver in self._drivers.values():
+                await driver.close()
+
+
+def flow_min_rtts(batch: dict[str, Any]) -> dict[str, int]:
+    """The flows of a LinkCounters record's RTT samples ("src:sport>dst:dport/proto") and
+    their lowest RTT, ns."""
+    lowest: dict[int, int] = {}
+    for index, rtt_ns in zip(batch["flow_index"], batch["rtt_ns"], strict=True):
+        if rtt_ns < lowest.get(index, rtt_ns + 1):
+            lowest[index] = rtt_ns
+    flows = batch["flows"]
+    return {
+        flow_key(f["src_ip"], f["src_port"], f["dst_ip"], f["dst_port"], f["protocol"]): rtt
+        for f, rtt in ((flows[i], rtt) for i, rtt in lowest.items())
+    }
+
+
+def _poll_batch(consumer: RecordConsumer) -> list[Received]:
+    """Up to POLL_BATCH records, waiting at most POLL_TIMEOUT_S for the first."""
+    batch: list[Received] = []
+    first = consumer.poll(POLL_TIMEOUT_S)
+    while first is not None:
+        batch.append(first)
+        if len(batch) >= POLL_BATCH:
+            break
+        first = consumer.poll(0)
+    return batch
+
+
+def summary_line(service: OptimizerService) -> str:
+    s = service.stats
+    return (
+        f"links {len(service.controllers)}, windows {s.windows} (replayed {s.replayed}), "
+        f"decisions {s.decisions}: applied {s.applied}, failed {s.failed}, "
+        f"fallbacks {s.fallbacks}, unknown links {s.unknown_links}, partitions "
+        f"{len(service.owned.partitions)}, transactions {s.transactions} (aborted {s.aborted})"
+    )
