@@ -5,7 +5,7 @@ eval/results (never raw captures):
 - offline evaluations, `*offline.json` (written by `p4bs eval offline` beside its report):
   per cell and policy, each seed's whole-run mean f, search time and f after settling, and
   its share of windows per measured buffer, with the surface's standard error per buffer:
-  an offline difference's interval counts that error too (`offline.surface_variance`);
+  an offline difference's interval counts that error too (`offline_report.surface_variance`);
 - live evaluations, a folder's `results.jsonl` with its `scenario.json` (as `p4bs eval run`
   writes them): per point, policy and repeat, the run's figures.
 
@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from p4bs_eval.offline import surface_variances
+from p4bs_eval.offline_report import surface_variances
 from p4bs_eval.report import load_results
 from p4bs_eval.stats import (
     BEST,

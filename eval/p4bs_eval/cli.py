@@ -163,18 +163,13 @@ def _config_problem(config_path: Path, link_settings: Mapping[str, Any]) -> str 
 
 
 def cmd_offline(args: argparse.Namespace) -> int:
-    """The policies on the buffer sweep's measured surfaces, cell by cell (offline.py)."""
+    """The policies on the buffer sweep's measured surfaces, cell by cell (offline_report.py)."""
     from p4bs.config import ConfigError
-    from p4bs_eval.offline import (
-        MEASURED_SHRINK_BURST,
-        LoopTiming,
-        SurfaceError,
-        cell_report,
-        evaluate,
-        load_surfaces,
-        summary_data,
-    )
+    from p4bs_eval.offline_report import cell_report, evaluate, summary_data
     from p4bs_eval.scenario import ScenarioError, check_policies, config_with_link_settings
+    from p4bs_eval.simulator import MEASURED_SHRINK_BURST, LoopTiming
+    from p4bs_eval.surface import SurfaceError
+    from p4bs_eval.surface_file import load_surfaces
     from p4bs_optimizer.policies.base import PolicyOptionError
 
     if args.seeds < 1 or args.warmup >= args.duration:
@@ -270,7 +265,8 @@ def cmd_claims(args: argparse.Namespace) -> int:
 
 
 def cmd_surfaces(args: argparse.Namespace) -> int:
-    from p4bs_eval.offline import SurfaceError, load_surfaces, save_surfaces, with_steps
+    from p4bs_eval.surface import SurfaceError
+    from p4bs_eval.surface_file import load_surfaces, save_surfaces, with_steps
 
     try:
         found, link_settings = load_surfaces(args.source)

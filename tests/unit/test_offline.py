@@ -18,21 +18,10 @@ import pytest
 from p4bs import paths
 from p4bs.config import LinkConfig, load_config
 from p4bs_cli.main import main
-from p4bs_eval.offline import (
-    MEASURED_SHRINK_BURST,
-    LoopTiming,
-    PolicySummary,
-    StepRun,
-    Surface,
-    SurfaceError,
-    evaluate,
-    load_surfaces,
-    save_surfaces,
-    simulate,
-    surface_variance,
-    surfaces,
-    with_steps,
-)
+from p4bs_eval.offline_report import PolicySummary, evaluate, surface_variance
+from p4bs_eval.simulator import MEASURED_SHRINK_BURST, LoopTiming, simulate
+from p4bs_eval.surface import StepRun, Surface, SurfaceError
+from p4bs_eval.surface_file import load_surfaces, save_surfaces, surfaces, with_steps
 from p4bs_optimizer.policies import POLICIES
 from p4bs_optimizer.policies.base import Decision, Policy, Window
 

@@ -447,7 +447,7 @@ class StepPolicy(StaticPolicy):
     (option `buffer`), decided once option `at` (a duration, default 10 s) has passed since
     the start of the first window with data packets (the traffic's start, to a window);
     until then the buffer in force stays. Its runs are the offline simulator's step runs
-    (eval/p4bs_eval/offline.py): a fixed-buffer sweep shows each buffer from the traffic's
+    (eval/p4bs_eval/simulator.py): a fixed-buffer sweep shows each buffer from the traffic's
     start, not after a move from another."""
 
     name = "step"

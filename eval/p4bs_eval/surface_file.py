@@ -1,0 +1,189 @@
+"""Surfaces read from a buffer sweep's run folder (and its step runs from others), and a
+compact file of them to commit (`p4bs eval surfaces`), which `p4bs eval offline` reads as it
+reads the folder."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from p4bs_eval.report import load_results
+from p4bs_eval.surface import (
+    BLENDED,
+    StepRun,
+    Surface,
+    SurfaceError,
+    WindowRecord,
+    source,
+    step_key,
+)
+
+# A step run's buffers are the measured ones they are this close to (log scale: 2%; the
+# router's buffer is whole bytes of a µs or a size).
+STEP_SNAP = 0.02
+
+
+def _results(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A run folder's scenario and rows, or SurfaceError."""
+    try:
+        return load_results(run_dir)
+    except OSError as exc:
+        raise SurfaceError(
+            f"{run_dir}: not a run folder ({exc.strerror}: {exc.filename})"
+        ) from None
+
+
+def _traffic_windows(run: Path) -> list[WindowRecord]:
+    """A run's windows of its traffic (traffic/timeline.json) from link_metrics.jsonl."""
+    try:
+        windows = [json.loads(line) for line in (run / "link_metrics.jsonl").open()]
+        # The traffic's own start and end: the metrics job's windows begin seconds earlier
+        # (the testbed's idle RTT probe) and go on while the queue drains.
+        timeline = json.loads((run / "traffic" / "timeline.json").read_text())
+    except OSError as exc:
+        raise SurfaceError(f"{run}: an unfinished run ({exc.strerror}: {exc.filename})") from None
+    start, end = timeline["traffic_start_ns"], timeline["end_ns"]
+    return [
+        w
+        for w in windows
+        if start <= w["window_start_ns"] and w["window_end_ns"] <= end and w["f"] is not None
+    ]
+
+
+def _cell_and_buffer(row: Mapping[str, Any], scenario: Mapping[str, Any]) -> tuple[str, int]:
+    """A row's cell (its point's values but the buffer) and its initial buffer, bytes."""
+    values = dict(row["values"])
+    buffer_ns = values.pop("buffer", scenario["buffer_ms"] * 1e6)
+    cell = ",".join(f"{k}={v}" for k, v in values.items()) or "base"
+    return cell, round(row.get("rate_bps", 100_000_000) / 8 * buffer_ns / 1e9)
+
+
+def surfaces(run_dir: Path) -> dict[str, Surface]:
+    """The surfaces of a buffer sweep's run folder (policy `none`, `buffer` swept), one per
+    cell (the point's other values), from each run's link_metrics.jsonl: the windows of its
+    traffic, warm-up included, as a simulated run has them."""
+    scenario, rows = _results(run_dir)
+    if "buffer" not in scenario["sweep_keys"]:
+        raise SurfaceError(f"{run_dir}: not a buffer sweep (sweep keys {scenario['sweep_keys']})")
+    cells: dict[str, dict[int, list[list[WindowRecord]]]] = {}
+    for row in rows:
+        if row["policy"] != "none" or "error" in row:
+            continue
+        cell, buffer = _cell_and_buffer(row, scenario)
+        kept = _traffic_windows(run_dir / row["run_dir"])
+        if kept:
+            cells.setdefault(cell, {}).setdefault(buffer, []).append(kept)
+    if not cells:
+        raise SurfaceError(f"{run_dir}: no run of policy none with windows")
+    return {cell: Surface(runs) for cell, runs in cells.items()}
+
+
+def with_steps(found: Mapping[str, Surface], run_dir: Path) -> dict[str, Surface]:
+    """The surfaces with the step runs of a run folder (policy `step`) added to their cells:
+    each run's move from its initial buffer to the buffer it applied, at the first window
+    the metrics job labels with it (the window its change fell in). Both buffers must be
+    measured ones of the cell's surface."""
+    scenario, rows = _results(run_dir)
+    # Per cell, its step runs so far and this folder's.
+    steps = {cell: {k: list(v) for k, v in s.steps.items()} for cell, s in found.items()}
+    added = 0
+    for row in rows:
+        if row["policy"] != "step" or "error" in row:
+            continue
+        cell, moved_from = _cell_and_buffer(row, scenario)
+        run = run_dir / row["run_dir"]
+        if cell not in found:
+            raise SurfaceError(f"{run}: cell {cell} has no fixed-buffer surface")
+        kept = _traffic_windows(run)
+        try:
+            applied = [
+                d
+                for d in map(json.loads, (run / "decisions.jsonl").open())
+                if d["outcome"] == "applied"
+            ]
+        except OSError as exc:
+            raise SurfaceError(f"{run}: no decisions ({exc.strerror})") from None
+        if not applied:
+            raise SurfaceError(f"{run}: the step was never applied")
+        moved_to = applied[0]["buffer_bytes"]
+        surface = found[cell]
+        key = (surface.nearest(moved_from), surface.nearest(moved_to))
+        if any(
+            abs(math.log(measured / b)) > STEP_SNAP
+            for measured, b in zip(key, (moved_from, moved_to), strict=True)
+        ):
+            raise SurfaceError(
+                f"{run}: a move {moved_from} -> {moved_to} B between buffers the surface of "
+                f"{cell} did not measure ({', '.join(map(str, surface.buffers))} B)"
+            )
+        moved_at = next(
+            (i for i, w in enumerate(kept) if w["window_end_ns"] > applied[0]["ts_ns"]), None
+        )
+        if moved_at is None:
+            raise SurfaceError(f"{run}: the step came after the traffic")
+        steps[cell].setdefault(key, []).append(StepRun(moved_at, kept))
+        added += 1
+    if not added:
+        raise SurfaceError(f"{run_dir}: no run of policy step")
+    return {cell: Surface(s.runs, steps[cell]) for cell, s in found.items()}
+
+
+def load_surfaces(source: Path) -> tuple[dict[str, Surface], dict[str, Any]]:
+    """A buffer sweep's surfaces and its scenario's link settings (SLA, weights), from its
+    run folder or from the file `save_surfaces` wrote."""
+    if source.is_dir():
+        found = surfaces(source)
+        scenario, _ = load_results(source)
+        return found, scenario.get("link_settings", {})
+    try:
+        with gzip.open(source, "rt") as file:
+            data = json.load(file)
+        steps = data.get("steps", {})
+        cells = {
+            cell: Surface(
+                {int(b): runs for b, runs in by_buffer.items()},
+                {
+                    step_key(key): [StepRun(r["moved_at"], r["windows"]) for r in runs]
+                    for key, runs in steps.get(cell, {}).items()
+                },
+            )
+            for cell, by_buffer in data["cells"].items()
+        }
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SurfaceError(f"{source}: not a run folder or a surfaces file ({exc})") from None
+    return cells, data["link_settings"]
+
+
+def save_surfaces(
+    path: Path, found: Mapping[str, Surface], link_settings: Mapping[str, Any]
+) -> None:
+    """The surfaces as a compact file: per cell, buffer and run, the windows' measured fields
+    the simulator reads (six significant digits), and the cells' step runs, gzipped JSON."""
+
+    def compact(value: Any) -> Any:
+        return float(f"{value:.6g}") if isinstance(value, float) else value
+
+    def windows(run: Sequence[WindowRecord]) -> list[dict[str, Any]]:
+        return [{k: compact(w[k]) for k in BLENDED} for w in run]
+
+    cells = {
+        cell: {source(b): list(map(windows, runs)) for b, runs in sorted(s.runs.items())}
+        for cell, s in found.items()
+    }
+    steps = {
+        cell: {
+            source(key): [{"moved_at": r.moved_at, "windows": windows(r.windows)} for r in runs]
+            for key, runs in sorted(s.steps.items())
+        }
+        for cell, s in found.items()
+        if s.steps
+    }
+    data = {"link_settings": dict(link_settings), "cells": cells}
+    if steps:
+        data["steps"] = steps
+    with gzip.open(path, "wt") as file:
+        json.dump(data, file, separators=(",", ":"))
