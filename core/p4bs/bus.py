@@ -30,6 +30,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from p4bs.config import KafkaConfig, SecretRef
+from p4bs.topic_range import SECOND_NS, Deadline, read_ranges, reader, watermarks
 from p4bs_schemas.codec import RecordError, codec
 from p4bs_schemas.registry import COMPACTED_STREAMS, STREAMS
 
@@ -374,19 +375,13 @@ class RecordConsumer:
                 return None
 
     def _decode(self, msg: Message) -> Received | None:
-        topic = msg.topic() or ""
-        stream = self._stream_of[topic]
-        key = msg.key()
         try:
-            record = codec(STREAMS[stream]).decode(msg.value(), msg.headers())
-            key_text = key.decode() if key is not None else None
+            received = _received(self._stream_of[msg.topic() or ""], msg)
         except (RecordError, UnicodeDecodeError) as exc:
             self._dead_letter(msg, str(exc))
             return None
         self.stats.received += 1
-        partition, offset = msg.partition(), msg.offset()
-        assert partition is not None and offset is not None  # always set on consumed records
-        return Received(stream, topic, partition, offset, key_text, record)
+        return received
 
     def _dead_letter(self, msg: Message, reason: str) -> None:
         self.stats.malformed += 1
@@ -441,12 +436,13 @@ class RecordConsumer:
         partition's first offset when the group has committed none there."""
         result = {}
         asked = [TopicPartition(t, p) for t, p in partitions]
-        deadline = time.monotonic() + timeout_s
+        deadline = Deadline(round(timeout_s * SECOND_NS))
         for tp in self._consumer.committed(asked, timeout=timeout_s):
             offset = tp.offset
             if offset < 0:
                 # A topic just made may have no leader yet (a group given it at once).
-                offset, _ = _watermarks(self._consumer, tp, deadline)
+                marks = watermarks(self._consumer, tp.topic, deadline, [tp.partition])
+                offset = marks[tp.partition][0]
             result[(tp.topic, tp.partition)] = offset
         return result
 
@@ -454,9 +450,6 @@ class RecordConsumer:
         """Reads each partition on from the offset given."""
         for (topic, partition), offset in offsets.items():
             self._consumer.seek(TopicPartition(topic, partition, offset))
-
-    def stream_of(self, topic: str) -> str:
-        return self._stream_of[topic]
 
     def at_end(self) -> bool:
         """Whether every partition is read up to its end as it stood when last fetched (a
@@ -496,6 +489,49 @@ def read_stream(
     return records
 
 
+def _received(stream: str, msg: Message) -> Received:
+    """A record of the stream, decoded. Raises RecordError or UnicodeDecodeError (its key)
+    if it cannot be."""
+    record = codec(STREAMS[stream]).decode(msg.value(), msg.headers())
+    key = msg.key()
+    key_text = key.decode() if key is not None else None
+    topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+    assert topic is not None and partition is not None and offset is not None  # consumed
+    return Received(stream, topic, partition, offset, key_text, record)
+
+
+@dataclass
+class RecordsRead:
+    """What `read_records` read: the records decoded, in each partition's order; the reasons
+    of those that could not be (skipped); whether every partition was read to its end."""
+
+    records: list[Received]
+    malformed: list[str]
+    complete: bool
+
+
+def read_records(
+    consumer: Consumer,
+    stream: str,
+    topic: str,
+    deadline: Deadline,
+    partitions: Iterable[int] | None = None,
+) -> RecordsRead:
+    """The records of `partitions` of the stream's topic (None: all), from their starts to
+    their ends as they stand now, read by a `p4bs.topic_range.reader` until the deadline."""
+    ranges = watermarks(consumer, topic, deadline, partitions)
+    read = RecordsRead([], [], complete=False)
+
+    def decode(msg: Message) -> None:
+        try:
+            read.records.append(_received(stream, msg))
+        except (RecordError, UnicodeDecodeError) as exc:
+            read.malformed.append(f"{topic}[{msg.partition()}]@{msg.offset()}: {exc}")
+
+    read.complete = read_ranges(consumer, topic, ranges, deadline, decode)
+    return read
+
+
 def read_partitions(
     cluster: Cluster,
     stream: str,
@@ -509,70 +545,33 @@ def read_partitions(
     so everything committed before the call is read; raises KafkaException if that takes
     longer than `timeout_s`."""
     topic = topics[stream]
-    schema = codec(STREAMS[stream])
-    consumer = Consumer(
-        {
-            **client_settings(cluster),
-            "group.id": f"read-{stream}-{time.time_ns()}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    records: list[Received] = []
-    malformed: list[str] = []
-    deadline = time.monotonic() + timeout_s
+    partitions = list(partitions)
+    consumer = changelog_reader(cluster, stream)
     try:
-        ends = {}
-        for partition in partitions:
-            low, high = _watermarks(consumer, TopicPartition(topic, partition), deadline)
-            if high > low:
-                ends[partition] = high
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
-        while ends:
-            if time.monotonic() > deadline:
-                raise KafkaException(
-                    f"{topic} partitions {sorted(ends)} not read to their ends within "
-                    f"{timeout_s:g} s (a transaction left open?)"
-                )
-            msg = consumer.poll(0.2)
-            error = msg.error() if msg is not None else None
-            if msg is not None and error is None:
-                number, offset = msg.partition(), msg.offset()
-                assert number is not None and offset is not None
-                try:
-                    record = schema.decode(msg.value(), msg.headers())
-                    key = msg.key()
-                    key_text = key.decode() if key is not None else None
-                    records.append(Received(stream, topic, number, offset, key_text, record))
-                except (RecordError, UnicodeDecodeError) as exc:
-                    malformed.append(f"{topic}[{number}]@{offset}: {exc}")
-            elif error is not None and error.code() != KafkaError._PARTITION_EOF:
-                if error.fatal():
-                    raise KafkaException(error)
-                continue
-            # Aborted records and transaction markers are skipped by position, not returned.
-            for tp in consumer.position([TopicPartition(topic, p) for p in ends]):
-                if tp.partition is not None and tp.offset >= ends[tp.partition]:
-                    del ends[tp.partition]
+        read = read_records(
+            consumer, stream, topic, Deadline(round(timeout_s * SECOND_NS)), partitions
+        )
     finally:
         consumer.close()
-    return records, malformed
+    if not read.complete:
+        raise not_read_to_end(topic, partitions, timeout_s)
+    return read.records, read.malformed
 
 
-def _watermarks(consumer: Consumer, partition: TopicPartition, deadline: float) -> tuple[int, int]:
-    """The partition's first and next offsets, asked again while the broker cannot say yet
-    (a topic just made has no leader for a moment) until `deadline` (monotonic)."""
-    while True:
-        try:
-            low, high = consumer.get_watermark_offsets(
-                partition, timeout=max(0.1, deadline - time.monotonic())
-            )
-            return low, high
-        except KafkaException as exc:
-            if exc.args[0].fatal() or time.monotonic() >= deadline:
-                raise
-            time.sleep(0.1)  # a retry's pace, not a synchronisation
+def changelog_reader(cluster: Cluster, stream: str) -> Consumer:
+    """A `p4bs.topic_range.reader` of the stream's committed records (`read_records`)."""
+    # A partition's end event makes the poll return as soon as the end is reached.
+    return reader(
+        client_settings(cluster), f"read-{stream}", settings={"enable.partition.eof": True}
+    )
+
+
+def not_read_to_end(topic: str, partitions: Iterable[int], timeout_s: float) -> KafkaException:
+    """The error of a read of a changelog's partitions that did not reach their ends."""
+    return KafkaException(
+        f"{topic} partitions {sorted(partitions)} not read to their ends within "
+        f"{timeout_s:g} s (a transaction left open?)"
+    )
 
 
 # A changelog topic keeps the newest record per key; old ones are compacted away within

@@ -20,7 +20,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from p4bs.bus import Cluster, Received, read_partitions
+from confluent_kafka import Consumer
+
+from p4bs.bus import Cluster, Received, changelog_reader, not_read_to_end, read_records
+from p4bs.topic_range import SECOND_NS, Deadline
 from p4bs_optimizer.policies.base import Decision
 
 log = logging.getLogger(__name__)
@@ -137,20 +140,48 @@ def _buffers(buffers: dict[int, int]) -> list[dict[str, int]]:
     return [{"queue": q, "buffer_bytes": b} for q, b in sorted(buffers.items())]
 
 
+@dataclass
+class NewestStates:
+    """The newest state record of each link in the partitions read, decoded (its partition
+    and offset beside it); the reasons of records that could not be decoded (passed over);
+    whether every partition was read to its end."""
+
+    records: dict[str, Received]
+    malformed: list[str]
+    complete: bool
+
+
+def newest_states(
+    consumer: Consumer, topic: str, deadline: Deadline, partitions: Iterable[int] | None = None
+) -> NewestStates:
+    """Each link's newest committed state record in `partitions` of the changelog `topic`
+    (None: all), read from their starts to their ends as they stand now by `consumer` (a
+    `p4bs.bus.changelog_reader`) until the deadline. The topic is compacted: reading it whole
+    reads little more than one record per link."""
+    read = read_records(consumer, STREAM, topic, deadline, partitions)
+    newest = {r.record["link_id"]: r for r in read.records}  # each partition in its order
+    return NewestStates(newest, read.malformed, read.complete)
+
+
 def restore(
     cluster: Cluster, topics: dict[str, str], partitions: list[int], timeout_s: float
 ) -> dict[str, tuple[int, LinkState]]:
     """The newest state of every link in the changelog's `partitions`, with its partition.
     A record that cannot be read is logged and passed over: its link resumes from an older
-    state or afresh, rather than the service stopping."""
-    received, malformed = read_partitions(cluster, STREAM, topics, partitions, timeout_s)
-    for reason in malformed:
+    state or afresh, rather than the service stopping. A transaction still open below an
+    end is waited for; raises KafkaException if that takes longer than `timeout_s`."""
+    topic = topics[STREAM]
+    consumer = changelog_reader(cluster, STREAM)
+    try:
+        newest = newest_states(consumer, topic, Deadline(round(timeout_s * SECOND_NS)), partitions)
+    finally:
+        consumer.close()
+    if not newest.complete:
+        raise not_read_to_end(topic, partitions, timeout_s)
+    for reason in newest.malformed:
         log.error("optimizer state unreadable, passed over: %s", reason)
-    newest: dict[str, Received] = {}
-    for r in received:
-        newest[r.record["link_id"]] = r
     states = {}
-    for link_id, r in newest.items():
+    for link_id, r in newest.records.items():
         try:
             states[link_id] = (r.partition, from_record(r.record))
         except ValueError as exc:
