@@ -1,7 +1,8 @@
 """The recorded replay (tests/fixtures/metrics-replay.jsonl.gz: the data-plane model's records
 of a testbed run, see fixtures/record_metrics_replay.py) and what the metrics job must make of
 it, computed here straightforwardly from the definitions in streaming-jobs/README.md, without
-the job's code."""
+the job's code (the z-score by the offline simulator's Python detector, which a shared test
+vector ties to the definition: tests/unit/test_change_detector.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import dataclasses
 import gzip
 import json
 import re
-import statistics
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -17,6 +17,7 @@ from typing import Any
 
 from p4bs.bus import RecordConsumer, RecordProducer
 from p4bs.config import Config, load_config
+from p4bs_eval.change_detector import ChangeDetector
 from p4bs_loop.chaos import same_value
 from p4bs_schemas.intervals import COUNT_FIELDS, IntervalAssembler
 
@@ -107,7 +108,7 @@ def expected(records: list[dict[str, Any]], config: Config) -> list[dict[str, An
     srtt = loss_ewma = delay_ewma = None
     minima: list[tuple[int, int]] = []
     active: dict[tuple[Any, ...], int] = {}
-    history: list[float] = []
+    detect = ChangeDetector(m)
     for w in sorted(counters):
         end = (w + 1) * window
         flows = samples.get(w, {})
@@ -145,21 +146,9 @@ def expected(records: list[dict[str, Any]], config: Config) -> list[dict[str, An
             link.weight_loss * loss / link.max_loss
             + link.weight_delay * (delay or 0) / link.max_queue_delay_ns
         )
-        # The smoothed z-score over the last `lag` filtered values of f.
-        if len(history) < m.zscore_lag:
-            zscore, change = 0.0, False
-            history.append(f_value)
-        else:
-            lag = history[-m.zscore_lag :]
-            mean = statistics.fmean(lag)
-            dev = statistics.pstdev(lag)
-            zscore = (f_value - mean) / max(dev, 1e-9)
-            change = abs(zscore) > m.zscore_threshold
-            history.append(
-                m.zscore_influence * f_value + (1 - m.zscore_influence) * history[-1]
-                if change
-                else f_value
-            )
+        # The smoothed z-score of f: the one Python detector, which the shared test vector
+        # ties to its definition and to the job's Java one (tests/unit/test_change_detector.py).
+        zscore, change = detect(f_value)
         # Utilisation is what the link carried (after tap); the offered load is the before
         # tap's, which exceeds it while the queue grows or the router drops.
         carried = sum(x["after_bytes"] for x in c) * 8 / (window / 1e9)

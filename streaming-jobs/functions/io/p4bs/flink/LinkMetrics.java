@@ -42,8 +42,8 @@ import org.apache.flink.types.Row;
  * over from the config's from the window they fall in: the newest sets its capacity, weights and
  * SLA bounds, or removes it (unknown from then on). A window of nothing but specs gives no row.
  * Arithmetic follows the definitions step by step as the tests' reference computation does:
- * sums of the z-score are exactly rounded (Shewchuk's algorithm, as Python's math.fsum) and ns
- * values are rounded half to even.
+ * the z-score's sums (ChangeDetector) are exactly rounded (Shewchuk's algorithm, as Python's
+ * math.fsum) and ns values are rounded half to even.
  */
 @FunctionHint(
     input = {
@@ -85,8 +85,6 @@ import org.apache.flink.types.Row;
 public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
   private static final long serialVersionUID = 1L;
   public static final String CONFIG_PARAMETER = "p4bs.link-metrics";
-  /** A flat f has deviation 0; a later move of f is then a change with a finite z. */
-  private static final double Z_DEVIATION_FLOOR = 1e-9;
 
   private static final int OUTPUT_FIELDS = 31;
   private static final int DELAY = 0, LOSS = 1;
@@ -372,7 +370,9 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
     double f =
         -(link.weightLoss * loss / link.maxLoss
             + link.weightDelay * (delay != null ? delay : 0.0) / (double) link.maxQueueDelayNs);
-    double[] change = detectChange(s.filteredF, f, m);
+    double[] change =
+        ChangeDetector.detect(
+            s.filteredF, f, m.zscoreLag, m.zscoreThreshold, m.zscoreInfluence);
 
     // Utilisation is what the link carried (the after tap); the offered load (the before
     // tap) may exceed the capacity while the queue grows or the router drops.
@@ -488,36 +488,6 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
     }
   }
 
-  /**
-   * Smoothed z-score (Brakel): f against the mean and deviation of the last lag filtered values;
-   * a change enters the filter damped by the influence. Returns {z, 1 if a change else 0}.
-   */
-  private static double[] detectChange(ArrayDeque<Double> filtered, double f, Settings m) {
-    if (filtered.size() < m.zscoreLag) {
-      filtered.addLast(f);
-      return new double[] {0.0, 0};
-    }
-    int n = filtered.size();
-    double[] values = new double[n];
-    int i = 0;
-    for (double v : filtered) {
-      values[i++] = v;
-    }
-    double mean = exactSum(values) / n;
-    double[] squares = new double[n];
-    for (i = 0; i < n; i++) {
-      double d = values[i] - mean;
-      squares[i] = d * d;
-    }
-    double deviation = Math.sqrt(exactSum(squares) / n);
-    double z = (f - mean) / Math.max(deviation, Z_DEVIATION_FLOOR);
-    boolean change = Math.abs(z) > m.zscoreThreshold;
-    double previous = filtered.peekLast();
-    filtered.pollFirst();
-    filtered.addLast(change ? m.zscoreInfluence * f + (1 - m.zscoreInfluence) * previous : f);
-    return new double[] {z, change ? 1 : 0};
-  }
-
   /** A bound broken for K consecutive windows raises an alert, K windows within resolve it. */
   private static void sla(
       State s,
@@ -564,59 +534,5 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
 
   private static long epochNs(LocalDateTime moment) {
     return moment.toEpochSecond(ZoneOffset.UTC) * 1_000_000_000L + moment.getNano();
-  }
-
-  /**
-   * The exactly rounded sum of the values (Shewchuk's partials with a half-even correction of the
-   * last step, the algorithm of Python's math.fsum), so a flat series has exactly zero deviation.
-   */
-  static double exactSum(double[] values) {
-    double[] partials = new double[values.length + 1];
-    int used = 0;
-    for (double value : values) {
-      double x = value;
-      int i = 0;
-      for (int j = 0; j < used; j++) {
-        double y = partials[j];
-        if (Math.abs(x) < Math.abs(y)) {
-          double t = x;
-          x = y;
-          y = t;
-        }
-        double hi = x + y;
-        double lo = y - (hi - x);
-        if (lo != 0.0) {
-          partials[i++] = lo;
-        }
-        x = hi;
-      }
-      partials[i] = x;
-      used = i + 1;
-    }
-    if (used == 0) {
-      return 0.0;
-    }
-    int n = used;
-    double hi = partials[--n];
-    double lo = 0.0;
-    while (n > 0) {
-      double x = hi;
-      double y = partials[--n];
-      hi = x + y;
-      double yr = hi - x;
-      lo = y - yr;
-      if (lo != 0.0) {
-        break;
-      }
-    }
-    if (n > 0 && ((lo < 0.0 && partials[n - 1] < 0.0) || (lo > 0.0 && partials[n - 1] > 0.0))) {
-      double y = lo * 2.0;
-      double x = hi + y;
-      double yr = x - hi;
-      if (y == yr) {
-        hi = x;
-      }
-    }
-    return hi;
   }
 }
