@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer, TopicPartition
+from p4bs.topic_range import SECOND_NS, Deadline, reader, watermarks
 
 
 def partition_offsets(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
     """Per partition of `topic`: its low and high watermark (first offset, next offset)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "offsets"})
+    consumer = reader({"bootstrap.servers": bootstrap}, "offsets")
     try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            for p in partitions
-        }
+        return watermarks(consumer, topic, Deadline(10 * SECOND_NS))
     finally:
         consumer.close()

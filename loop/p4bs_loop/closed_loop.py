@@ -27,10 +27,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException
 
 from p4bs.bus import client_settings, ensure_topics
 from p4bs.config import Config, FlowGroup, config_toml, parse_config
+from p4bs.topic_range import SECOND_NS, Deadline, reader, watermarks
 from p4bs_exporter import ModelTarget, run_spec
 from p4bs_infra.procs import wait_until
 from p4bs_infra.stack import Stack, StackSettings
@@ -41,15 +42,18 @@ from p4bs_schemas.registry import STREAMS
 # testbed's traffic (a real-time delay wire, tens of TCP senders, two taps) takes most of the
 # CPU: with 100 ms windows and RTT samples in 10 ms batches the metrics job fell behind by
 # one window a second (30 s behind after 40 s of traffic); with 500 ms windows, the samples
-# in 100 ms records (now their export interval's), a checkpoint a second and the loop's
-# processes ahead of the traffic's (LOOP_NICENESS) it
-# stayed 2 to 9 s behind with 20 flows and fell to 20-40 s behind with 50, so metrics count
-# as stale only after 30 s. P4BS's long-flow threshold (2000 packets in 10 s) is for
-# 10-100 Gbit/s links; at 100 Mbit/s fifty flows get 167 packets/s each, so a flow is long
-# here from 500 packets in 10 s. The loop's embedded metrics job measures one link, so its
-# JVM only compiles with C1 (-XX:TieredStopAtLevel=1): the job's first window comes ~6 s
-# sooner (26 -> 20 s from cold, measured) and still keeps up with a link's traffic (100
-# flows: the last window readable within 2 s of the traffic's end).
+# in 100 ms batches, a checkpoint a second and the loop's processes ahead of the traffic's
+# (LOOP_NICENESS) it stayed 2 to 9 s behind with 20 flows and fell to 20-40 s behind with
+# 50, so metrics count as stale only after 30 s. The batches were the retired [dataplane]
+# rtt_batch_interval (10 ms by default, 100 ms here); the samples now travel in their export
+# interval's LinkCounters record, and the loop keeps the base config's [dataplane]
+# export_interval, 100 ms, so they still come every 100 ms. P4BS's long-flow threshold
+# (2000 packets in 10 s) is for 10-100 Gbit/s links; at 100 Mbit/s fifty flows get 167
+# packets/s each, so a flow is long here from 500 packets in 10 s. The loop's embedded
+# metrics job measures one link, so its JVM only compiles with C1 (-XX:TieredStopAtLevel=1):
+# the job's first window comes ~6 s sooner (26 -> 20 s from cold, measured) and still keeps
+# up with a link's traffic (100 flows: the last window readable within 2 s of the traffic's
+# end).
 LOOP_SECTIONS: dict[str, dict[str, Any]] = {
     "flink": {
         "window": "500ms",
@@ -321,16 +325,13 @@ class ClosedLoop:
         for name, proc in self.processes.items():
             if proc.poll() is not None:
                 raise ClosedLoopError(f"{name} exited: {self.log_tail(name)}")
-        consumer = Consumer({**client_settings(self.config.kafka), "group.id": "loop-watch"})
+        consumer = reader(client_settings(self.config.kafka), "loop-watch")
         try:
             topic = self.topics["link_metrics"]
             partitions = range(self.config.kafka.partitions)
-            ends = [
-                consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
-                for p in partitions
-            ]
-            return sum(ends) > 0
-        except KafkaException:  # the topics are new: their leaders may not be elected yet
+            marks = watermarks(consumer, topic, Deadline(5 * SECOND_NS), partitions)
+            return any(high > 0 for _, high in marks.values())
+        except KafkaException:  # the topics are new: their leaders not elected within 5 s
             return False
         finally:
             consumer.close()

@@ -18,17 +18,17 @@ import asyncio
 import json
 import logging
 import threading
-import uuid
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from p4bs.bus import client_settings
 from p4bs.config import Config, ConfigError, LinkConfig, link_from_table
+from p4bs.topic_range import SECOND_NS, Deadline, arrived, reader, unread, watermarks
 from p4bs_schemas.codec import RecordError, codec
 from p4bs_schemas.registry import STREAMS
 
@@ -44,7 +44,7 @@ STREAMS_READ = ("links", "optimizer_state", "link_metrics", "buffer_decisions", 
 # stays open until it is resolved, however many records came after it (alerts are few: each
 # takes K windows out of bounds).
 READ_WHOLE = frozenset({"links", "optimizer_state", "sla_alerts"})
-BATCH = 500  # records handled at once
+WATERMARKS_TIMEOUT_NS = 10 * SECOND_NS  # for a topic's partitions and their ends
 LISTENER_QUEUE = 2_000  # events a slow page may be behind before it misses some
 
 
@@ -209,57 +209,40 @@ class FeedReader:
                 self._stop.wait(5.0)
 
     def _consumer(self) -> Consumer:
-        return Consumer(
-            {
-                **client_settings(self.fleet.config.kafka),
-                # Never joined (the partitions are assigned) and never committed: a group id
-                # of its own, as librdkafka wants one.
-                "group.id": f"p4bs-dashboard-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "isolation.level": "read_committed",
-                # A decision reaches the page within a fraction of a second of its commit.
-                "fetch.wait.max.ms": 50,
-            }
+        return reader(
+            client_settings(self.fleet.config.kafka),
+            "p4bs-dashboard",
+            # A decision reaches the page within a fraction of a second of its commit.
+            settings={"fetch.wait.max.ms": 50},
         )
 
     def _read(self) -> None:
         consumer = self._consumer()
         try:
-            metadata = consumer.list_topics(timeout=10).topics
-            missing = sorted(t for t in self._stream_of if t not in metadata)
-            if missing:
-                raise KafkaException(f"no such topic: {', '.join(missing)}")
             # The links topic first, to its end: a link is known before its records come.
             links_topic = self.fleet.config.kafka.topics["links"]
-            ends = self._assign(consumer, metadata, [links_topic])
-            while not self._stop.is_set() and not self._read_to(consumer, ends):
-                pass
+            self._read_to(consumer, self._assign(consumer, [links_topic]))
             others = [t for t in self._stream_of if t != links_topic]
-            ends.update(self._assign(consumer, metadata, others))
+            ends = self._assign(consumer, others)
             with self.fleet.locked():
                 self.fleet.stats.kafka_error = None
-            while not self._stop.is_set() and not self._read_to(consumer, ends):
-                pass
+            self._read_to(consumer, ends)
             with self.fleet.locked():
                 self.fleet.stats.caught_up = True
             while not self._stop.is_set():
-                for msg in self._batch(consumer):
+                for msg in arrived(consumer, self.poll_s):
                     self._handle(msg)
         finally:
             consumer.close()
 
-    def _assign(
-        self, consumer: Consumer, metadata: dict[str, Any], topics: list[str]
-    ) -> dict[tuple[str, int], int]:
+    def _assign(self, consumer: Consumer, topics: list[str]) -> dict[tuple[str, int], int]:
         """Adds the topics' partitions to the assignment, each from where it is read;
         returns the end now of each that has records to read."""
         assigned, ends = [], {}
         for topic in topics:
             stream = self._stream_of[topic]
-            for partition in metadata[topic].partitions:
-                tp = TopicPartition(topic, partition)
-                low, high = consumer.get_watermark_offsets(tp, timeout=10)
+            marks = watermarks(consumer, topic, Deadline(WATERMARKS_TIMEOUT_NS))
+            for partition, (low, high) in marks.items():
                 first = low if stream in READ_WHOLE else max(low, high - TAIL_RECORDS)
                 assigned.append(TopicPartition(topic, partition, first))
                 if high > first:  # an empty one has no position to compare until it fills
@@ -267,24 +250,15 @@ class FeedReader:
         consumer.incremental_assign(assigned)
         return ends
 
-    def _read_to(self, consumer: Consumer, ends: dict[tuple[str, int], int]) -> bool:
-        """Reads what arrives within a poll; True when every partition is read at least up
-        to where `ends` says it ended (transaction markers and aborted records included)."""
-        for msg in self._batch(consumer):
-            self._handle(msg)
-        positions = consumer.position([TopicPartition(t, p) for t, p in ends])
-        return all(tp.offset >= ends[(tp.topic, tp.partition)] for tp in positions)
+    def _read_to(self, consumer: Consumer, ends: dict[tuple[str, int], int]) -> None:
+        """Reads on until every partition is read at least up to where `ends` says it ended
+        (or until stopped)."""
+        while ends and not self._stop.is_set():
+            for msg in arrived(consumer, self.poll_s):
+                self._handle(msg)
+            ends = unread(consumer, ends)
 
-    def _batch(self, consumer: Consumer) -> list[Any]:
-        """What has arrived: waits up to `poll_s` for a first record and takes those already
-        fetched after it (a batch call would wait its whole timeout for a full batch, and a
-        decision would reach the pages that much later)."""
-        first = consumer.poll(self.poll_s)
-        if first is None:
-            return []
-        return [first, *consumer.consume(BATCH, timeout=0)]
-
-    def _handle(self, msg: Any) -> None:
+    def _handle(self, msg: Message) -> None:
         error = msg.error()
         if error is not None:
             if error.fatal():
@@ -293,7 +267,7 @@ class FeedReader:
                 with self.fleet.locked():
                     self.fleet.stats.kafka_error = error.str()
             return
-        topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+        topic, partition, offset = msg.topic() or "", msg.partition(), msg.offset()
         stream = self._stream_of[topic]
         try:
             record = codec(STREAMS[stream]).decode(msg.value(), msg.headers())
