@@ -12,15 +12,19 @@ import re
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
+from confluent_kafka import Consumer
 
 from p4bs import paths
 from p4bs.config import load_config
+from p4bs.topic_range import Deadline
 from p4bs_cli.main import main
 from p4bs_jobs import cli as jobs_cli
 from p4bs_ops import status
-from p4bs_ops.status import PartStatus, StatusOptions, runner
+from p4bs_ops.status import PartStatus, StatusOptions, kafka_clients, runner
 from p4bs_sinks import alerts, influx_sink
 
 S = 1_000_000_000
@@ -171,6 +175,20 @@ def test_every_part_has_one_registered_check_and_only_parts_have_one() -> None:
     assert status.CHECKS["flink"] is status.flink.check_flink
     with pytest.raises(ValueError, match="no part 'telemetry'"):
         runner.part_check("telemetry")
+
+
+def test_a_topic_the_cluster_lacks_fails_the_check_naming_it() -> None:
+    """The shared range reader's TopicUnavailable is the check's own failure (its summary
+    `topic NAME: missing`), not "check failed: TopicUnavailable: ..."."""
+
+    class NoTopics:
+        def list_topics(self, topic: str, timeout: float) -> Any:
+            return SimpleNamespace(topics={})
+
+    consumer = cast(Consumer, NoTopics())
+    with pytest.raises(status.CheckFailed) as failed:
+        kafka_clients.topic_watermarks(consumer, "t0.link_counters", Deadline(S))
+    assert str(failed.value) == "topic t0.link_counters: missing"
 
 
 def test_a_config_that_does_not_load_exits_2_naming_its_problems(

@@ -21,7 +21,7 @@ bytes inside, and in the JSON; `render_text` prints human units.
 
 Modules: `runner` (the result, the options, the registry of checks, running them), one per
 check (`kafka` with `groups` and `kafka_clients`, `flink`, `exporters`, `optimizer`,
-`routers`, `influxdb`; `http_json` for the two that ask over HTTP), `render` (screen, JSON).
+`routers`, `influxdb`), `render` (screen, JSON).
 """
 
 from __future__ import annotations

@@ -10,16 +10,16 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from p4bs.config import Config
+from p4bs.topic_range import Deadline, read_ranges
 from p4bs.units import format_duration_ns
 from p4bs_ops.status.kafka_clients import (
     KafkaErrors,
     no_cluster,
-    read_ranges,
-    status_consumer,
+    status_reader,
     timestamp_ns,
-    watermarks,
+    topic_watermarks,
 )
-from p4bs_ops.status.runner import MS_NS, Deadline, PartStatus, StatusOptions, part_check
+from p4bs_ops.status.runner import MS_NS, PartStatus, StatusOptions, part_check
 
 # How far back the check reads link_counters for links it has not seen yet: at most this
 # many records in all (then their age is "older than" what was read).
@@ -35,7 +35,7 @@ def check_exporters(config: Config, options: StatusOptions) -> PartStatus:
     deadline = Deadline(options.timeout_ns)
     topic = config.kafka.topics["link_counters"]
     errors = KafkaErrors()
-    consumer = status_consumer(config.kafka, errors, committed_only=False)
+    consumer = status_reader(config.kafka, errors, committed_only=False)
     try:
         return _exporters(consumer, config, options, topic, deadline)
     except KafkaException as exc:
@@ -52,7 +52,7 @@ def _exporters(
     deadline: Deadline,
 ) -> PartStatus:
     now_ns = time.time_ns()
-    marks = watermarks(consumer, topic, deadline)
+    marks = topic_watermarks(consumer, topic, deadline)
     partitions = sorted(marks)
     since_ms = (now_ns - options.max_data_age_ns) // MS_NS
     found = consumer.offsets_for_times(

@@ -4,18 +4,21 @@ can see it."""
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.error
+import urllib.request
 from typing import Any
 
 from p4bs.config import Config
+from p4bs.topic_range import Deadline
 from p4bs.units import format_duration_ns
-from p4bs_ops.status.http_json import get_json, http_reason
 from p4bs_ops.status.runner import (
     MS_NS,
     CheckFailed,
-    Deadline,
     PartStatus,
     StatusOptions,
+    describe_error,
     part_check,
 )
 
@@ -41,10 +44,10 @@ def check_flink(config: Config, options: StatusOptions) -> PartStatus:
     rest = f"http://{flink.jobmanager}"
     url = f"{rest}/jobs/overview"
     try:
-        overview = get_json(url, deadline.left_s())
+        overview = _get_json(url, deadline.left_s())
     except (OSError, ValueError) as exc:
         raise CheckFailed(
-            f"JobManager {http_reason(url, exc)}", {"mode": "remote", "jobmanager": rest}
+            f"JobManager {_http_reason(url, exc)}", {"mode": "remote", "jobmanager": rest}
         ) from None
     jobs = [j for j in overview.get("jobs", []) if options.flink_job in str(j.get("name", ""))]
     details: dict[str, Any] = {"mode": "remote", "jobmanager": rest}
@@ -76,9 +79,9 @@ def check_flink(config: Config, options: StatusOptions) -> PartStatus:
         return PartStatus("flink", False, f"metrics job {jid} is {state}", details)
     url = f"{rest}/jobs/{jid}/checkpoints"
     try:
-        checkpoints = get_json(url, deadline.left_s())
+        checkpoints = _get_json(url, deadline.left_s())
     except (OSError, ValueError) as exc:
-        reason = http_reason(url, exc)
+        reason = _http_reason(url, exc)
         raise CheckFailed(f"metrics job {jid} is RUNNING; {reason}", details) from None
     completed = (checkpoints.get("latest") or {}).get("completed")
     counts = checkpoints.get("counts") or {}
@@ -116,3 +119,24 @@ def check_flink(config: Config, options: StatusOptions) -> PartStatus:
         f"metrics job {jid} RUNNING, last checkpoint {format_duration_ns(age)} ago",
         details,
     )
+
+
+def _get_json(url: str, timeout_s: float) -> Any:
+    """The JobManager's answer at `url`, parsed."""
+    with urllib.request.urlopen(url, timeout=timeout_s) as reply:
+        return json.loads(reply.read())
+
+
+def _http_reason(url: str, exc: BaseException) -> str:
+    """A failed GET of `url` in one line that names it."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"{url}: HTTP {exc.code} {exc.reason}"
+    if isinstance(exc, urllib.error.URLError):
+        reason = exc.reason
+        text = getattr(reason, "strerror", None) or str(reason)
+        return f"{url}: {text}"
+    if isinstance(exc, TimeoutError):
+        return f"{url}: no answer in time"
+    if isinstance(exc, ValueError):
+        return f"{url}: not JSON ({exc})"
+    return f"{url}: {describe_error(exc)}"

@@ -16,8 +16,9 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from p4bs.config import Config
+from p4bs.topic_range import Deadline
 from p4bs_ops.status.kafka_clients import is_kafka_error, kafka_reason
-from p4bs_ops.status.runner import CheckFailed, Deadline, StatusOptions
+from p4bs_ops.status.runner import CheckFailed, StatusOptions
 
 # The consumer groups of the project's parts, as each part names its own by default: the
 # metrics job's is the options' `metrics_group` (runner.METRICS_GROUP), then the InfluxDB

@@ -12,9 +12,10 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from p4bs.config import Config, KafkaConfig
+from p4bs.topic_range import Deadline
 from p4bs_ops.status.groups import group_lags, lag_text
 from p4bs_ops.status.kafka_clients import KafkaErrors, is_kafka_error, kafka_settings, no_cluster
-from p4bs_ops.status.runner import Deadline, PartStatus, StatusOptions, part_check
+from p4bs_ops.status.runner import PartStatus, StatusOptions, part_check
 
 
 @part_check("kafka")

@@ -1,19 +1,18 @@
 """The Kafka clients the checks make: their settings, the cluster's silence turned into a
-check's failure with the client library's own reason, and reading ranges of a topic with a
-consumer that never joins its group."""
+check's failure with the client library's own reason, and readers of a topic's ranges
+(`p4bs.topic_range`) that never join a group."""
 
 from __future__ import annotations
 
 import contextlib
-import uuid
-from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from p4bs.bus import client_settings
 from p4bs.config import KafkaConfig
-from p4bs_ops.status.runner import MS_NS, CheckFailed, Deadline, describe_error
+from p4bs.topic_range import Deadline, TopicUnavailable, reader, watermarks
+from p4bs_ops.status.runner import MS_NS, CheckFailed, describe_error
 
 
 class KafkaErrors:
@@ -73,70 +72,20 @@ def kafka_reason(exc: BaseException) -> str:
     return describe_error(exc)
 
 
-def status_consumer(kafka: KafkaConfig, errors: KafkaErrors, *, committed_only: bool) -> Consumer:
-    return Consumer(
-        {
-            **kafka_settings(kafka, errors),
-            "group.id": f"p4bs-status-{uuid.uuid4().hex[:8]}",  # never joined, never committed
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "isolation.level": "read_committed" if committed_only else "read_uncommitted",
-        }
-    )
+def status_reader(kafka: KafkaConfig, errors: KafkaErrors, *, committed_only: bool) -> Consumer:
+    """A reader of topic ranges (`p4bs.topic_range.reader`): never joined, never committed."""
+    return reader(kafka_settings(kafka, errors), "p4bs-status", committed_only=committed_only)
 
 
-def _partitions(consumer: Consumer, topic: str, deadline: Deadline) -> list[int]:
-    meta = consumer.list_topics(topic, timeout=deadline.left_s())
-    info = meta.topics.get(topic)
-    if info is None or info.error is not None:
-        reason = "missing" if info is None else info.error.str()
-        raise CheckFailed(f"topic {topic}: {reason}")
-    return sorted(info.partitions)
-
-
-def watermarks(consumer: Consumer, topic: str, deadline: Deadline) -> dict[int, tuple[int, int]]:
-    """Per partition of `topic`: its first and next offsets, as the broker has them now."""
-    return {
-        p: consumer.get_watermark_offsets(
-            TopicPartition(topic, p), timeout=deadline.left_s(), cached=False
-        )
-        for p in _partitions(consumer, topic, deadline)
-    }
-
-
-def read_ranges(
-    consumer: Consumer,
-    topic: str,
-    ranges: Mapping[int, tuple[int, int]],
-    deadline: Deadline,
-    on_message: Callable[[Any], None],
-) -> bool:
-    """Reads [start, end) of each partition, handing each record to `on_message`; True when
-    every range was read to its end before the deadline. Transaction markers (and, reading
-    committed data, aborted records) are passed by position."""
-    todo = {p: end for p, (start, end) in ranges.items() if end > start}
-    if not todo:
-        return True
-    consumer.assign([TopicPartition(topic, p, ranges[p][0]) for p in todo])
+def topic_watermarks(
+    consumer: Consumer, topic: str, deadline: Deadline
+) -> dict[int, tuple[int, int]]:
+    """`p4bs.topic_range.watermarks` of every partition; a topic the cluster does not have
+    (or cannot list now) is the check's failure."""
     try:
-        while todo:
-            if deadline.passed:
-                return False
-            for msg in consumer.consume(500, timeout=min(0.2, deadline.left_s())):
-                error = msg.error()
-                if error is not None:
-                    if error.fatal():
-                        raise KafkaException(error)
-                    continue
-                partition, offset = msg.partition(), msg.offset()
-                if partition in todo and offset is not None and offset < todo[partition]:
-                    on_message(msg)
-            for tp in consumer.position([TopicPartition(topic, p) for p in todo]):
-                if tp.offset >= todo[tp.partition]:
-                    del todo[tp.partition]
-    finally:
-        consumer.unassign()
-    return True
+        return watermarks(consumer, topic, deadline)
+    except TopicUnavailable as exc:
+        raise CheckFailed(str(exc)) from None
 
 
 def timestamp_ns(msg: Any) -> int | None:

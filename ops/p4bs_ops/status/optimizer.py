@@ -6,22 +6,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from p4bs.config import Config
+from p4bs.topic_range import Deadline, TopicUnavailable
 from p4bs_ops.status.groups import describe_group
-from p4bs_ops.status.kafka_clients import (
-    KafkaErrors,
-    kafka_settings,
-    no_cluster,
-    read_ranges,
-    status_consumer,
-    watermarks,
-)
-from p4bs_ops.status.runner import Deadline, PartStatus, StatusOptions, part_check
-from p4bs_schemas.codec import RecordError, codec
-from p4bs_schemas.registry import STREAMS
+from p4bs_ops.status.kafka_clients import KafkaErrors, kafka_settings, no_cluster, status_reader
+from p4bs_ops.status.runner import CheckFailed, PartStatus, StatusOptions, part_check
+from p4bs_optimizer.state import STREAM, newest_states
 
 
 @part_check("optimizer")
@@ -59,13 +52,18 @@ def check_optimizer(config: Config, options: StatusOptions) -> PartStatus:
                 "partitions": assigned,
             }
         )
-    consumer = status_consumer(config.kafka, errors, committed_only=True)
+    # Each link's newest state as the optimizer restores it (records it cannot decode are
+    # passed over, as there).
+    consumer = status_reader(config.kafka, errors, committed_only=True)
     try:
-        states, complete = _newest_states(consumer, config, deadline)
+        newest = newest_states(consumer, config.kafka.topics[STREAM], deadline)
+    except TopicUnavailable as exc:
+        raise CheckFailed(str(exc)) from None
     except KafkaException as exc:
         raise no_cluster(config.kafka, errors, exc, consumer) from None
     finally:
         consumer.close()
+    states = newest.records
     now_ns = time.time_ns()
     links: dict[str, dict[str, Any]] = {}
     unowned, unheld = [], []
@@ -75,7 +73,7 @@ def check_optimizer(config: Config, options: StatusOptions) -> PartStatus:
             links[link.id] = {"owner": None}
             unowned.append(link.id)
             continue
-        record, partition = state
+        record, partition = state.record, state.partition
         held_by = holder.get(partition)
         links[link.id] = {
             "owner": record["owner"],
@@ -106,7 +104,7 @@ def check_optimizer(config: Config, options: StatusOptions) -> PartStatus:
     others = sorted(set(states) - {link.id for link in config.links})
     if others:
         details["not_in_config"] = others
-    if not complete:
+    if not newest.complete:
         details["note"] = "the state topic was not read to its end within the timeout"
     problems = []
     if not members:
@@ -123,24 +121,3 @@ def check_optimizer(config: Config, options: StatusOptions) -> PartStatus:
     )
     summary = f"{len(members)} instance{'s' if len(members) != 1 else ''}; owners: {owned}"
     return PartStatus("optimizer", True, summary, details)
-
-
-def _newest_states(
-    consumer: Consumer, config: Config, deadline: Deadline
-) -> tuple[dict[str, tuple[dict[str, Any], int]], bool]:
-    """The newest committed state record of each link, with its partition (the topic is a
-    compacted changelog: reading it whole reads little more than one record per link)."""
-    topic = config.kafka.topics["optimizer_state"]
-    schema = codec(STREAMS["optimizer_state"])
-    ranges = watermarks(consumer, topic, deadline)
-    newest: dict[str, tuple[dict[str, Any], int]] = {}
-
-    def seen(msg: Any) -> None:
-        try:
-            record = schema.decode(msg.value(), msg.headers())
-        except RecordError:
-            return
-        newest[record["link_id"]] = (record, msg.partition())
-
-    complete = read_ranges(consumer, topic, ranges, deadline, seen)
-    return newest, complete

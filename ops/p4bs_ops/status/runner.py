@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from p4bs.config import Config
+from p4bs.topic_range import Deadline as Deadline  # re-exported: influxdb.py imports it here
 
 SECOND_NS = 1_000_000_000
 MS_NS = 1_000_000
@@ -72,18 +73,6 @@ class CheckFailed(Exception):
     def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.details = details or {}
-
-
-class Deadline:
-    def __init__(self, timeout_ns: int) -> None:
-        self.end_ns = time.monotonic_ns() + timeout_ns
-
-    def left_s(self, floor_s: float = 0.05) -> float:
-        return max(floor_s, (self.end_ns - time.monotonic_ns()) / 1e9)
-
-    @property
-    def passed(self) -> bool:
-        return time.monotonic_ns() >= self.end_ns
 
 
 Check = Callable[[Config, StatusOptions], PartStatus]
