@@ -1,4 +1,5 @@
-"""InfluxDB 1.8 from the stack serves the influxdb-client (v2 API) that the sinks use."""
+"""InfluxDB 1.8 from the stack: it serves the v2 API's client (influxdb-client) as well as the
+project's own 1.x client (p4bs.influx, which the sinks use), with the configured retention."""
 
 from __future__ import annotations
 
