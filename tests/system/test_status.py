@@ -5,8 +5,9 @@ sink writing them, and a Linux tc router in a network namespace of the test's ow
 All up: exit 0 and every part as the test set it up, in the JSON of the command run as an
 operator runs it. Then with the optimizer stopped and InfluxDB's URL on a closed port: exit 1,
 those two parts unhealthy naming what failed, the others still reported healthy. Kafka on a
-closed port: the parts that need it say so, in bounded time. Flink: the JobManager's REST
-port with nothing listening, and a stand-in REST server answering as Flink's does."""
+closed port: the parts that need it say so, in bounded time. The links' owners from a state
+changelog the test writes. Flink: the JobManager's REST port with nothing listening, and a
+stand-in REST server answering as Flink's does."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from p4bs_infra.stack import Stack
 from p4bs_linux_tc.queues import QUEUE_CLASS_BASE
 from p4bs_ops import status
 from p4bs_ops.status import StatusOptions
+from p4bs_optimizer.state import LinkState, to_record
 from p4bs_schemas.codec import codec
 from p4bs_schemas.registry import STREAMS
 from p4bs_sinks.influx_sink import InfluxSink
@@ -364,6 +366,37 @@ def test_each_links_newest_record_found_however_old_stale_ones_named(
     assert list(result.details["not_in_config"]) == ["r1:d"]
     assert result.summary.startswith("2 of 3 links with no data in 5 s: r1:b (2 min ")
     assert result.summary.endswith("ago), r1:c (no record in the topic)")
+
+
+def test_each_links_owner_is_its_newest_state_record_a_malformed_one_passed_over(
+    stack: Stack, topics: dict[str, str], tmp_path: Path
+) -> None:
+    """The optimizer's check reads the state changelog as the optimizer restores it: link A's
+    second record (owner b, epoch 3) over its first, a record that is no state passed over,
+    a link the config does not have named. No instance in the group: unhealthy, naming that
+    and link B, which has no record."""
+    config = load_config(write_config(tmp_path / "p4bs.toml", stack, topics, interfaces=("a", "b")))
+    producer = RecordProducer(stack.kafka.bootstrap, topics, "states")
+    for link, owner, epoch in (("r1:a", "inst-a", 1), ("r1:a", "inst-b", 3), ("r9:x", "inst-a", 1)):
+        state = LinkState("static", epoch=epoch)
+        producer.produce("optimizer_state", to_record(link, state, owner, time.time_ns()))
+    assert producer.flush(30) == 0
+    raw = Producer({"bootstrap.servers": stack.kafka.bootstrap})
+    raw.produce(topics["optimizer_state"], b"not a state record", b"r1:a")
+    assert raw.flush(30) == 0
+
+    result = status.run_check("optimizer", config, StatusOptions(timeout_ns=10 * S))
+    print(result)
+    assert not result.healthy
+    links = result.details["links"]
+    assert links["r1:a"]["owner"] == "inst-b" and links["r1:a"]["epoch"] == 3
+    assert links["r1:a"]["held_by"] is None
+    assert links["r1:b"] == {"owner": None}
+    assert result.details["unowned"] == ["r1:b"]
+    assert result.details["not_in_config"] == ["r9:x"]
+    assert "note" not in result.details  # the changelog was read to its end
+    group = config.optimizer.group
+    assert result.summary == f"no instance in group {group}; links with no owner: r1:b"
 
 
 def test_a_groups_lag_is_the_committed_end_minus_its_offsets_and_may_have_a_limit(
