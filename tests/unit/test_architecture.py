@@ -91,6 +91,19 @@ def test_every_package_has_a_layer() -> None:
     assert set(package_dirs()) == placed, "give each package its layer in LAYERS"
 
 
+def test_every_subpackage_is_installed() -> None:
+    """A folder of modules that pyproject.toml does not list is missing from an installed
+    (not editable) copy, though the editable one used here finds it."""
+    project = tomllib.loads((paths.home() / "pyproject.toml").read_text())
+    listed = set(project["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join([package, *init.parent.relative_to(folder).parts])
+        for package, folder in package_dirs().items()
+        for init in folder.rglob("__init__.py")
+    }
+    assert found - listed == set(), "list these in [tool.setuptools] packages"
+
+
 def test_packages_import_only_lower_layers() -> None:
     wrong = []
     for i in imports():
