@@ -28,7 +28,7 @@ from p4bs_infra.services import InfluxDB, StackError
 from p4bs_infra.testbed import Testbed
 from p4bs_infra.traffic import Scenario, TrafficRun
 from p4bs_loop.closed_loop import ClosedLoop, own_stack, own_testbed_plan
-from p4bs_optimizer.state import buffer_in_force
+from p4bs_optimizer.changelog import buffer_in_force
 
 RATE_BPS = 100_000_000
 

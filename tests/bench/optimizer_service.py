@@ -86,12 +86,12 @@ from p4bs.progress import Progress
 from p4bs_infra.procs import free_ports, wait_until
 from p4bs_infra.services import KafkaBroker, wait_ready
 from p4bs_infra.testbed import Testbed, TestbedPlan
+from p4bs_optimizer.changelog import LinkState
 from p4bs_optimizer.drivers.linux_tc import LinuxTcDriver
 from p4bs_optimizer.policies.base import Decision, Window
 from p4bs_optimizer.service import OptimizerService
 from p4bs_optimizer.service.controller import LinkController
 from p4bs_optimizer.service.transaction import Transaction
-from p4bs_optimizer.state import LinkState
 from p4bs_schemas.codec import codec
 from p4bs_schemas.registry import STREAMS
 

@@ -39,9 +39,9 @@ from p4bs_infra.services import InfluxDB
 from p4bs_infra.stack import Stack
 from p4bs_ops.dashboard.feed import TAIL_RECORDS
 from p4bs_ops.dashboard.server import SetupError, check_assets
+from p4bs_optimizer.changelog import LinkState, to_record
 from p4bs_optimizer.policies.bayes import Observation
 from p4bs_optimizer.policies.p4bs import OPTIMISE, P4bsPolicy
-from p4bs_optimizer.state import LinkState, to_record
 
 TOKEN = "s3cret-token"
 SECOND = 10**9

@@ -31,7 +31,7 @@ from p4bs.config import Config, LinkConfig, load_config
 from p4bs_infra.procs import alive, wait_until
 from p4bs_infra.stack import Stack
 from p4bs_infra.testbed import Testbed
-from p4bs_optimizer import state as changelog
+from p4bs_optimizer import changelog
 from p4bs_optimizer.policies.base import Decision, Policy, Window
 from p4bs_optimizer.service import OptimizerService
 

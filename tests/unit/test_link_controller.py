@@ -19,12 +19,12 @@ import pytest
 
 from p4bs import paths
 from p4bs.config import LinkConfig, RouterConfig, load_config
+from p4bs_optimizer.changelog import LinkState
 from p4bs_optimizer.drivers.base import Attempt, ErrorKind, RouterDriver
 from p4bs_optimizer.policies.base import Decision, Policy, Window
 from p4bs_optimizer.service.controller import Clock, Guards, LinkController
 from p4bs_optimizer.service.stats import ServiceStats
 from p4bs_optimizer.service.transaction import NextTransaction
-from p4bs_optimizer.state import LinkState
 
 SECOND_NS = 1_000_000_000
 WINDOW_NS = 500_000_000

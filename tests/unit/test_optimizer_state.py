@@ -4,8 +4,8 @@ carried through the changelog record (OptimizerLinkState v2) to the next owner."
 
 from __future__ import annotations
 
-from p4bs_optimizer import state as changelog
-from p4bs_optimizer.state import LinkState
+from p4bs_optimizer import changelog
+from p4bs_optimizer.changelog import LinkState
 from p4bs_schemas.codec import codec
 
 

@@ -21,7 +21,7 @@ from p4bs.topic_range import (
     unread,
     watermarks,
 )
-from p4bs_optimizer.state import LinkState, newest_states, to_record
+from p4bs_optimizer.changelog import LinkState, newest_states, to_record
 from p4bs_schemas.codec import codec
 from p4bs_schemas.registry import STREAMS
 

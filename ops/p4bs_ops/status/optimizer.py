@@ -14,7 +14,7 @@ from p4bs.topic_range import Deadline, TopicUnavailable
 from p4bs_ops.status.groups import describe_group
 from p4bs_ops.status.kafka_clients import KafkaErrors, kafka_settings, no_cluster, status_reader
 from p4bs_ops.status.runner import CheckFailed, PartStatus, StatusOptions, part_check
-from p4bs_optimizer.state import STREAM, newest_states
+from p4bs_optimizer.changelog import STREAM, newest_states
 
 
 @part_check("optimizer")

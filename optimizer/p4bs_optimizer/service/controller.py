@@ -40,10 +40,10 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from p4bs.config import LinkConfig, OptimizerConfig
+from p4bs_optimizer.changelog import LinkState
 from p4bs_optimizer.drivers.base import DriverError, RouterDriver
 from p4bs_optimizer.policies.base import Decision, Policy, Window
 from p4bs_optimizer.service.stats import ServiceStats
-from p4bs_optimizer.state import LinkState
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 Kafka gives each process of the group some of the `link_metrics` partitions, and a process
 drives exactly the links of its partitions. Each link's state (the policy's snapshot, what is
 in force, decisions not yet applied) is a record of the compacted `optimizer_state` topic
-(`state.py`), in the partition of the same number. The assignment is cooperative: a rebalance
+(`changelog.py`), in the partition of the same number. The assignment is cooperative: a rebalance
 moves only the partitions that change owner. When the group gives partitions, the process
 reads their changelog and resumes each link on its first window (a P4BS search continues with
 its next trial); when it takes partitions back, the process stops their links' policies,
@@ -27,11 +27,11 @@ from p4bs.bus import (
     TransactionalProducer,
 )
 from p4bs.config import Config, LinkConfig
-from p4bs_optimizer import state as changelog
+from p4bs_optimizer import changelog
+from p4bs_optimizer.changelog import LinkState
 from p4bs_optimizer.service.controller import LinkController
 from p4bs_optimizer.service.stats import ServiceStats
 from p4bs_optimizer.service.transaction import NextTransaction
-from p4bs_optimizer.state import LinkState
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ are keyed by link (ownership.py). Policies that fit a GP for long do it off the 
 (links_follower.py). This module wires them: the loop, the drivers, and the transactions.
 
 State and transactions: each link's state is a record of the compacted `optimizer_state`
-topic (`state.py`). A round of the loop writes the states that changed, the decision records
+topic (`changelog.py`). A round of the loop writes the states that changed, the decision records
 made, and the consumer offsets of the windows those states cover in one Kafka transaction
 (transaction.py), committed with the consumer's group metadata: the group coordinator refuses
 it from a process that is no longer a member of the current generation. A decision is applied
@@ -42,6 +42,7 @@ from p4bs.bus import (
     TransactionalProducer,
 )
 from p4bs.config import Config, LinkConfig, RouterConfig
+from p4bs_optimizer.changelog import LinkState
 from p4bs_optimizer.drivers import driver_for
 from p4bs_optimizer.drivers.base import RouterDriver
 from p4bs_optimizer.policies import policy_for
@@ -53,7 +54,6 @@ from p4bs_optimizer.service.links_follower import LinksFollower
 from p4bs_optimizer.service.ownership import Ownership
 from p4bs_optimizer.service.stats import ServiceStats
 from p4bs_optimizer.service.transaction import NextTransaction, Transaction
-from p4bs_optimizer.state import LinkState
 from p4bs_schemas.flows import flow_key
 
 log = logging.getLogger(__name__)

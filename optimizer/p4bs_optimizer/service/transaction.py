@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from p4bs.bus import Outgoing
 from p4bs.config import LinkConfig
-from p4bs_optimizer import state as changelog
+from p4bs_optimizer import changelog
 from p4bs_optimizer.policies.base import Decision
 from p4bs_optimizer.service.stats import ServiceStats
 
