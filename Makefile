@@ -21,7 +21,7 @@ APT_PACKAGES := iproute2 iperf3 tshark tcpdump ethtool procps curl iputils-ping 
                 libssl-dev pkg-config chromium chromium-driver
 INFLUXDB_VERSION := v1.8.10
 GNMI_VERSION     := v0.14.1
-PYTHON_SOURCES   := core schemas linux-tc infra streaming-jobs exporter optimizer loop ops eval cli tests
+PYTHON_SOURCES   := core schemas linux-tc infra streaming-jobs sinks exporter optimizer loop ops eval cli tests
 
 .PHONY: help setup apt python jars tools dashboard-assets build test test-unit test-system \
         test-testbed lint format clean-stack

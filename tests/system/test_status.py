@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from manylinks import Windows
+from offsets import partition_offsets
 from optimizerproc import optimizer
 from replay import EMPTY_COUNTERS
 
@@ -39,7 +40,7 @@ from p4bs_infra.stack import Stack
 from p4bs_linux_tc.queues import QUEUE_CLASS_BASE
 from p4bs_ops import status
 from p4bs_ops.status import StatusOptions
-from p4bs_optimizer.state import LinkState, to_record
+from p4bs_optimizer.changelog import LinkState, to_record
 from p4bs_schemas.codec import codec
 from p4bs_schemas.registry import STREAMS
 from p4bs_sinks.influx_sink import InfluxSink
@@ -455,12 +456,8 @@ def test_a_groups_lag_is_the_committed_end_minus_its_offsets_and_may_have_a_limi
 
 
 def stored(stack: Stack, topic: str, partition: int) -> int:
-    consumer = Consumer({"bootstrap.servers": stack.kafka.bootstrap, "group.id": "watermarks"})
-    try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-        return int(high - low)
-    finally:
-        consumer.close()
+    low, high = partition_offsets(stack.kafka.bootstrap, topic)[partition]
+    return high - low
 
 
 def test_flink_with_nothing_on_the_rest_port_is_unhealthy_naming_the_url(
