@@ -133,22 +133,6 @@ class Host:
     def driver_of(self, router: str) -> RouterDriver:
         return self.driver
 
-    def stage(self, controller: LinkController) -> None:
-        self.outgoing.stage(controller, 0)
-
-    def record(
-        self,
-        link: LinkConfig,
-        decision: Decision,
-        buffer: int,
-        previous: int | None,
-        reason: str,
-        outcome: str,
-        epoch: int,
-        ts_ns: int,
-    ) -> None:
-        self.outgoing.record(link, decision, buffer, previous, reason, outcome, epoch, ts_ns)
-
     def fail(self, exc: Exception) -> None:
         self.failures.append(exc)
 

@@ -76,10 +76,42 @@ class Clock:
         await asyncio.sleep(seconds)
 
 
+@dataclass(frozen=True)
+class DecisionMade:
+    """A decision and what became of it: one BufferDecision record."""
+
+    link: LinkConfig
+    decision: Decision
+    buffer_bytes: int  # applied, or that would have been
+    previous_bytes: int | None  # in force before
+    reason: str
+    outcome: str  # applied, failed, skipped or dry_run
+    epoch: int
+    ts_ns: int
+
+
+class Outbox(Protocol):
+    """What the next transaction writes (the service's NextTransaction)."""
+
+    def stage(self, controller: LinkController, ts_ns: int) -> None:
+        """The controller's state as it is now."""
+        ...
+
+    def record(self, made: DecisionMade) -> None:
+        """One BufferDecision record."""
+        ...
+
+
 class ControllerHost(Protocol):
     """What a LinkController needs from whoever runs it (the service)."""
 
     stats: ServiceStats
+
+    @property
+    def outgoing(self) -> Outbox:
+        """The next transaction; the host calls `authorize` with the decisions a staged state
+        holds unapplied once it committed."""
+        ...
 
     @property
     def stopping(self) -> bool:
@@ -88,25 +120,6 @@ class ControllerHost(Protocol):
 
     def driver_of(self, router: str) -> RouterDriver:
         """The driver of the router named `router` (one per router)."""
-        ...
-
-    def stage(self, controller: LinkController) -> None:
-        """The controller's state as it is now, for the next transaction; the host calls
-        `authorize` with its unapplied decisions once that transaction committed."""
-        ...
-
-    def record(
-        self,
-        link: LinkConfig,
-        decision: Decision,
-        buffer: int,
-        previous: int | None,
-        reason: str,
-        outcome: str,
-        epoch: int,
-        ts_ns: int,
-    ) -> None:
-        """One BufferDecision record, for the next transaction."""
         ...
 
     def fail(self, exc: Exception) -> None:
@@ -280,16 +293,18 @@ class LinkController:
             replaced = self.state.unapplied.get(decision.queue)
             if replaced is not None and replaced is not self.in_apply.get(decision.queue):
                 self.authorized.pop(decision.queue, None)
-                self.host.record(
-                    self.link,
-                    replaced,
-                    replaced.buffer_bytes,
-                    self.state.in_force.get(replaced.queue),
-                    f"{replaced.reason}; replaced by a newer decision within the minimum "
-                    "interval between changes",
-                    "skipped",
-                    self.state.epoch,
-                    self.clock.wall_ns(),
+                self.host.outgoing.record(
+                    DecisionMade(
+                        self.link,
+                        replaced,
+                        replaced.buffer_bytes,
+                        self.state.in_force.get(replaced.queue),
+                        f"{replaced.reason}; replaced by a newer decision within the minimum "
+                        "interval between changes",
+                        "skipped",
+                        self.state.epoch,
+                        self.clock.wall_ns(),
+                    )
                 )
             self.state.unapplied[decision.queue] = decision
         # Saved before it is applied: a restart must not decide (and apply) it again from the
@@ -366,8 +381,17 @@ class LinkController:
                     self.state.buffer_changed(applied_ns, buffer)
             if self.state.unapplied.get(decision.queue) is decision:
                 del self.state.unapplied[decision.queue]
-            self.host.record(
-                self.link, decision, buffer, previous, reason, outcome, self.state.epoch, applied_ns
+            self.host.outgoing.record(
+                DecisionMade(
+                    self.link,
+                    decision,
+                    buffer,
+                    previous,
+                    reason,
+                    outcome,
+                    self.state.epoch,
+                    applied_ns,
+                )
             )
         # The records and the state that no longer holds these decisions commit together.
         self.save()
@@ -382,5 +406,5 @@ class LinkController:
             self.state.last_window_end_ns = self.decided_end_ns
             self.snapshot_done = self.done
             self.dirty = False
-        self.host.stage(self)
+        self.host.outgoing.stage(self, self.clock.wall_ns())
         self.saved_through = self.snapshot_done

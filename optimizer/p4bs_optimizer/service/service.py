@@ -41,12 +41,12 @@ from p4bs.bus import (
     TransactionAborted,
     TransactionalProducer,
 )
-from p4bs.config import Config, LinkConfig, RouterConfig
+from p4bs.config import Config, RouterConfig
 from p4bs_optimizer.changelog import LinkState
 from p4bs_optimizer.drivers import driver_for
 from p4bs_optimizer.drivers.base import RouterDriver
 from p4bs_optimizer.policies import policy_for
-from p4bs_optimizer.policies.base import Decision, Window
+from p4bs_optimizer.policies.base import Window
 from p4bs_optimizer.policies.jenks import JenksPolicy
 from p4bs_optimizer.service.controller import Guards, LinkController
 from p4bs_optimizer.service.fit_pool import FitPool, warm_up_grid
@@ -131,25 +131,6 @@ class OptimizerService:
         if driver is None:
             driver = self._drivers[router] = self._make_driver(self.routers[router])
         return driver
-
-    def stage(self, controller: LinkController) -> None:
-        """The controller's state as it is now, for the next transaction."""
-        self.outgoing.stage(controller, time.time_ns())
-
-    def record(
-        self,
-        link: LinkConfig,
-        decision: Decision,
-        buffer: int,
-        previous: int | None,
-        reason: str,
-        outcome: str,
-        epoch: int,
-        ts_ns: int,
-    ) -> None:
-        """One BufferDecision record (for the next transaction), and the log line an
-        operator reads."""
-        self.outgoing.record(link, decision, buffer, previous, reason, outcome, epoch, ts_ns)
 
     @property
     def stopping(self) -> bool:

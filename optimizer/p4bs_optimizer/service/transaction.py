@@ -14,13 +14,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from p4bs.bus import Outgoing
-from p4bs.config import LinkConfig
 from p4bs_optimizer import changelog
 from p4bs_optimizer.policies.base import Decision
 from p4bs_optimizer.service.stats import ServiceStats
 
 if TYPE_CHECKING:
-    from p4bs_optimizer.service.controller import LinkController
+    from p4bs_optimizer.service.controller import DecisionMade, LinkController
 
 log = logging.getLogger(__name__)
 
@@ -74,18 +73,9 @@ class NextTransaction:
             ),
         )
 
-    def record(
-        self,
-        link: LinkConfig,
-        decision: Decision,
-        buffer: int,
-        previous: int | None,
-        reason: str,
-        outcome: str,
-        epoch: int,
-        ts_ns: int,
-    ) -> None:
+    def record(self, made: DecisionMade) -> None:
         """One BufferDecision record, and the log line an operator reads."""
+        link, decision, outcome = made.link, made.decision, made.outcome
         self.stats.decisions += 1
         if outcome == "applied":
             self.stats.applied += 1
@@ -95,19 +85,19 @@ class NextTransaction:
             self.stats.skipped += 1
         record = {
             "link_id": link.id,
-            "ts_ns": ts_ns,
+            "ts_ns": made.ts_ns,
             "queue": decision.queue,
             "policy": link.policy,
             "phase": decision.phase,
-            "buffer_bytes": buffer,
-            "previous_buffer_bytes": previous,
-            "reason": reason,
+            "buffer_bytes": made.buffer_bytes,
+            "previous_buffer_bytes": made.previous_bytes,
+            "reason": made.reason,
             "trial": decision.trial,
             "outcome": outcome,
             "f": decision.f,
             "window_end_ns": decision.window_end_ns,
             "owner": self.instance,
-            "epoch": epoch,
+            "epoch": made.epoch,
         }
         self.outbox.append(Outgoing("buffer_decisions", record))
         level = logging.WARNING if outcome == "failed" else logging.INFO
@@ -118,9 +108,9 @@ class NextTransaction:
             decision.queue,
             link.policy,
             decision.phase,
-            buffer,
+            made.buffer_bytes,
             outcome,
-            reason,
+            made.reason,
         )
         if self.on_record is not None:
             self.on_record(record)
