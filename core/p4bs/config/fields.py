@@ -4,7 +4,7 @@ units, raising ValueError (or UnitError) with the reason."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar, overload
 
@@ -161,6 +161,19 @@ def non_negative(parse: Callable[[Any], int], what: str) -> Callable[[Any], int]
         return result
 
     return convert
+
+
+def positive_durations(
+    r: Reader, data: dict[str, Any], keys: Iterable[str], defaults: object
+) -> dict[str, int]:
+    """Each of `keys` as a positive duration, named as the config's field `<key>_ns` (whose
+    value in `defaults` stands where the key is absent)."""
+    return {
+        f"{key}_ns": r.get(
+            data, key, positive(parse_duration_ns, key), int(getattr(defaults, f"{key}_ns"))
+        )
+        for key in keys
+    }
 
 
 def endpoint(value: Any) -> str:

@@ -42,20 +42,18 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
         "links",
     }
     r.unknown(data, sections | {"testbed"})
-    with r.at("kafka"):
-        kafka = read_kafka(r, r.table(data, "kafka"))
-    with r.at("influxdb"):
-        influx = read_influx(r, r.table(data, "influxdb"))
-    with r.at("flink"):
-        flink = read_flink(r, r.table(data, "flink"))
-    with r.at("dataplane"):
-        dataplane = read_dataplane(r, r.table(data, "dataplane"))
-    with r.at("metrics"):
-        metrics = read_metrics(r, r.table(data, "metrics"))
-    with r.at("alerts"):
-        alerts = read_alerts(r, r.table(data, "alerts"))
-    with r.at("optimizer"):
-        optimizer = read_optimizer(r, r.table(data, "optimizer"))
+
+    def section(name: str, read: Callable[[Reader, dict[str, Any]], T]) -> T:
+        with r.at(name):
+            return read(r, r.table(data, name))
+
+    kafka = section("kafka", read_kafka)
+    influx = section("influxdb", read_influx)
+    flink = section("flink", read_flink)
+    dataplane = section("dataplane", read_dataplane)
+    metrics = section("metrics", read_metrics)
+    alerts = section("alerts", read_alerts)
+    optimizer = section("optimizer", read_optimizer)
     if flink.window_ns % dataplane.export_interval_ns:
         # A window then holds whole export intervals, each one record (or its parts).
         r.problem(

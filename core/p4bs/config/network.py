@@ -17,6 +17,7 @@ from p4bs.config.fields import (
     non_negative,
     one_of,
     positive,
+    positive_durations,
     secret,
     text,
     weight,
@@ -77,14 +78,14 @@ RETIRED_DATAPLANE_FIELDS = {
 
 def read_dataplane(r: Reader, data: dict[str, Any]) -> DataplaneConfig:
     d = DataplaneConfig()
-    durations = {
-        "rtt_max_age": "rtt_max_age_ns",
-        "cms_reset": "cms_reset_ns",
-        "long_flow_ttl": "long_flow_ttl_ns",
-        "window": "window_ns",
-        "qdelay_max_age": "qdelay_max_age_ns",
-        "export_interval": "export_interval_ns",
-    }
+    durations = (
+        "rtt_max_age",
+        "cms_reset",
+        "long_flow_ttl",
+        "window",
+        "qdelay_max_age",
+        "export_interval",
+    )
     slots = ("rtt_slots", "cms_width", "loss_slots", "qdelay_slots")
     counts = {
         "cms_rows": (1, 4),
@@ -99,9 +100,7 @@ def read_dataplane(r: Reader, data: dict[str, Any]) -> DataplaneConfig:
             r.problem(old, f"no longer read: {new}")
     known = {*durations, *slots, *counts, "rtt_min_interval", "long_flows"}
     r.unknown({k: v for k, v in data.items() if k not in RETIRED_DATAPLANE_FIELDS}, known)
-    values: dict[str, Any] = {}
-    for key, attr in durations.items():
-        values[attr] = r.get(data, key, positive(parse_duration_ns, key), getattr(d, attr))
+    values: dict[str, Any] = positive_durations(r, data, durations, d)
     values["rtt_min_interval_ns"] = r.get(
         data,
         "rtt_min_interval",

@@ -12,6 +12,7 @@ from p4bs.config.fields import (
     int_in,
     one_of,
     positive,
+    positive_durations,
     secret,
     text,
     url,
@@ -106,17 +107,10 @@ def read_flink(r: Reader, data: dict[str, Any]) -> FlinkConfig:
 
 def read_metrics(r: Reader, data: dict[str, Any]) -> MetricsConfig:
     d = MetricsConfig()
-    durations = {
-        "max_out_of_orderness": "max_out_of_orderness_ns",
-        "source_idle_timeout": "source_idle_timeout_ns",
-        "rtt_min_horizon": "rtt_min_horizon_ns",
-        "long_flow_ttl": "long_flow_ttl_ns",
-    }
+    durations = ("max_out_of_orderness", "source_idle_timeout", "rtt_min_horizon", "long_flow_ttl")
     alphas = ("srtt_alpha", "loss_alpha", "queue_delay_alpha", "zscore_influence")
     r.unknown(data, {*durations, *alphas, "zscore_lag", "zscore_threshold", "sla_windows"})
-    values: dict[str, Any] = {}
-    for key, attr in durations.items():
-        values[attr] = r.get(data, key, positive(parse_duration_ns, key), getattr(d, attr))
+    values: dict[str, Any] = positive_durations(r, data, durations, d)
     for key in alphas:
         values[key] = r.get(data, key, fraction, getattr(d, key))
     values["zscore_lag"] = r.get(data, "zscore_lag", int_in(2, 100_000), d.zscore_lag)
