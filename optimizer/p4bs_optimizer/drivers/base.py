@@ -37,8 +37,22 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-DEFAULT_ATTEMPTS = 3
-DEFAULT_BACKOFF_NS = 200_000_000  # before the second attempt; doubles for each further one
+
+@dataclass(frozen=True)
+class Retry:
+    """How often a driver tries a call that fails for a transient reason, and how long it
+    waits before the second attempt (doubled for each further one, at most MAX_BACKOFF_NS)."""
+
+    attempts: int = 3
+    backoff_ns: int = 200_000_000
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"attempts must be at least 1, got {self.attempts}")
+
+
+DEFAULT_RETRY = Retry()
+
 MAX_BACKOFF_NS = 10_000_000_000
 # A timed-out attempt's connection is cut; its thread then ends within this. The slot stays
 # held until it has, so the router never sees more than max_concurrent_changes calls.
@@ -154,18 +168,10 @@ class RouterDriver(ABC):
     # _set_classifier).
     classifier_unsupported: ClassVar[str | None] = "this driver cannot set classifier rules"
 
-    def __init__(
-        self,
-        router: RouterConfig,
-        *,
-        attempts: int = DEFAULT_ATTEMPTS,
-        backoff_ns: int = DEFAULT_BACKOFF_NS,
-    ) -> None:
-        if attempts < 1:
-            raise ValueError(f"attempts must be at least 1, got {attempts}")
+    def __init__(self, router: RouterConfig, retry: Retry = DEFAULT_RETRY) -> None:
         self.router = router
-        self.attempts = attempts
-        self.backoff_ns = backoff_ns
+        self.attempts = retry.attempts
+        self.backoff_ns = retry.backoff_ns
         self.timeout_s = router.timeout_ns / 1e9
         self._slots = asyncio.Semaphore(router.max_concurrent_changes)
         self._executor = concurrent.futures.ThreadPoolExecutor(

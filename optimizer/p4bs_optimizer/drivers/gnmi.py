@@ -34,11 +34,11 @@ from pygnmi.client import gNMIclient, gNMIException
 
 from p4bs.config import RouterConfig
 from p4bs_optimizer.drivers.base import (
-    DEFAULT_ATTEMPTS,
-    DEFAULT_BACKOFF_NS,
+    DEFAULT_RETRY,
     Attempt,
     ErrorKind,
     FlowMatch,
+    Retry,
     RouterDriver,
     split_endpoint,
 )
@@ -140,14 +140,8 @@ def term_summary(term: Mapping[str, Any]) -> tuple[str, ...]:
 class GnmiDriver(RouterDriver):
     classifier_unsupported = None
 
-    def __init__(
-        self,
-        router: RouterConfig,
-        *,
-        attempts: int = DEFAULT_ATTEMPTS,
-        backoff_ns: int = DEFAULT_BACKOFF_NS,
-    ) -> None:
-        super().__init__(router, attempts=attempts, backoff_ns=backoff_ns)
+    def __init__(self, router: RouterConfig, retry: Retry = DEFAULT_RETRY) -> None:
+        super().__init__(router, retry)
         if router.address is None:
             raise ValueError(f"router {router.name}: gnmi needs an address (host:port)")
         if router.ca_file is None:

@@ -36,7 +36,7 @@ from lxml import etree
 
 from p4bs.config import JunosLinkConfig, RouterConfig
 from p4bs.units import bytes_for_duration
-from p4bs_optimizer.drivers.base import DEFAULT_ATTEMPTS, DEFAULT_BACKOFF_NS, Attempt, ErrorKind
+from p4bs_optimizer.drivers.base import DEFAULT_RETRY, Attempt, ErrorKind, Retry
 from p4bs_optimizer.drivers.netconf import (
     CANDIDATE,
     CONFIRMED_COMMIT,
@@ -97,12 +97,11 @@ class JunosDriver(NetconfDriver):
         router: RouterConfig,
         *,
         links: Mapping[str, tuple[JunosLinkConfig, int]],
-        attempts: int = DEFAULT_ATTEMPTS,
-        backoff_ns: int = DEFAULT_BACKOFF_NS,
+        retry: Retry = DEFAULT_RETRY,
     ) -> None:
         """`links`: the link's interface (as the config names it) -> its Junos names and
         line rate in bit/s."""
-        super().__init__(router, attempts=attempts, backoff_ns=backoff_ns)
+        super().__init__(router, retry)
         self.links = dict(links)
 
     def _link(self, interface: str, queue: int) -> tuple[JunosLinkConfig, int]:

@@ -23,10 +23,10 @@ from p4bs.config import RouterConfig
 from p4bs_linux_tc.netlink import NetlinkError, QdiscStats, Rtnetlink
 from p4bs_linux_tc.queues import MIN_BUFFER_BYTES, QUEUE_CLASS_BASE
 from p4bs_optimizer.drivers.base import (
-    DEFAULT_ATTEMPTS,
-    DEFAULT_BACKOFF_NS,
+    DEFAULT_RETRY,
     Attempt,
     ErrorKind,
+    Retry,
     RouterDriver,
 )
 
@@ -51,14 +51,8 @@ class LinuxTcDriver(RouterDriver):
         "classifier (driver 'gnmi')"
     )
 
-    def __init__(
-        self,
-        router: RouterConfig,
-        *,
-        attempts: int = DEFAULT_ATTEMPTS,
-        backoff_ns: int = DEFAULT_BACKOFF_NS,
-    ) -> None:
-        super().__init__(router, attempts=attempts, backoff_ns=backoff_ns)
+    def __init__(self, router: RouterConfig, retry: Retry = DEFAULT_RETRY) -> None:
+        super().__init__(router, retry)
         self.netns: str | None = None
         if router.address is not None:
             name = router.address.removeprefix(NETNS_PREFIX)

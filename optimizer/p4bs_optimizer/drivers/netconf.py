@@ -42,11 +42,11 @@ from ncclient.transport.errors import (
 
 from p4bs.config import RouterConfig
 from p4bs_optimizer.drivers.base import (
-    DEFAULT_ATTEMPTS,
-    DEFAULT_BACKOFF_NS,
+    DEFAULT_RETRY,
     Attempt,
     DriverError,
     ErrorKind,
+    Retry,
     RouterDriver,
     split_endpoint,
 )
@@ -86,14 +86,8 @@ class NetconfDriver(RouterDriver):
         "which the router agent's NETCONF server does not take"
     )
 
-    def __init__(
-        self,
-        router: RouterConfig,
-        *,
-        attempts: int = DEFAULT_ATTEMPTS,
-        backoff_ns: int = DEFAULT_BACKOFF_NS,
-    ) -> None:
-        super().__init__(router, attempts=attempts, backoff_ns=backoff_ns)
+    def __init__(self, router: RouterConfig, retry: Retry = DEFAULT_RETRY) -> None:
+        super().__init__(router, retry)
         if router.address is None:
             raise ValueError(f"router {router.name}: {router.driver} needs an address (host:port)")
         self._host, self._port = split_endpoint(router.address)
