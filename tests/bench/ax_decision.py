@@ -29,6 +29,8 @@ import statistics
 import time
 from dataclasses import replace
 
+from benchkit import quantiles
+
 from p4bs.config import FlinkConfig, LinkConfig
 from p4bs_optimizer.policies.base import Window
 from p4bs_optimizer.policies.p4bs import P4bsOptions, P4bsPolicy
@@ -41,12 +43,6 @@ def f_of(buffer: float) -> float:
     """A broad optimum at 1.4 BDP and a secondary one at BDP / 2, unitless."""
     u = math.log2(buffer / BDP)
     return -1 + 0.8 * math.exp(-((u - 0.5) ** 2) / 1.6) + 0.5 * math.exp(-((u + 1) ** 2) / 0.18)
-
-
-def quantiles(samples: list[float]) -> tuple[float, float]:
-    """p50 and p99 (the largest sample below 100 samples), seconds."""
-    ordered = sorted(samples)
-    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
 
 def one_repeat(trials: int, seed: int, grid: bool) -> tuple[list[float], list[float]]:
@@ -133,6 +129,20 @@ def ordinary_window_seconds(windows: int) -> float:
         policy.decide(window)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def print_policy_decision(trials: int) -> None:
+    """The P4BS policy's decision at a trial's end with its default search (the authors'
+    grid), as tests/bench/optimizer_service.py adds it to the reaction path."""
+    _, policy_like = one_repeat(trials, seed=0, grid=True)
+    p50, p99 = quantiles(policy_like)
+    options = P4bsOptions()
+    print(
+        f"  P4BS decision at a trial's end (tell + fit + EI + max EI; ax_decision.py, {trials} "
+        f"trials): p50 {p50 * 1e3:.1f} ms p99 {p99 * 1e3:.1f} ms, on top of settle_ns + "
+        f"measure_ns = {(options.settle_ns + options.measure_ns) / 1e9:g} s per trial",
+        flush=True,
+    )
 
 
 def main() -> None:

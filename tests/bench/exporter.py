@@ -33,15 +33,15 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+from benchkit import fresh_topics
 
 from p4bs import paths
-from p4bs.bus import RecordProducer, ensure_topics
+from p4bs.bus import RecordProducer
 from p4bs.config import Config, KafkaConfig, load_config
 from p4bs_exporter import EXPORTED_STREAMS, ExporterStats, run_spec
 from p4bs_infra.procs import free_ports
 from p4bs_infra.services import KafkaBroker, wait_ready
 from p4bs_schemas.intervals import NO_COUNTS, IntervalAssembler
-from p4bs_schemas.registry import STREAMS
 
 TARGET = 1_000_000  # RTT samples/s
 T0 = 1_700_000_000 * 10**9
@@ -135,13 +135,6 @@ def pin(pid: int, cpu: int) -> None:
     subprocess.run(["taskset", "-a", "-p", "-c", str(cpu), str(pid)], check=True, stdout=-3)
 
 
-def fresh_topics(bootstrap: str) -> dict[str, str]:
-    run = f"bench-{uuid.uuid4().hex[:6]}"
-    topics = {s: f"{run}.{s}" for s in STREAMS}
-    ensure_topics(bootstrap, topics, partitions=4, replication_factor=1)
-    return topics
-
-
 def exporter_run(config: Config, pcap: Path, work: Path) -> tuple[float, float, ExporterStats]:
     """RTT samples/s over the run's wall time, and per CPU second the exporter used."""
     bootstrap = config.kafka.bootstrap
@@ -150,7 +143,7 @@ def exporter_run(config: Config, pcap: Path, work: Path) -> tuple[float, float, 
         config,
         stats_path=stats_path,
         pcaps=[("after", pcap)],
-        topics=fresh_topics(bootstrap),
+        topics=fresh_topics(bootstrap, 4),
         stats_interval_s=1.0,
         flush_timeout_s=300,
     )
@@ -176,7 +169,7 @@ def python_reference(config: Config, seconds: float = 5.0) -> float:
     export does: samples/s delivered, flush included."""
     os.sched_setaffinity(0, {EXPORTER_CPU})
     bootstrap = config.kafka.bootstrap
-    producer = RecordProducer(bootstrap, fresh_topics(bootstrap), client_id="bench-python")
+    producer = RecordProducer(bootstrap, fresh_topics(bootstrap, 4), client_id="bench-python")
     d = config.dataplane
     interval = d.export_interval_ns
     assembler = IntervalAssembler(interval, d.max_rtt_samples_per_record)

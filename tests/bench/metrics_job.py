@@ -52,6 +52,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchkit import fresh_topics
 from confluent_kafka import Consumer, Producer
 from pyflink.common import JobStatus
 
@@ -346,13 +347,6 @@ def bench_config(bootstrap: str, links: int) -> Config:
     )
 
 
-def fresh_topics(bootstrap: str, streams: tuple[str, ...]) -> dict[str, str]:
-    run = uuid.uuid4().hex[:8]
-    topics = {stream: f"bench-{run}.{stream}" for stream in streams}
-    ensure_topics(bootstrap, topics, partitions=PARALLELISM, replication_factor=1)
-    return topics
-
-
 def produce_backlog(sender: Sender, seconds: int, start_ns: int) -> None:
     for i in range(seconds * 1_000_000_000 // WINDOW_NS):
         sender.interval(start_ns + i * WINDOW_NS, first=i == 0)
@@ -457,7 +451,7 @@ def throughput(
     in the first run; a job runs for weeks). Each round reads it once with each, in turns
     (job first in even rounds), so neither is favoured by what ran before it."""
     bootstrap = config.kafka.bootstrap
-    topics = fresh_topics(bootstrap, INPUTS)
+    topics = fresh_topics(bootstrap, PARALLELISM, INPUTS)
     sender = Sender(bootstrap, topics, traffic)
     started = time.monotonic()
     produce_backlog(
@@ -528,7 +522,7 @@ def _metrics_window_end() -> Callable[[bytes], int]:
 def latency(config: Config, traffic: Traffic, seconds: int, warmup_s: int, work: Path) -> float:
     """Runs the live phase, prints its latencies; returns the read-committed p99, s."""
     bootstrap = config.kafka.bootstrap
-    topics = fresh_topics(bootstrap, INPUTS + OUTPUTS)
+    topics = fresh_topics(bootstrap, PARALLELISM, INPUTS + OUTPUTS)
     committed = OutputWatch(bootstrap, topics["link_metrics"], True, _metrics_window_end())
     uncommitted = OutputWatch(bootstrap, topics["link_metrics"], False, _metrics_window_end())
     result = run_metrics_job(config, topics, flink_conf(work, "live"), group_id="bench-live")

@@ -38,8 +38,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for manylinks
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for optimizer_service
 
+from benchkit import quantiles
 from manylinks import many_links_config
-from optimizer_service import produce_windows, quantiles
+from optimizer_service import produce_windows
 
 from p4bs.bus import RecordConsumer, RecordProducer, ensure_topics
 from p4bs.progress import Progress

@@ -70,18 +70,12 @@ from confluent_kafka import Producer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for simlink
 
+from benchkit import fresh_topics, quantiles
 from simlink import WINDOW_NS, LinkModel, SimulatedLink
 
 from p4bs import paths
-from p4bs.bus import RecordProducer, ensure_topics, producer_config
-from p4bs.config import (
-    Config,
-    KafkaConfig,
-    LinkConfig,
-    OptimizerConfig,
-    RouterConfig,
-    load_config,
-)
+from p4bs.bus import RecordProducer, producer_config
+from p4bs.config import Config, KafkaConfig, LinkConfig, OptimizerConfig, RouterConfig, load_config
 from p4bs.progress import Progress
 from p4bs_infra.procs import free_ports, wait_until
 from p4bs_infra.services import KafkaBroker, wait_ready
@@ -104,19 +98,6 @@ WARMUP_S = 10.0
 STEP_EVERY_S = 4.0
 BASE_RTTS_NS = (20_000_000, 40_000_000)
 KERNEL_POLL_S = 0.005
-
-
-def quantiles(samples: list[float]) -> tuple[float, float]:
-    """p50 and p99 (nearest rank)."""
-    ordered = sorted(samples)
-    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
-
-
-def fresh_topics(bootstrap: str) -> dict[str, str]:
-    run = uuid.uuid4().hex[:8]
-    topics = {stream: f"bench-{run}.{stream}" for stream in STREAMS}
-    ensure_topics(bootstrap, topics, partitions=PARTITIONS, replication_factor=1)
-    return topics
 
 
 class TimedService(OptimizerService):
@@ -264,7 +245,7 @@ def capacity_config(bootstrap: str, topics: dict[str, str], links: int) -> Confi
 
 
 def bench_capacity(bootstrap: str, links: int, seconds: float, work: Path) -> bool:
-    topics = fresh_topics(bootstrap)
+    topics = fresh_topics(bootstrap, PARTITIONS)
     config = capacity_config(bootstrap, topics, links)
     first_end_ns = (time.time_ns() // WINDOW_NS + 30) * WINDOW_NS  # the producer starts
     total_s = WARMUP_S + seconds + 2
@@ -392,7 +373,7 @@ def bench_reaction(bootstrap: str, steps: int, work: Path) -> bool:
 
 
 def _reaction(bootstrap: str, steps: int, work: Path, testbed: Testbed) -> bool:
-    topics = fresh_topics(bootstrap)
+    topics = fresh_topics(bootstrap, PARTITIONS)
     config = reaction_config(bootstrap, topics, testbed)
     model = LinkModel(base_rtt_ns=BASE_RTTS_NS[0])
     sent: list[tuple[int, int, int]] = []  # wall clock after delivery, base RTT, window end
@@ -541,7 +522,7 @@ class SearchingService(TimedService):
 def bench_searching(bootstrap: str, links: int, seconds: float) -> bool:
     """`links` P4BS searches starting together in one process; the lag of the decisions
     that follow a fit, over `seconds` from the first fit on."""
-    topics = fresh_topics(bootstrap)
+    topics = fresh_topics(bootstrap, PARTITIONS)
     base = capacity_config(bootstrap, topics, links)
     config = dataclasses.replace(base, links=search_links(base.links[0], links))
     buffers = multiprocessing.get_context("spawn").Array("q", [100_000] * links, lock=False)
@@ -630,25 +611,6 @@ def fit_alone(repeats: int = 9) -> float:
     return statistics.median(times[1:])  # the first imports numpy and scipy
 
 
-# ---- Ax ------------------------------------------------------------------------------------
-
-
-def bench_decision(trials: int) -> None:
-    from ax_decision import one_repeat
-
-    from p4bs_optimizer.policies.p4bs import P4bsOptions
-
-    _, policy_like = one_repeat(trials, seed=0, grid=True)
-    p50, p99 = quantiles(policy_like)
-    options = P4bsOptions()
-    print(
-        f"  P4BS decision at a trial's end (tell + fit + EI + max EI; ax_decision.py, {trials} "
-        f"trials): p50 {p50 * 1e3:.1f} ms p99 {p99 * 1e3:.1f} ms, on top of settle_ns + "
-        f"measure_ns = {(options.settle_ns + options.measure_ns) / 1e9:g} s per trial",
-        flush=True,
-    )
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -710,7 +672,9 @@ def main() -> int:
         if "decision" in args.parts:
             print("P4BS decision latency (the authors' grid, numpy GP), same run:")
             with progress.step(f"decision: {args.trials} trials"):
-                bench_decision(args.trials)
+                from ax_decision import print_policy_decision
+
+                print_policy_decision(args.trials)
     finally:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)
