@@ -154,6 +154,21 @@ class RecordProducer:
 
 Partition = tuple[str, int]  # topic, partition
 COMMIT_ATTEMPTS = 3  # of a transaction's commit that timed out (a retriable error)
+# How long a producer asks for its transactional id. A cluster just started loads its
+# transaction coordinators first (the __transaction_state partitions): until then every
+# broker answers "not coordinator" or "coordinator load in progress", for longer than one
+# call's timeout on a busy machine.
+INIT_TRANSACTIONS_S = 60.0
+# The answers of a coordinator that is not there yet, which librdkafka does not always mark
+# as retriable once the call's own timeout has run out.
+COORDINATOR_NOT_READY = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError._TIMED_OUT,
+    }
+)
 
 
 class TransactionAborted(Exception):
@@ -201,7 +216,7 @@ class TransactionalProducer(RecordProducer):
         self._config = {**producer_config(cluster, transactional_id), **settings}
         self.transactional_id = transactional_id
         self.timeout_s = timeout_ms / 1000
-        self._producer.init_transactions(self.timeout_s)
+        self._init_transactions()
         self.committed = 0
         self.renewed = 0  # times it was fenced and made again
 
@@ -249,8 +264,26 @@ class TransactionalProducer(RecordProducer):
         """A producer fenced for good is made again (its unsent records are dropped: they
         belonged to the aborted transaction)."""
         self._producer = Producer(self._config)
-        self._producer.init_transactions(self.timeout_s)
+        self._init_transactions()
         self.renewed += 1
+
+    def _init_transactions(self) -> None:
+        """Registers the transactional id (fencing an older producer of it), asking again
+        while the cluster has no coordinator for it yet, for up to INIT_TRANSACTIONS_S."""
+        deadline = time.monotonic() + INIT_TRANSACTIONS_S
+        while True:
+            try:
+                self._producer.init_transactions(self.timeout_s)
+                return
+            except KafkaException as exc:
+                error = exc.args[0]
+                again = error.retriable() or error.code() in COORDINATOR_NOT_READY
+                if error.fatal() or not again or time.monotonic() >= deadline:
+                    raise
+                log.warning("%s: %s; asking again", self.transactional_id, error.str())
+                # A new producer under the same id starts its request afresh, whatever
+                # state the failed call left the old one's in.
+                self._producer = Producer(self._config)
 
 
 @dataclass
