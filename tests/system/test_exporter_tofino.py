@@ -85,8 +85,14 @@ class Run:
     def __init__(self, config: Config, topics: dict[str, str], switch: Switch, tmp: Path):
         self.switch = switch
         self.target = TofinoTarget(config, topics=topics, stats_path=tmp / "stats.json")
+        # Reads the partitions by assignment: a group join can take longer than a test's
+        # wait on a loaded broker, and then nothing at all arrives.
         self.consumer = RecordConsumer(
-            config.kafka.bootstrap, f"test-{uuid.uuid4().hex[:8]}", ["link_counters"], topics
+            config.kafka.bootstrap,
+            f"test-{uuid.uuid4().hex[:8]}",
+            ["link_counters"],
+            topics,
+            whole_topics=True,
         )
         self.received: list[Received] = []
 
@@ -112,7 +118,8 @@ class Run:
     def wait(self, what: Callable[[], list[T]], n: int, timeout_s: float = 90) -> list[T]:
         """`what()` once it has at least n items."""
         assert wait_until(lambda: len(what()) >= n, timeout_s), (
-            f"{len(what())} of {n}; stats {self.target.stats()}"
+            f"{len(what())} of {n} (from {len(self.received)} records read); "
+            f"stats {self.target.stats()}"
         )
         return what()
 
