@@ -116,7 +116,7 @@ format:
 test: lint build
 	$(CARGO) test -q --release --locked $(WORKSPACE) --target-dir $(CURDIR)/$(CACHE)/target
 	FUZZ_SECONDS=60 p4/model/fuzz/run.sh
-	$(VENV)/bin/pytest -ra
+	$(VENV)/bin/pytest -ra --durations=30
 
 # The three folders of tests/ (tests/README.md), each on its own; `make test` runs them all.
 test-unit test-system test-testbed: test-%: build
