@@ -5,10 +5,11 @@ reads a file: `p4bs.config.loader` builds these from TOML."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from p4bs.paths import default_state_dir
 from p4bs_schemas.registry import STREAMS, default_topic
 
 ROUTER_DRIVERS = ("gnmi", "netconf", "netconf-junos", "linux-tc")
@@ -16,6 +17,11 @@ SWITCH_TARGETS = ("model", "tofino")
 FLINK_MODES = ("embedded", "remote")
 KAFKA_SECURITY = ("plaintext", "sasl_ssl")
 SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
+# The parts that connect to Kafka, each of which may log in as a user of its own
+# ([kafka.users.<component>]) with only the ACLs it needs (`p4bs stack acls`): "admin"
+# creates topics and sets ACLs, "dashboard" is the dashboard and `p4bs status` (read only),
+# "links" is `p4bs links` (the operator's changes to the links topic).
+KAFKA_COMPONENTS = ("admin", "exporter", "metrics_job", "optimizer", "sinks", "dashboard", "links")
 CCAS = ("cubic", "bbr", "reno")
 TOFINO_MAX_PORT = 511
 DAY_NS = 86_400_000_000_000
@@ -51,6 +57,14 @@ class SecretRef:
 
 
 @dataclass(frozen=True)
+class KafkaUser:
+    """A SCRAM login of one component."""
+
+    username: SecretRef
+    password: SecretRef
+
+
+@dataclass(frozen=True)
 class KafkaConfig:
     bootstrap: str = "127.0.0.1:9092"
     partitions: int = 4
@@ -63,6 +77,18 @@ class KafkaConfig:
     ca_file: str | None = None
     username: SecretRef | None = None
     password: SecretRef | None = None
+    # component (KAFKA_COMPONENTS) -> its own login; a component not named logs in as
+    # username/password above.
+    users: dict[str, KafkaUser] = field(default_factory=dict)
+
+    def for_component(self, component: str) -> KafkaConfig:
+        """The settings `component`'s clients connect with: its own user if it has one."""
+        if component not in KAFKA_COMPONENTS:
+            raise ValueError(f"no Kafka component {component!r} (known: {KAFKA_COMPONENTS})")
+        user = self.users.get(component)
+        if user is None:
+            return self
+        return replace(self, username=user.username, password=user.password)
 
 
 @dataclass(frozen=True)
@@ -77,6 +103,9 @@ class InfluxConfig:
     events_retention_ns: int = 365 * DAY_NS  # SLA alerts and buffer decisions
     username: SecretRef | None = None
     password: SecretRef | None = None
+    # The CA an https:// url's certificate is verified against; None: the system's (certifi,
+    # or $REQUESTS_CA_BUNDLE). A password goes only over https://, or to the loopback.
+    ca_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +161,15 @@ class OptimizerConfig:
     min_change_interval_ns: int = 1_000_000_000  # between two changes of one link's buffer
     apply_attempts: int = 3  # per change, with backoff between them (transient failures only)
     fit_processes: int = 0  # processes fitting P4BS's GPs; 0: one per core
+    # One change moves a link's buffer at most this factor up or down (2.0: at most x2 or /2);
+    # a larger decision is reached in several changes. 0: no limit.
+    max_step_ratio: float = 0.0
+    # Changes one router takes per minute, all its links together (over it, changes wait).
+    # 0: no limit.
+    max_changes_per_router_per_minute: int = 0
+    # While this file exists no change is written to any router (`p4bs optimizer freeze`).
+    freeze_file: str = field(default_factory=lambda: str(default_state_dir() / "optimizer.freeze"))
+    dry_run: bool = False  # decide and record, apply nothing (ORed with --dry-run)
 
 
 LONG_FLOW_MODES = ("sketch", "window")
@@ -170,6 +208,16 @@ class SwitchConfig:
     device_id: int = 0
 
 
+# Junos's default confirm-timeout of `commit confirmed` (10 min); Junos takes 1..65535 min.
+JUNOS_CONFIRM_WINDOW_NS = 10 * 60_000_000_000
+JUNOS_CONFIRM_WINDOW_MAX_NS = 65_535 * 60_000_000_000
+# `buffer-size temporal` in µs, per Juniper's "buffer-size (Schedulers)" reference: ranges vary
+# by platform (M320 IQ PICs 1..50,000; other IQ PICs 1..100,000; other M Series 1..200,000);
+# MX MIC/MPC queues default to 100 ms at 1 Gbit/s and above, 500 ms below. The default is the
+# widest listed range; set the platform's with `temporal_range`.
+JUNOS_TEMPORAL_RANGE_NS = (1_000, 200_000_000)
+
+
 @dataclass(frozen=True)
 class RouterConfig:
     name: str
@@ -184,6 +232,12 @@ class RouterConfig:
     # named by path (the key is a secret: it stays in its file). Both or neither.
     client_cert: str | None = None
     client_key: str | None = None
+    # netconf and netconf-junos: how long a confirmed commit waits for its confirming commit
+    # before the router rolls it back. Junos takes whole minutes (rounded up at the edge).
+    confirm_window_ns: int = JUNOS_CONFIRM_WINDOW_NS
+    # netconf-junos: the `buffer-size temporal` the platform takes, [low, high] in ns (whole
+    # µs); a buffer outside is refused before anything is sent. See JUNOS_TEMPORAL_RANGE_NS.
+    temporal_range_ns: tuple[int, int] = JUNOS_TEMPORAL_RANGE_NS
 
 
 Port = int | str  # a Tofino front-panel port, or an interface the software model captures

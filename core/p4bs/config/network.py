@@ -23,7 +23,10 @@ from p4bs.config.fields import (
     weight,
 )
 from p4bs.config.model import (
+    JUNOS_CONFIRM_WINDOW_MAX_NS,
+    JUNOS_CONFIRM_WINDOW_NS,
     JUNOS_NAME_MAX,
+    JUNOS_TEMPORAL_RANGE_NS,
     LONG_FLOW_MODES,
     ROUTER_DRIVERS,
     SWITCH_TARGETS,
@@ -150,7 +153,12 @@ def _netns_address(value: Any) -> str:
 
 def read_router(r: Reader, data: dict[str, Any]) -> RouterConfig:
     known = {"name", "driver", "address", "username", "password", "ca_file", "timeout"}
-    r.unknown(data, known | {"max_concurrent_changes", "client_cert", "client_key"})
+    r.unknown(
+        data,
+        known
+        | {"max_concurrent_changes", "client_cert", "client_key"}
+        | {"confirm_window", "temporal_range"},
+    )
     # A missing driver is reported; "linux-tc" stands in so the other fields are checked.
     driver = r.get(data, "driver", one_of(ROUTER_DRIVERS), "linux-tc", required=True)
     remote = driver != "linux-tc"
@@ -164,6 +172,12 @@ def read_router(r: Reader, data: dict[str, Any]) -> RouterConfig:
         r.problem(
             "client_cert", f"only the gnmi driver presents a client certificate, not {driver}"
         )
+    for key, drivers in (
+        ("confirm_window", ("netconf", "netconf-junos")),
+        ("temporal_range", ("netconf-junos",)),
+    ):
+        if key in data and driver not in drivers:
+            r.problem(key, f"only for driver {' or '.join(drivers)}, not {driver}")
     return RouterConfig(
         name=r.get(data, "name", text, "", required=True),
         driver=driver,
@@ -175,7 +189,27 @@ def read_router(r: Reader, data: dict[str, Any]) -> RouterConfig:
         max_concurrent_changes=r.get(data, "max_concurrent_changes", int_in(1, 64), 1),
         client_cert=client_cert,
         client_key=client_key,
+        confirm_window_ns=r.get(data, "confirm_window", _confirm_window, JUNOS_CONFIRM_WINDOW_NS),
+        temporal_range_ns=r.get(data, "temporal_range", _temporal_range, JUNOS_TEMPORAL_RANGE_NS),
     )
+
+
+def _confirm_window(value: Any) -> int:
+    """A confirmed commit's window: 1 s .. 65535 min (Junos's largest confirm-timeout)."""
+    ns = parse_duration_ns(value)
+    if not 1_000_000_000 <= ns <= JUNOS_CONFIRM_WINDOW_MAX_NS:
+        raise ValueError(f"must be 1s..65535min, got {value!r}")
+    return ns
+
+
+def _temporal_range(value: Any) -> tuple[int, int]:
+    """The platform's `buffer-size temporal` range: ["1us", "200ms"], whole µs, low <= high."""
+    if not isinstance(value, list) or len(value) != 2:
+        raise ValueError(f'must be [low, high] such as ["1us", "100ms"], got {value!r}')
+    low, high = (parse_duration_ns(v) for v in value)
+    if low < 1_000 or low > high or low % 1_000 or high % 1_000:
+        raise ValueError(f"must be whole µs, 1us <= low <= high, got {value!r}")
+    return low, high
 
 
 _JUNOS_FIELDS = tuple(f.name for f in dataclasses.fields(JunosLinkConfig))
