@@ -3,8 +3,9 @@ HTTP API, with the login and TLS of `InfluxConfig`.
 
 Login: HTTP basic authentication with the config's username and password, resolved from their
 references when the client is made (a reference that does not resolve raises InfluxError).
-TLS: an `https://` url is verified against requests' trust store (certifi, or the bundle
-that $REQUESTS_CA_BUNDLE names).
+TLS: an `https://` url is verified against the config's `ca_file`, or without one against
+requests' trust store (certifi, or the bundle that $REQUESTS_CA_BUNDLE names). A password is
+sent only over TLS or to the loopback: a client for another http:// url with one is refused.
 
 InfluxDB says what went wrong in three places: the HTTP status code, the reply's JSON `error`
 (a request it refused, a failed login) and, with status 200, each statement's own
@@ -22,6 +23,7 @@ from typing import Any
 import requests
 
 from p4bs.config import InfluxConfig
+from p4bs.config.services import private_transport
 
 # How much of a reply that is not InfluxDB's JSON goes into an error's message.
 REPLY_EXCERPT = 300
@@ -114,8 +116,15 @@ class InfluxClient:
         self.settings = settings
         self.url = settings.url.rstrip("/")
         self.timeout_s = timeout_s
+        if settings.password is not None and not private_transport(self.url):
+            raise InfluxError(
+                f"influxdb: a password is sent only over https:// (or to the loopback), "
+                f"not to {self.url}"
+            )
         self._session = requests.Session()
-        self._session.verify = True  # an https url's certificate, always
+        # An https url's certificate, always: against the config's CA if it names one. Given
+        # with each request: requests lets $REQUESTS_CA_BUNDLE override a Session's `verify`.
+        self._verify: str | bool = settings.ca_file or True
         try:
             if settings.username is not None and settings.password is not None:
                 self._session.auth = (settings.username.resolve(), settings.password.resolve())
@@ -143,7 +152,11 @@ class InfluxClient:
         url = f"{self.url}/{path}"
         try:
             reply = self._session.post(
-                url, params=params, timeout=self.timeout_s if timeout_s is None else timeout_s, **kw
+                url,
+                params=params,
+                timeout=self.timeout_s if timeout_s is None else timeout_s,
+                verify=self._verify,
+                **kw,
             )
         except requests.RequestException as exc:
             raise InfluxError(f"{what}: {url}: {reason_of(exc)}") from None
@@ -157,7 +170,7 @@ class InfluxClient:
         url = f"{self.url}/ping"
         try:
             reply = self._session.get(
-                url, timeout=self.timeout_s if timeout_s is None else timeout_s
+                url, timeout=self.timeout_s if timeout_s is None else timeout_s, verify=self._verify
             )
         except requests.RequestException as exc:
             raise InfluxError(f"{url}: {reason_of(exc)}") from None

@@ -5,16 +5,24 @@ status code, the reply's `error`, a statement's `results[i].error`)."""
 from __future__ import annotations
 
 import base64
+import http.server
 import json
+import ssl
+import threading
+import tomllib
 import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 from requests.adapters import BaseAdapter
 
-from p4bs.config import InfluxConfig, SecretRef
+from p4bs import paths
+from p4bs.config import ConfigError, InfluxConfig, SecretRef, parse_config
 from p4bs.influx import InfluxClient, InfluxError, Series, reason_of, series_of
+from p4bs_infra.pki import make_test_pki
 
 
 class Replies(BaseAdapter):
@@ -206,3 +214,74 @@ def test_series_of_reads_every_statement_and_a_top_level_error() -> None:
         series_of("q", {"error": "timeout"})
     with pytest.raises(InfluxError, match="not an InfluxDB reply"):
         series_of("q", ["not", "a", "dict"])
+
+
+# --- issue 38: InfluxDB credentials only over TLS, verified against the config's CA ---
+
+
+class _Ping(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(204)
+        self.send_header("X-Influxdb-Version", "tls-test")
+        self.end_headers()
+
+    def log_message(self, *_args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """An HTTPS server on the loopback answering /ping as InfluxDB does, with a certificate
+    of a CA of the test's own: its url and the CA's file."""
+    pki = make_test_pki(tmp_path / "pki", "127.0.0.1", netconf_port=830)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pki["server.pem"], pki["server-key.pem"])
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Ping)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{server.server_address[1]}", pki["ca.pem"]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_an_https_server_is_verified_against_the_configs_ca(
+    tls_server: tuple[str, Path], tmp_path: Path
+) -> None:
+    url, ca = tls_server
+    with InfluxClient(InfluxConfig(url=url, ca_file=str(ca))) as client:
+        assert client.ping(timeout_s=5) == "tls-test"
+    # Without the CA (the system's trust store) and with another CA: refused in the handshake.
+    other = make_test_pki(tmp_path / "other", "127.0.0.1", netconf_port=830)["ca.pem"]
+    for settings in (InfluxConfig(url=url), InfluxConfig(url=url, ca_file=str(other))):
+        with InfluxClient(settings) as client, pytest.raises(InfluxError) as refused:
+            client.ping(timeout_s=5)
+        assert "certificate verify failed" in str(refused.value), refused.value
+
+
+def test_a_password_over_plain_http_is_refused_but_to_the_loopback() -> None:
+    password = SecretRef(env="P4BS_TEST_INFLUX_PASSWORD")
+    for address in ("http://db.example:8086", "http://10.0.0.5:8086"):
+        with pytest.raises(InfluxError, match=f"only over https://.*not to {address}"):
+            InfluxClient(InfluxConfig(url=address, password=password))
+    for address in ("https://db.example", "http://127.0.0.1:8086", "http://localhost:8086"):
+        InfluxClient(InfluxConfig(url=address)).close()  # no password: any address
+    # The config says so before any client is made, naming the field and the url.
+    text = paths.default_config().read_text()
+    text = text.replace(
+        'url = "http://127.0.0.1:8086"',
+        'url = "http://db.example:8086"\npassword = { env = "P4BS_TEST_INFLUX_PASSWORD" }',
+        1,
+    )
+    with pytest.raises(ConfigError) as problems:
+        parse_config(tomllib.loads(text), "p4bs.toml")
+    assert problems.value.problems == [
+        "influxdb.password: is sent only over https:// (or to this machine's loopback), "
+        "not to http://db.example:8086"
+    ]
+    for allowed in ("https://db.example:8086", "http://[::1]:8086"):
+        ok = text.replace("http://db.example:8086", allowed)
+        assert parse_config(tomllib.loads(ok), "p4bs.toml").influxdb.url == allowed

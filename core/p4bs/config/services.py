@@ -3,6 +3,8 @@ Each is optional, as is each of its fields: an absent one takes the model's defa
 
 from __future__ import annotations
 
+import ipaddress
+import urllib.parse
 from typing import Any
 
 from p4bs.config.fields import (
@@ -20,12 +22,14 @@ from p4bs.config.fields import (
 )
 from p4bs.config.model import (
     FLINK_MODES,
+    KAFKA_COMPONENTS,
     KAFKA_SECURITY,
     SASL_MECHANISMS,
     AlertsConfig,
     FlinkConfig,
     InfluxConfig,
     KafkaConfig,
+    KafkaUser,
     MetricsConfig,
     OptimizerConfig,
 )
@@ -36,7 +40,7 @@ from p4bs_schemas.registry import STREAMS
 def read_kafka(r: Reader, data: dict[str, Any]) -> KafkaConfig:
     d = KafkaConfig()
     known = {"bootstrap", "partitions", "replication_factor", "topics", "security"}
-    secured = {"sasl_mechanism", "ca_file", "username", "password"}
+    secured = {"sasl_mechanism", "ca_file", "username", "password", "users"}
     r.unknown(data, known | secured)
     security = r.get(data, "security", one_of(KAFKA_SECURITY), d.security)
     for name in sorted(secured & set(data)):
@@ -52,6 +56,21 @@ def read_kafka(r: Reader, data: dict[str, Any]) -> KafkaConfig:
                 topics[stream] = r.get(overrides, stream, text, topics[stream])
     if len(set(topics.values())) != len(topics):
         r.problem("topics", "two streams share one topic name")
+    users = {}
+    with r.at("users"):
+        given = r.table(data, "users") if "users" in data else {}
+        for component in given:
+            if component not in KAFKA_COMPONENTS:
+                known = ", ".join(KAFKA_COMPONENTS)
+                r.problem(component, f"unknown component (known: {known})")
+                continue
+            with r.at(component):
+                login = r.table(given, component)
+                r.unknown(login, {"username", "password"})
+                username = r.get(login, "username", secret, required=True)
+                password = r.get(login, "password", secret, required=True)
+            if username is not None and password is not None:
+                users[component] = KafkaUser(username, password)
     return KafkaConfig(
         bootstrap=r.get(data, "bootstrap", endpoint, d.bootstrap),
         partitions=r.get(data, "partitions", int_in(1, 10_000), d.partitions),
@@ -62,28 +81,52 @@ def read_kafka(r: Reader, data: dict[str, Any]) -> KafkaConfig:
         ca_file=r.get(data, "ca_file", text),
         username=r.get(data, "username", secret, required=security == "sasl_ssl"),
         password=r.get(data, "password", secret, required=security == "sasl_ssl"),
+        users=users,
     )
 
 
 def read_influx(r: Reader, data: dict[str, Any]) -> InfluxConfig:
     d = InfluxConfig()
     durations = ("retention", "retention_1s", "retention_1m", "events_retention")
-    r.unknown(data, {"url", "database", "username", "password", *durations})
+    r.unknown(data, {"url", "database", "username", "password", "ca_file", *durations})
     kept: dict[str, int] = {}
     for key in durations:
         kept[key] = r.get(data, key, parse_duration_ns, int(getattr(d, f"{key}_ns")))
         if 0 < kept[key] < 3_600_000_000_000:
             r.problem(key, "InfluxDB keeps data at least 1h; use 0 for forever or >= 1h")
+    address = r.get(data, "url", url, d.url)
+    password = r.get(data, "password", secret)
+    if password is not None and not private_transport(address):
+        r.problem(
+            "password",
+            f"is sent only over https:// (or to this machine's loopback), not to {address}",
+        )
     return InfluxConfig(
-        url=r.get(data, "url", url, d.url),
+        url=address,
         database=r.get(data, "database", text, d.database),
         retention_ns=kept["retention"],
         retention_1s_ns=kept["retention_1s"],
         retention_1m_ns=kept["retention_1m"],
         events_retention_ns=kept["events_retention"],
         username=r.get(data, "username", secret),
-        password=r.get(data, "password", secret),
+        password=password,
+        ca_file=r.get(data, "ca_file", text),
     )
+
+
+def private_transport(address: str) -> bool:
+    """Whether a request to `address` (an http:// or https:// URL) is read by nobody on the
+    way: TLS, or the loopback (the local stack's InfluxDB)."""
+    parts = urllib.parse.urlsplit(address)
+    if parts.scheme == "https":
+        return True
+    host = parts.hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def read_flink(r: Reader, data: dict[str, Any]) -> FlinkConfig:
