@@ -113,6 +113,12 @@ def text(value: Any) -> str:
     return value
 
 
+def boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"must be true or false, got {value!r}")
+    return value
+
+
 def one_of(options: tuple[str, ...]) -> Callable[[Any], str]:
     def convert(value: Any) -> str:
         if value not in options:

@@ -9,6 +9,7 @@ from typing import Any
 
 from p4bs.config.fields import (
     Reader,
+    boolean,
     endpoint,
     fraction,
     int_in,
@@ -186,6 +187,10 @@ def read_optimizer(r: Reader, data: dict[str, Any]) -> OptimizerConfig:
             "min_change_interval",
             "apply_attempts",
             "fit_processes",
+            "max_step_ratio",
+            "max_changes_per_router_per_minute",
+            "freeze_file",
+            "dry_run",
         },
     )
     session = r.get(
@@ -208,4 +213,24 @@ def read_optimizer(r: Reader, data: dict[str, Any]) -> OptimizerConfig:
         min_change_interval_ns=interval,
         apply_attempts=r.get(data, "apply_attempts", int_in(1, 100), d.apply_attempts),
         fit_processes=r.get(data, "fit_processes", int_in(0, 1024), d.fit_processes),
+        max_step_ratio=r.get(data, "max_step_ratio", _step_ratio, d.max_step_ratio),
+        max_changes_per_router_per_minute=r.get(
+            data,
+            "max_changes_per_router_per_minute",
+            int_in(0, 100_000),
+            d.max_changes_per_router_per_minute,
+        ),
+        freeze_file=r.get(data, "freeze_file", text, d.freeze_file),
+        dry_run=r.get(data, "dry_run", boolean, d.dry_run),
     )
+
+
+def _step_ratio(value: Any) -> float:
+    """The largest factor of one change: 0 (no limit) or above 1."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (value == 0 or 1 < value <= 1000)
+    ):
+        raise ValueError(f"must be 0 (no limit) or a factor in (1, 1000], got {value!r}")
+    return float(value)
