@@ -12,17 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from p4bs import paths
-from p4bs.config import LinkConfig, RouterConfig, load_config
+from p4bs.config import LinkConfig, OptimizerConfig, RouterConfig, load_config
 from p4bs_optimizer.changelog import LinkState
-from p4bs_optimizer.drivers.base import Attempt, ErrorKind, RouterDriver
+from p4bs_optimizer.drivers.base import Attempt, ErrorKind, FlowMatch, RouterDriver
 from p4bs_optimizer.policies.base import Decision, Policy, Window
-from p4bs_optimizer.service.controller import Clock, Guards, LinkController
+from p4bs_optimizer.service.controller import Clock, LinkController
+from p4bs_optimizer.service.guards import ChangeBudget, Guards, freeze, unfreeze
 from p4bs_optimizer.service.stats import ServiceStats
 from p4bs_optimizer.service.transaction import NextTransaction
 
@@ -38,8 +42,10 @@ def example_link() -> LinkConfig:
 
 
 class MemoryRouter(RouterDriver):
-    """A router in memory: every buffer set (clock ns, queue, bytes) and read is noted; a set
-    is in force at once and read back as set."""
+    """A router in memory: every buffer set (clock ns, queue, bytes), read and classifier set
+    is noted; a set is in force at once and read back as set."""
+
+    classifier_unsupported = None
 
     def __init__(self, clock: TestClock) -> None:
         super().__init__(RouterConfig("r1", "linux-tc", None, None, None, None, SECOND_NS, 1))
@@ -47,6 +53,12 @@ class MemoryRouter(RouterDriver):
         self.buffers = {0: ROUTER_BUFFER}
         self.sets: list[tuple[int, int, int]] = []
         self.reads: list[int] = []
+        self.classifiers: list[dict[int, list[FlowMatch]]] = []
+
+    def _set_classifier(
+        self, attempt: Attempt, interface: str, rules: Mapping[int, Sequence[FlowMatch]]
+    ) -> None:
+        self.classifiers.append({q: list(flows) for q, flows in rules.items()})
 
     def _set_buffer(self, attempt: Attempt, interface: str, queue: int, buffer_bytes: int) -> int:
         self.sets.append((self.clock.wall_ns(), queue, buffer_bytes))
@@ -100,7 +112,8 @@ class TestClock(Clock):
 
 class ScriptedPolicy(Policy):
     """Decides the buffer given by `decide_next` on the next window, nothing otherwise; notes
-    the end of every window it is given. It does not clamp: the controller must."""
+    the end of every window it is given; raises `raises` while it is set. It does not clamp:
+    the controller must."""
 
     name = "scripted"
 
@@ -108,12 +121,15 @@ class ScriptedPolicy(Policy):
         super().__init__(link, {})
         self.next: int | None = None
         self.seen: list[int] = []
+        self.raises: Exception | None = None
 
     def decide_next(self, buffer_bytes: int) -> None:
         self.next = buffer_bytes
 
     def decide(self, window: Window) -> list[Decision]:
         self.seen.append(window.window_end_ns)
+        if self.raises is not None:
+            raise self.raises
         buffer, self.next = self.next, None
         return [] if buffer is None else [Decision(buffer, "scripted", f"asked {buffer} B")]
 
@@ -122,7 +138,8 @@ class Host:
     """What the service is to a controller: the driver, the counters, and the next
     transaction, which `commit` commits (authorizing the decisions its states hold)."""
 
-    def __init__(self, driver: RouterDriver) -> None:
+    def __init__(self, driver: RouterDriver, changes_per_minute: int = 0) -> None:
+        self.budget = ChangeBudget(changes_per_minute)  # the one router's
         self.stats = ServiceStats()
         self.stopping = False
         self.driver = driver
@@ -132,6 +149,9 @@ class Host:
 
     def driver_of(self, router: str) -> RouterDriver:
         return self.driver
+
+    def change_budget(self, router: str) -> ChangeBudget:
+        return self.budget
 
     def fail(self, exc: Exception) -> None:
         self.failures.append(exc)
@@ -146,11 +166,24 @@ class Host:
 class Link:
     """A controller of the example link with the test's clock, router, policy and host."""
 
-    def __init__(self, guards: Guards, state: LinkState | None = None) -> None:
-        self.clock = TestClock()
-        self.router = MemoryRouter(self.clock)
-        self.host = Host(self.router)
-        self.link = example_link()
+    def __init__(
+        self,
+        guards: Guards,
+        state: LinkState | None = None,
+        *,
+        beside: Link | None = None,
+        interface: str = "eth1",
+        decide_thread: ThreadPoolExecutor | None = None,
+    ) -> None:
+        """`beside`: a link of the same router, whose clock, router and host this one
+        shares."""
+        if beside is None:
+            self.clock = TestClock()
+            self.router = MemoryRouter(self.clock)
+            self.host = Host(self.router, guards.max_changes_per_router_per_minute)
+        else:
+            self.clock, self.router, self.host = beside.clock, beside.router, beside.host
+        self.link = replace(example_link(), interface=interface)
         self.policy = ScriptedPolicy(self.link)
         self.controller = LinkController(
             self.link,
@@ -159,6 +192,7 @@ class Link:
             0,
             host=self.host,
             guards=guards,
+            decide_thread=decide_thread,
             clock=self.clock,
         )
 
@@ -170,6 +204,8 @@ class Link:
         self.controller.on_window(window(self.link, self.clock.now_ns))
         if self.controller.reading is not None:
             await self.controller.reading  # the router's buffer, read on the first window
+        if self.controller.deciding is not None:
+            await self.controller.deciding  # the decide thread's turn
 
     async def commit(self) -> None:
         """Commits the next transaction, then waits until the changes it authorized are
@@ -178,8 +214,11 @@ class Link:
         await until_applied_or_asleep(self.controller, self.clock)
 
     def outcomes(self) -> list[tuple[str, str, int]]:
-        """Each decision record's phase, outcome and buffer, in order."""
-        return [(r["phase"], r["outcome"], r["buffer_bytes"]) for r in self.host.records]
+        """Each decision record of this link: its phase, outcome and buffer, in order."""
+        return [(r["phase"], r["outcome"], r["buffer_bytes"]) for r in self.records()]
+
+    def records(self) -> list[dict[str, Any]]:
+        return [r for r in self.host.records if r["link_id"] == self.link.id]
 
 
 async def until_applied_or_asleep(controller: LinkController, clock: TestClock) -> None:
@@ -392,3 +431,184 @@ def test_the_router_s_buffer_is_read_once_when_the_link_is_taken() -> None:
     assert link.router.reads == [0]
     assert link.controller.state.buffer_changes == [(0, ROUTER_BUFFER)]
     assert link.policy.seen == [START_NS + i * WINDOW_NS for i in range(3)]
+
+
+@pytest.mark.parametrize("in_thread", [False, True], ids=["on the loop", "in the decide thread"])
+def test_a_policy_that_raises_puts_only_its_link_on_the_safe_buffer(in_thread: bool) -> None:
+    """eth1's policy raises: eth1 gets its safe buffer (phase fallback, the reason naming the
+    exception), once while it keeps raising; eth2 beside it goes on, and nothing stops the
+    service. eth1's policy is given the next windows, and its first decision without raising
+    brings its buffer back."""
+    safe = example_link().safe_buffer_bytes
+    thread = ThreadPoolExecutor(1) if in_thread else None
+    failing = Link(GUARDS, decide_thread=thread)
+    other = Link(GUARDS, beside=failing, interface="eth2")
+
+    async def scenario() -> None:
+        await failing.window(decide=200_000)
+        await failing.commit()
+        failing.clock.advance(SECOND_NS)
+        failing.policy.raises = ValueError("cannot convert float NaN to integer")
+        await failing.window()
+        await other.window(decide=300_000)
+        await failing.commit()
+        await other.commit()
+        failing.clock.advance(SECOND_NS)
+        await failing.window()  # raises again: no second fallback
+        await failing.commit()
+        failing.policy.raises = None
+        failing.clock.advance(SECOND_NS)
+        await failing.window()
+        await failing.commit()
+
+    try:
+        run(scenario)
+    finally:
+        if thread is not None:
+            thread.shutdown()
+    assert failing.host.failures == []
+    assert failing.outcomes() == [
+        ("scripted", "applied", 200_000),
+        ("fallback", "applied", safe),
+        ("resume", "applied", 200_000),
+    ]
+    reason = failing.records()[1]["reason"]
+    assert "policy p4bs raised ValueError: cannot convert float NaN to integer" in reason
+    assert other.outcomes() == [("scripted", "applied", 300_000)]
+    assert failing.host.stats.policy_failures == 2  # each window it raised on, counted
+    assert failing.controller.done == 4 and failing.controller.policy_failure is None
+    assert len(failing.policy.seen) == 4  # given every window, the failing ones too
+
+
+def test_a_change_larger_than_the_largest_step_comes_in_steps() -> None:
+    """max_step_ratio 2 from the router's 100,000 B to 1,000,000 B: 200,000, 400,000, 800,000,
+    then 1,000,000 B, one change per minimum interval, each recorded with the step; the safe
+    buffer of a fallback comes at once."""
+    guards = replace(GUARDS, max_step_ratio=2.0)
+    link = Link(guards)
+
+    async def scenario() -> None:
+        await link.window(decide=1_000_000)
+        await link.commit()
+        for _ in range(3):
+            link.clock.advance(SECOND_NS)
+            await link.commit()  # the continuation, staged by the change before
+        link.clock.advance(guards.stale_after_ns)
+        link.controller.check_stale(link.clock.monotonic_ns())
+        await link.commit()
+
+    run(scenario)
+    assert [buffer for _, buffer in sets_of(link.router)] == [
+        200_000,
+        400_000,
+        800_000,
+        1_000_000,
+        example_link().safe_buffer_bytes,  # 625,000 B: /1.6 from 1,000,000, at once anyway
+    ]
+    assert (
+        "a step of at most x2 from 100000 B: 200000 B now, 1000000 B in later"
+        in (link.records()[0]["reason"])
+    )
+
+
+def test_a_large_fallback_is_not_held_to_the_step() -> None:
+    guards = replace(GUARDS, max_step_ratio=2.0)
+    link = Link(guards)
+    link.router.buffers[0] = 40_000_000  # far above the link's max: the bound wins, then safe
+
+    async def scenario() -> None:
+        await link.window()
+        link.clock.advance(guards.stale_after_ns)
+        link.controller.check_stale(link.clock.monotonic_ns())
+        await link.commit()
+
+    run(scenario)
+    assert sets_of(link.router) == [(guards.stale_after_ns, example_link().safe_buffer_bytes)]
+
+
+def test_a_router_s_change_budget_holds_its_links_changes_for_the_minute() -> None:
+    """One change a minute for the router: eth1's change is made, eth2's (the same router)
+    waits until a minute after it."""
+    guards = replace(GUARDS, max_changes_per_router_per_minute=1)
+    first = Link(guards)
+    second = Link(guards, beside=first, interface="eth2")
+
+    async def scenario() -> None:
+        await first.window(decide=200_000)
+        await second.window(decide=300_000)
+        await first.commit()
+        await second.commit()
+        assert first.clock.sleeps == [pytest.approx(60.0)], "eth2 did not wait for the budget"
+        first.clock.advance(60 * SECOND_NS - 1)
+        await until_applied_or_asleep(second.controller, first.clock)
+        assert len(first.router.sets) == 1
+        first.clock.advance(1)
+        await until_applied_or_asleep(second.controller, first.clock)
+
+    run(scenario)
+    assert sets_of(first.router) == [(0, 200_000), (60 * SECOND_NS, 300_000)]
+
+
+def test_while_the_freeze_file_exists_nothing_is_written_to_the_router(tmp_path: Path) -> None:
+    """Frozen: decisions (the safe buffer's too) are recorded as skipped with the freeze's
+    reason and never applied, also one already waiting out the minimum interval; unfrozen,
+    the next decision is applied."""
+    flag = tmp_path / "optimizer.freeze"
+    link = Link(replace(GUARDS, freeze_file=flag))
+
+    async def scenario() -> None:
+        await link.window(decide=200_000)
+        await link.commit()
+        link.clock.advance(SECOND_NS // 5)
+        await link.window(decide=300_000)
+        await link.commit()  # waits out the rest of the interval
+        freeze(flag, "maintenance window CHG-42")
+        link.clock.advance(SECOND_NS)
+        await until_applied_or_asleep(link.controller, link.clock)
+        link.clock.advance(GUARDS.stale_after_ns)
+        link.controller.check_stale(link.clock.monotonic_ns())
+        await link.commit()
+        assert unfreeze(flag)
+        await link.window(decide=400_000)
+        await link.commit()
+
+    run(scenario)
+    assert [buffer for _, buffer in sets_of(link.router)] == [200_000, 400_000]
+    outcomes = link.outcomes()
+    assert outcomes[1:3] == [
+        ("scripted", "skipped", 300_000),
+        ("fallback", "skipped", example_link().safe_buffer_bytes),
+    ]
+    assert "maintenance window CHG-42" in link.records()[1]["reason"]
+    assert outcomes[-1] == ("scripted", "applied", 400_000)
+
+
+def test_the_config_s_dry_run_ors_with_the_command_line_s() -> None:
+    config = OptimizerConfig(dry_run=True)
+    assert Guards.of(config, dry_run=False).dry_run
+    assert Guards.of(OptimizerConfig(), dry_run=True).dry_run
+    assert not Guards.of(OptimizerConfig(), dry_run=False).dry_run
+
+
+def test_a_pending_change_from_a_saved_state_is_checked_again_and_sets_no_classifier() -> None:
+    """A saved state's unapplied decision (1 B, with a flow list) on a link whose policy does
+    not separate flows: held to the link's bounds and the step, the classifier left alone."""
+    saved = LinkState(
+        policy=ScriptedPolicy.name,
+        in_force={0: ROUTER_BUFFER},
+        unapplied={
+            0: Decision(1, "optimise", "from a saved state", flows=("10.0.0.1:1>10.0.0.2:2/6",))
+        },
+    )
+    link = Link(replace(GUARDS, max_step_ratio=2.0), saved)
+
+    async def scenario() -> None:
+        link.controller.save()  # as the service does for a state restored with decisions
+        await link.commit()
+
+    run(scenario)
+    assert link.router.classifiers == []
+    assert sets_of(link.router) == [(0, ROUTER_BUFFER // 2)]
+    reason = link.records()[0]["reason"]
+    assert "held to the link's bounds (1 B asked)" in reason
+    assert "flow list ignored" in reason and "x2" in reason

@@ -33,32 +33,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from p4bs.config import LinkConfig, OptimizerConfig
+from p4bs.config import LinkConfig
 from p4bs_optimizer.changelog import LinkState
 from p4bs_optimizer.drivers.base import DriverError, RouterDriver
 from p4bs_optimizer.policies.base import Decision, Policy, Window
+from p4bs_optimizer.policies.jenks import JenksPolicy
+from p4bs_optimizer.service.guards import ChangeBudget, Guards
 from p4bs_optimizer.service.stats import ServiceStats
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Guards:
-    """The settings of a link's safety guards (the link's [min, max] is its policy's clamp)."""
-
-    min_change_interval_ns: int  # between two changes of the link's buffer
-    stale_after_ns: int  # no window this long: the safe buffer
-    dry_run: bool = False  # decide and record, apply nothing
-
-    @classmethod
-    def of(cls, optimizer: OptimizerConfig, *, dry_run: bool) -> Guards:
-        return cls(optimizer.min_change_interval_ns, optimizer.stale_after_ns, dry_run)
 
 
 class Clock:
@@ -122,6 +112,10 @@ class ControllerHost(Protocol):
         """The driver of the router named `router` (one per router)."""
         ...
 
+    def change_budget(self, router: str) -> ChangeBudget:
+        """The change budget of the router named `router`, shared by its links."""
+        ...
+
     def fail(self, exc: Exception) -> None:
         """A failure off the loop (the decide thread, a change): the host stops and raises
         it."""
@@ -170,6 +164,9 @@ class LinkController:
         self.snapshot_done = 0  # windows the policy's last snapshot covers
         self.saved_through = 0
         self.reading: asyncio.Task[None] | None = None  # the router's buffer, read once
+        # Why the policy is on the safe buffer (it raised; see policy_raised); None: it is not.
+        self.policy_failure: str | None = None
+        self.budget = host.change_budget(link.router)
 
     # ---- windows in --------------------------------------------------------------------
     def on_window(self, window: Window) -> int:
@@ -201,27 +198,40 @@ class LinkController:
             self.state.buffer_changed(0, buffer)
 
     def _decide_here(self, window: Window) -> None:
-        decisions = self.policy.decide(window) if self._accept(window) else None
+        if not self._accept(window):
+            self._decided(window, None)
+            return
+        try:
+            decisions = self.policy.decide(window)
+        except Exception as exc:
+            self._decide_failed(window, exc)
+            return
         self._decided(window, decisions)
 
     async def _decide_inbox(self) -> None:
         """Decides the inbox's windows in the decide thread, one after the other, until it is
         empty, the service stops or the link is released (the rest are left to whoever
-        resumes the link: their offsets are not committed). A failing policy stops the
-        service, as it would on the loop."""
+        resumes the link: their offsets are not committed). A policy that raises puts the
+        link on its safe buffer (`policy_raised`), as it would on the loop; a failure of the
+        controller itself stops the service."""
         loop = asyncio.get_running_loop()
         try:
             while self.inbox and not self.host.stopping and not self.released:
                 window = self.inbox.popleft()
-                decisions = None
-                if self._accept(window):
-                    self.in_thread = True
-                    try:
-                        decisions = await loop.run_in_executor(
-                            self.decide_thread, self.policy.decide, window
-                        )
-                    finally:
-                        self.in_thread = False
+                if not self._accept(window):
+                    self._decided(window, None)
+                    continue
+                self.in_thread = True
+                try:
+                    decisions = await loop.run_in_executor(
+                        self.decide_thread, self.policy.decide, window
+                    )
+                except Exception as exc:
+                    self.in_thread = False
+                    self._decide_failed(window, exc)
+                    continue
+                finally:
+                    self.in_thread = False
                 self._decided(window, decisions)
         except Exception as exc:
             self.host.fail(exc)
@@ -236,19 +246,11 @@ class LinkController:
             return False
         self.host.stats.windows += 1
         if self.state.fallback:
-            # Metrics are back: the policy's own buffers return.
+            # Metrics are back: the policy's own buffers return (unless it raises: then the
+            # safe buffer stays until it decides again).
             self.state.fallback = False
-            restored = [
-                Decision(
-                    b,
-                    "resume",
-                    "metrics are back; the policy's buffer returns",
-                    queue=q,
-                    window_end_ns=window.window_end_ns,
-                )
-                for q, b in sorted(self.state.intended.items())
-            ]
-            self.submit(restored, from_policy=False)
+            if self.policy_failure is None:
+                self._resume(window, "metrics are back; the policy's buffer returns")
         return True
 
     def _decided(self, window: Window, decisions: list[Decision] | None) -> None:
@@ -260,8 +262,52 @@ class LinkController:
             return
         self.decided_end_ns = window.window_end_ns
         self.dirty = True
+        if self.policy_failure is not None:
+            # The policy decides again: its buffers return (those it decides now win).
+            log.info("link %s: policy %s decides again", self.link.id, self.link.policy)
+            self.policy_failure = None
+            self._resume(window, "the policy decides again; its buffer returns")
         made_on = [replace(d, window_end_ns=window.window_end_ns) for d in decisions]
         self.submit(made_on, from_policy=True)
+
+    def _decide_failed(self, window: Window, exc: Exception) -> None:
+        """The policy raised on `window`: the window is done (it is not decided again on a
+        replay), and the link goes to its safe buffer."""
+        self.done += 1
+        self.decided_end_ns = window.window_end_ns
+        self.dirty = True
+        self.policy_raised(exc, f"on the window ending at {window.window_end_ns} ns")
+
+    def policy_raised(self, exc: Exception, where: str) -> None:
+        """The link's policy raised: the link goes to its safe buffer (phase "fallback", the
+        reason naming the exception) and stays there while it raises; the policy is given
+        every later window, and its first decision without raising brings its buffers back.
+        The other links and the process go on."""
+        self.host.stats.policy_failures += 1
+        cause = f"{type(exc).__name__}: {exc}"
+        log.error(
+            "link %s: policy %s raised %s: %s; the link is on its safe buffer until the "
+            "policy decides again",
+            self.link.id,
+            self.link.policy,
+            where,
+            cause,
+            exc_info=exc,
+        )
+        if self.policy_failure is not None:
+            self.save()
+            return
+        self.policy_failure = cause
+        reason = f"policy {self.link.policy} raised {cause}: the safe buffer"
+        self.submit([Decision(self.link.safe_buffer_bytes, "fallback", reason)], from_policy=False)
+
+    def _resume(self, window: Window, why: str) -> None:
+        """The policy's own buffers (the state's intended ones) again, phase "resume"."""
+        restored = [
+            Decision(b, "resume", why, queue=q, window_end_ns=window.window_end_ns)
+            for q, b in sorted(self.state.intended.items())
+        ]
+        self.submit(restored, from_policy=False)
 
     def check_stale(self, now_ns: int) -> None:
         """Falls back to the safe buffer once when metrics have been missing too long."""
@@ -324,15 +370,23 @@ class LinkController:
             self.applying = asyncio.get_running_loop().create_task(self._apply_authorized())
 
     async def _apply_authorized(self) -> None:
-        """Applies the authorized decisions, at most one change per minimum interval. A
-        failure other than the router's (those are recorded) stops the service."""
+        """Applies the authorized decisions, at most one change per minimum interval and
+        within the router's change budget (both wait; frozen, nothing waits: nothing is
+        written). A failure other than the router's (those are recorded) stops the
+        service."""
         interval_ns = self.guards.min_change_interval_ns
         try:
             while self.authorized and not self.released:
-                wait_ns = self.state.last_change_ns + interval_ns - self.clock.wall_ns()
-                if wait_ns > 0:
-                    await self.clock.sleep(wait_ns / 1e9)  # a rate limit, not a synchronisation
-                    continue
+                if self.guards.frozen() is None:
+                    now_ns = self.clock.wall_ns()
+                    wait_ns = self.state.last_change_ns + interval_ns - now_ns
+                    if not self.guards.dry_run:
+                        wait_ns = max(wait_ns, self.budget.wait_ns(now_ns))
+                    if wait_ns > 0:
+                        await self.clock.sleep(wait_ns / 1e9)  # a rate limit, not a sync
+                        continue
+                    if not self.guards.dry_run:
+                        self.budget.take(now_ns)
                 decisions = sorted(self.authorized.values(), key=lambda d: d.queue)
                 self.authorized.clear()
                 self.in_apply = {d.queue: d for d in decisions}
@@ -344,27 +398,45 @@ class LinkController:
             self.host.fail(exc)
 
     async def _apply(self, decisions: list[Decision]) -> None:
+        """One change: the decisions' classifier (a jenks link's only) and buffers, each held
+        to the link's bounds and the largest step, unless frozen; a decision cut to the step
+        is continued by a further change towards its buffer."""
         driver = None if self.guards.dry_run else self.host.driver_of(self.link.router)
         flows = {d.queue: list(d.flows) for d in decisions if d.flows}
+        ignored_flows = ""
+        if flows and not isinstance(self.policy, JenksPolicy):
+            # A flow list replaces the interface's whole classifier: only the policy that
+            # separates flows may send one (not, e.g., a saved state of another link's).
+            flows = {}
+            ignored_flows = f"; its flow list ignored (only a {JenksPolicy.name} link sets one)"
         classifier_error = None
-        if flows and driver is not None:
+        frozen = self.guards.frozen()
+        if flows and driver is not None and frozen is None:
             try:
                 await driver.set_classifier(self.link.interface, flows)
             except (DriverError, NotImplementedError) as exc:
                 classifier_error = str(exc)
+        continued = []
         for decision in decisions:
-            buffer = self.policy.clamp(decision.buffer_bytes)
-            reason = decision.reason
-            if buffer != decision.buffer_bytes:
+            aim = self.policy.clamp(decision.buffer_bytes)
+            reason = decision.reason + (ignored_flows if decision.flows else "")
+            if aim != decision.buffer_bytes:
                 reason += f"; held to the link's bounds ({decision.buffer_bytes} B asked)"
             previous = self.state.in_force.get(decision.queue)
             if previous is None and driver is not None:
                 with contextlib.suppress(DriverError):  # the set below reports the failure
                     previous = await driver.get_buffer(self.link.interface, decision.queue)
-            if driver is None:
+            buffer, step_note = self._step(aim, previous, decision.phase)
+            reason += step_note
+            frozen = self.guards.frozen()  # once more: a freeze takes effect at once
+            if frozen is not None:
+                outcome, reason = "skipped", f"{reason}; not applied: {frozen}"
+            elif driver is None:
                 outcome = "dry_run"
             elif classifier_error is not None:
                 outcome, reason = "failed", f"{reason}; classifier not set: {classifier_error}"
+            elif buffer is None:
+                outcome = "failed"
             else:
                 try:
                     buffer = await driver.set_buffer(self.link.interface, decision.queue, buffer)
@@ -373,19 +445,22 @@ class LinkController:
                     outcome, reason = "failed", f"{reason}; {exc}"
             applied_ns = self.clock.wall_ns()
             if outcome == "applied":
+                assert buffer is not None
                 self.state.in_force[decision.queue] = buffer
                 self.state.last_change_ns = applied_ns
                 if decision.queue == 0:
                     if not self.state.buffer_changes and previous is not None:
                         self.state.buffer_changed(0, previous)
                     self.state.buffer_changed(applied_ns, buffer)
+                if buffer != aim:
+                    continued.append(replace(decision, buffer_bytes=aim, flows=()))
             if self.state.unapplied.get(decision.queue) is decision:
                 del self.state.unapplied[decision.queue]
             self.host.outgoing.record(
                 DecisionMade(
                     self.link,
                     decision,
-                    buffer,
+                    aim if buffer is None else buffer,
                     previous,
                     reason,
                     outcome,
@@ -393,8 +468,36 @@ class LinkController:
                     applied_ns,
                 )
             )
-        # The records and the state that no longer holds these decisions commit together.
-        self.save()
+        # The records and the state that no longer holds these decisions commit together;
+        # the rest of a cut decision (unless a newer one for its queue came) with them.
+        continued = [d for d in continued if d.queue not in self.state.unapplied]
+        if continued:
+            self.submit(continued, from_policy=False)
+        else:
+            self.save()
+
+    def _step(self, aim: int, previous: int | None, phase: str) -> tuple[int | None, str]:
+        """The buffer one change may set towards `aim` from `previous` (the largest step),
+        and a note for the reason; None when the step cannot be held (the buffer in force is
+        not known). The safe buffer of a fallback is applied at once."""
+        ratio = self.guards.max_step_ratio
+        if not ratio or phase == "fallback" or aim == previous:
+            return aim, ""
+        if previous is None:
+            if self.guards.dry_run:
+                return aim, ""
+            return None, (
+                "; not applied: the buffer in force could not be read, so the largest step "
+                f"(x{ratio:g}) cannot be held"
+            )
+        low, high = math.ceil(previous / ratio), math.floor(previous * ratio)
+        buffer = self.policy.clamp(min(max(aim, low), high))
+        if buffer == aim:
+            return aim, ""
+        return buffer, (
+            f"; a step of at most x{ratio:g} from {previous} B: {buffer} B now, {aim} B in "
+            "later changes"
+        )
 
     # ---- state -------------------------------------------------------------------------
     def save(self) -> None:
@@ -402,7 +505,14 @@ class LinkController:
         decide thread its snapshot is the one from before (with the windows it covers): the
         state goes on being saved, the policy's part once the decision is in."""
         if not self.in_thread:
-            self.state.policy_state = self.policy.snapshot()
+            try:
+                self.state.policy_state = self.policy.snapshot()
+            except Exception as exc:  # the state saved before stays; the link falls back
+                self.in_thread = True  # (its save must not snapshot again)
+                try:
+                    self.policy_raised(exc, "in its snapshot")
+                finally:
+                    self.in_thread = False
             self.state.last_window_end_ns = self.decided_end_ns
             self.snapshot_done = self.done
             self.dirty = False

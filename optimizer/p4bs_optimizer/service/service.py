@@ -46,10 +46,11 @@ from p4bs_optimizer.changelog import LinkState
 from p4bs_optimizer.drivers import driver_for
 from p4bs_optimizer.drivers.base import RouterDriver
 from p4bs_optimizer.policies import policy_for
-from p4bs_optimizer.policies.base import Window
+from p4bs_optimizer.policies.base import Policy, Window
 from p4bs_optimizer.policies.jenks import JenksPolicy
-from p4bs_optimizer.service.controller import Guards, LinkController
+from p4bs_optimizer.service.controller import LinkController
 from p4bs_optimizer.service.fit_pool import FitPool, warm_up_grid
+from p4bs_optimizer.service.guards import ChangeBudget, Guards
 from p4bs_optimizer.service.links_follower import LinksFollower
 from p4bs_optimizer.service.ownership import Ownership
 from p4bs_optimizer.service.stats import ServiceStats
@@ -102,8 +103,8 @@ class OptimizerService:
         on_transaction: Callable[[Transaction], None] | None = None,
     ) -> None:
         self.config = config
-        self.dry_run = dry_run
         self.guards = Guards.of(config.optimizer, dry_run=dry_run)
+        self.dry_run = self.guards.dry_run  # the flag or the config's
         self.instance = instance or default_instance(config)
         self.stats = ServiceStats()
         self.links = {link.id: link for link in config.links}
@@ -115,6 +116,7 @@ class OptimizerService:
         self.fits = FitPool(config)
         self._on_transaction = on_transaction
         self._drivers: dict[str, RouterDriver] = {}
+        self._budgets: dict[str, ChangeBudget] = {}
         self._make_driver = make_driver or self._driver_for
         self._producer: TransactionalProducer | None = None
         self._stop = threading.Event()
@@ -131,6 +133,13 @@ class OptimizerService:
         if driver is None:
             driver = self._drivers[router] = self._make_driver(self.routers[router])
         return driver
+
+    def change_budget(self, router: str) -> ChangeBudget:
+        budget = self._budgets.get(router)
+        if budget is None:
+            per_minute = self.guards.max_changes_per_router_per_minute
+            budget = self._budgets[router] = ChangeBudget(per_minute)
+        return budget
 
     @property
     def stopping(self) -> bool:
@@ -158,11 +167,12 @@ class OptimizerService:
             self.stats.unknown_links += 1
             return None
         policy = policy_for(link)
-        if saved is not None and saved.policy == link.policy:
-            policy.restore(saved.policy_state)
+        if saved is not None and saved.policy == link.policy and self._restore(policy, saved):
             state = saved
             log.info("link %s: resumed %s from its changelog", link_id, link.policy)
-        elif saved is not None:
+        elif saved is not None:  # another policy's, or one its policy refused
+            if saved.policy == link.policy:
+                policy = policy_for(link)  # afresh: restore may have left it half-done
             state = LinkState(
                 policy=link.policy,
                 last_window_end_ns=saved.last_window_end_ns,
@@ -186,6 +196,23 @@ class OptimizerService:
         if state.unapplied:
             controller.save()  # this owner's transaction authorizes them
         return controller
+
+    def _restore(self, policy: Policy, saved: LinkState) -> bool:
+        """Resumes `policy` from a saved state of its own; False (logged, counted) when the
+        policy refuses it: the link goes on, its policy afresh."""
+        try:
+            policy.restore(saved.policy_state)
+        except Exception as exc:
+            self.stats.restore_failures += 1
+            log.error(
+                "link %s: its saved %s state was refused (%s: %s); the policy starts afresh",
+                policy.link.id,
+                saved.policy,
+                type(exc).__name__,
+                exc,
+            )
+            return False
+        return True
 
     # ---- the loop ----------------------------------------------------------------------
     def _streams(self) -> list[str]:
@@ -218,9 +245,12 @@ class OptimizerService:
             driven = self.controllers.get(link_id)
             sampled = bool(received.record["rtt_ns"])
             if sampled and driven is not None and isinstance(driven.policy, JenksPolicy):
-                driven.policy.observe_flows(
-                    received.record["ts_ns"], flow_min_rtts(received.record)
-                )
+                try:
+                    driven.policy.observe_flows(
+                        received.record["ts_ns"], flow_min_rtts(received.record)
+                    )
+                except Exception as exc:  # this link falls back; the others go on
+                    driven.policy_raised(exc, "observing its flows' RTTs")
         self.owned.received(partition, received.offset, controller, number)
 
     async def _handle_batch(self, batch: list[Received], consumer: RecordConsumer) -> None:
@@ -410,6 +440,7 @@ def summary_line(service: OptimizerService) -> str:
     return (
         f"links {len(service.controllers)}, windows {s.windows} (replayed {s.replayed}), "
         f"decisions {s.decisions}: applied {s.applied}, failed {s.failed}, "
-        f"fallbacks {s.fallbacks}, unknown links {s.unknown_links}, partitions "
-        f"{len(service.owned.partitions)}, transactions {s.transactions} (aborted {s.aborted})"
+        f"fallbacks {s.fallbacks}, policy failures {s.policy_failures}, unknown links "
+        f"{s.unknown_links}, partitions {len(service.owned.partitions)}, transactions "
+        f"{s.transactions} (aborted {s.aborted})"
     )

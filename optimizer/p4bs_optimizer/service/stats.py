@@ -14,7 +14,9 @@ class ServiceStats:
     applied: int = 0
     failed: int = 0
     skipped: int = 0
-    fallbacks: int = 0
+    fallbacks: int = 0  # links put on their safe buffer by stale metrics
+    policy_failures: int = 0  # a link's policy raised (the link went to its safe buffer)
+    restore_failures: int = 0  # a saved policy state its policy refused (started afresh)
     transactions: int = 0
     aborted: int = 0  # transactions the group refused or that failed: the group rejoined
     assigned: int = 0  # partitions the group gave this process, in all
