@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -18,54 +17,16 @@ import pytest
 from lxml import etree
 from ncclient.operations.edit import EditConfig
 from pygnmi.client import construct_update_message, gNMIclient
+from pygnmi.create_gnmi_path import gnmi_path_generator
 
-from p4bs.yang import YangError, yang_model
+from p4bs.yang import PathElems, YangError, delete, embed, yang_model
 
 OC_QOS_MODULE = "openconfig-qos"
-PathElems = list[tuple[str, dict[str, str]]]
 
 
 def gnmi_elems(path: str) -> PathElems:
-    """'/qos/a/b[k=v]/c' -> [('qos', {}), ('a', {}), ('b', {'k': 'v'}), ('c', {})]."""
-    elems = []
-    for part in re.findall(r"[^/\[]+(?:\[[^\]]*\])*", path):
-        name, _, keys = part.partition("[")
-        found = dict(re.findall(r"([^=\[\]]+)=([^\]]*)", "[" + keys)) if keys else {}
-        elems.append((name, found))
-    return elems
-
-
-def embed(elems: PathElems, value: Any, module: str = OC_QOS_MODULE) -> dict[str, Any]:
-    """A value at a gNMI path as a whole RFC 7951 document (list entries carry their keys)."""
-    node = value
-    for name, keys in reversed(elems):
-        node = {name: [{**keys, **node}]} if keys else {name: node}
-    ((top, child),) = node.items()
-    return {f"{module}:{top.split(':')[-1]}": child}
-
-
-def delete(doc: dict[str, Any], elems: PathElems, module: str = OC_QOS_MODULE) -> None:
-    """Removes the node at a gNMI path from `doc` (a list entry by its keys)."""
-    node: Any = doc
-    first, *rest = elems
-    steps = [(f"{module}:{first[0].split(':')[-1]}", first[1]), *rest]
-    for i, (name, keys) in enumerate(steps):
-        last = i == len(steps) - 1
-        child = node.get(name) if isinstance(node, dict) else None
-        if child is None:
-            raise YangError(f"delete: nothing at {name} of {elems}")
-        if keys:
-            entries = [e for e in child if all(str(e.get(k)) == v for k, v in keys.items())]
-            if not entries:
-                raise YangError(f"delete: no {name}{keys} in {elems}")
-            if last:
-                child.remove(entries[0])
-                return
-            node = entries[0]
-        elif last:
-            del node[name]
-        else:
-            node = child
+    """A path string as pygnmi puts it on the wire: [('qos', {}), ('b', {'k': 'v'}), ...]."""
+    return [(e.name, dict(e.key)) for e in gnmi_path_generator(path).elem]
 
 
 def after_gnmi_set(
@@ -76,13 +37,14 @@ def after_gnmi_set(
     model = yang_model("openconfig")
     doc = copy.deepcopy(config)
     for path in deletes:
-        delete(doc, gnmi_elems(path))
+        if not delete(doc, gnmi_elems(path), OC_QOS_MODULE):
+            raise YangError(f"delete: nothing at {path}")
     for path, raw in updates:
         try:
             value = json.loads(raw)
         except ValueError:
             raise YangError(f"{path}: the value {raw!r} is not JSON") from None
-        doc = model.merge(doc, embed(gnmi_elems(path), value))
+        doc = model.merge(doc, embed(gnmi_elems(path), value, OC_QOS_MODULE))
     model.validate(doc)
     return doc
 

@@ -11,7 +11,11 @@ A `YangModel` is loaded once per dialect (`yang_model`) and then:
 - `from_xml(element)`: a NETCONF <config>/<data> element's children as RFC 7951 JSON
   (types checked, nothing else), and `to_xml(raw)` back;
 - `merge(base, patch)`: a NETCONF "merge" of one document into another (list entries by
-  their keys; a case of a choice replaces the other cases).
+  their keys; a case of a choice replaces the other cases);
+- `scalar(names, text)`: a leaf's value given as text (a gNMI typed scalar) as RFC 7951 JSON.
+
+`embed` and `delete` place a value at, or remove the node at, a gNMI-style path (a list of
+(name, keys)) in an RFC 7951 document: how a gNMI Set is applied to a configuration.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ DIALECTS = {
 }
 
 RawObject = dict[str, Any]
+PathElems = list[tuple[str, dict[str, str]]]
 
 
 class YangError(ValueError):
@@ -134,6 +139,64 @@ class YangModel:
     def merge(self, base: RawObject, patch: RawObject) -> RawObject:
         """`patch` merged into `base` as NETCONF's default operation does; a new object."""
         return _merge_object(self._dm.schema, None, base, patch)
+
+    def scalar(self, module: str, names: list[str], text: str) -> Any:
+        """The leaf at `names` (data node names from the top, in `module` unless prefixed)
+        given `text`, as RFC 7951 JSON (a uint64 as a string, a uint8 as a number). Raises
+        YangError for a path that is no leaf or text its type does not take."""
+        node: Any = self._dm.schema
+        ns: str | None = module
+        for member in names:
+            if not isinstance(node, InternalNode):
+                raise YangError(f"{self.dialect}: {'/'.join(names)}: {member!r} is below a leaf")
+            node = _child(node, member, ns)
+            ns = node.ns
+        leaf_type = getattr(node, "type", None)
+        if leaf_type is None:
+            raise YangError(f"{self.dialect}: {'/'.join(names)} is not a leaf")
+        value = leaf_type.parse_value(text)
+        if value is None:
+            raise YangError(f"{self.dialect}: {'/'.join(names)}: {text!r} is not a {leaf_type}")
+        return leaf_type.to_raw(value)
+
+
+def embed(elems: PathElems, value: Any, module: str) -> RawObject:
+    """`value` at a gNMI path as a whole RFC 7951 document (list entries carry their keys;
+    the top member qualified by `module` unless the path's first name is)."""
+    node = value
+    for name, keys in reversed(elems):
+        node = {name: [{**keys, **node}]} if keys else {name: node}
+    ((top, child),) = node.items()
+    return {top if ":" in top else f"{module}:{top}": child}
+
+
+def delete(doc: RawObject, elems: PathElems, module: str) -> bool:
+    """Removes the node at a gNMI path from `doc` (a list entry by its keys); False if there
+    is none."""
+    node: Any = doc
+    (first, first_keys), *rest = elems
+    steps = [(first if ":" in first else f"{module}:{first}", first_keys), *rest]
+    for i, (name, keys) in enumerate(steps):
+        last = i == len(steps) - 1
+        child = node.get(name) if isinstance(node, dict) else None
+        if child is None:
+            return False
+        if keys:
+            if not isinstance(child, list):
+                return False
+            entries = [e for e in child if all(str(e.get(k)) == v for k, v in keys.items())]
+            if not entries:
+                return False
+            if last:
+                child.remove(entries[0])
+                return True
+            node = entries[0]
+        elif last:
+            del node[name]
+            return True
+        else:
+            node = child
+    return False
 
 
 @functools.cache

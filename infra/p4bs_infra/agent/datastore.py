@@ -1,4 +1,7 @@
-"""A subset of OpenConfig QoS served by the router agent, mapped onto Linux tc.
+"""The router's queues in Linux tc, driven through a subset of OpenConfig QoS in p4bs's own
+shape: what NETCONF (OpenConfig dialect) serves and the Junos mode applies its commits with.
+gNMI serves a router-shaped configuration instead (p4bs_infra.agent.openconfig), which puts its
+changes in force through this one.
 
 Every managed interface has an htb root whose classes 1:10, 1:11, ... each feed a bfifo: those
 are the interface's output queues q0, q1, ... (q<k> = class 1:<0x10 + k>). One
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 import socket
 import subprocess
 import threading
@@ -48,6 +52,7 @@ from p4bs_linux_tc.netlink import NetlinkError, Rtnetlink
 from p4bs_linux_tc.queues import MIN_BUFFER_BYTES, QUEUE_CLASS_BASE, htb_shaping
 
 PathElems = list[tuple[str, dict[str, str]]]
+UNSIGNED = re.compile(r"[0-9]+")  # ASCII digits only: str.isdigit() takes "²" and fullwidth digits
 
 
 class AgentError(Exception):
@@ -102,8 +107,8 @@ def _uint(value: Any, where: str, bits: int = 64) -> int:
         raise AgentError(
             AgentError.INVALID, f"{where}: expected an unsigned integer, got {value!r}"
         )
-    text = str(value).strip()
-    if not text.isdigit():
+    text = str(value)
+    if not UNSIGNED.fullmatch(text):
         raise AgentError(
             AgentError.INVALID, f"{where}: expected an unsigned integer, got {value!r}"
         )
@@ -229,7 +234,7 @@ class RouterQos:
     def get(self, path: PathElems, config_only: bool = False) -> list[tuple[PathElems, Any]]:
         """Every node matching `path` (keys may be omitted or '*': wildcards) with its value."""
         elems = _strip_root(path)
-        matches = list(_select({"qos": self.tree(config_only)}, [("qos", {}), *elems], []))
+        matches = list(select({"qos": self.tree(config_only)}, [("qos", {}), *elems], []))
         if not matches:
             raise AgentError(AgentError.NOT_FOUND, f"{format_path(path)}: no such node")
         return matches
@@ -538,7 +543,7 @@ def _same(value: Any, expected: str, where: str) -> None:
 
 def _queue_index(name: str) -> int | None:
     digits = name[1:]
-    if name.startswith("q") and digits.isdigit() and 1 <= int(digits) < MAX_QUEUES:
+    if name.startswith("q") and UNSIGNED.fullmatch(digits) and 1 <= int(digits) < MAX_QUEUES:
         return int(digits)
     return None
 
@@ -552,7 +557,7 @@ def _fifo_of(queue: str) -> str:
 
 
 def _term_id(text: str, where: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 999:
+    if not UNSIGNED.fullmatch(text) or not 1 <= int(text) <= 999:
         raise AgentError(AgentError.INVALID, f"{where}: term ids are integers 1..999")
     return int(text)
 
@@ -616,7 +621,7 @@ def _strip_root(path: PathElems) -> PathElems:
     return path
 
 
-def _select(node: Any, path: PathElems, seen: PathElems) -> Iterator[tuple[PathElems, Any]]:
+def select(node: Any, path: PathElems, seen: PathElems) -> Iterator[tuple[PathElems, Any]]:
     if not path:
         yield seen, node
         return
@@ -629,9 +634,9 @@ def _select(node: Any, path: PathElems, seen: PathElems) -> Iterator[tuple[PathE
             entry_keys = {k: str(entry[k]) for k in keys if k in entry}
             if all(v == "*" or entry_keys.get(k) == v for k, v in keys.items()):
                 own_keys = _list_keys(name, entry)
-                yield from _select(entry, rest, [*seen, (name, own_keys)])
+                yield from select(entry, rest, [*seen, (name, own_keys)])
         return
-    yield from _select(child, rest, [*seen, (name, keys)])
+    yield from select(child, rest, [*seen, (name, keys)])
 
 
 LIST_KEYS = {
@@ -639,13 +644,20 @@ LIST_KEYS = {
     "buffer-allocation-profile": "name",
     "queue": "name",
     "interface": "interface-id",
-    "classifier": "name",
+    "classifier": "name",  # an interface's classifiers are keyed by "type"
     "term": "id",
 }
 
 
-def _list_keys(name: str, entry: dict[str, Any]) -> dict[str, str]:
+def _list_key(name: str, entry: dict[str, Any]) -> str | None:
     key = LIST_KEYS.get(name)
+    if name == "classifier" and key not in entry and "type" in entry:
+        return "type"
+    return key
+
+
+def _list_keys(name: str, entry: dict[str, Any]) -> dict[str, str]:
+    key = _list_key(name, entry)
     return {key: str(entry[key])} if key and key in entry else {}
 
 
@@ -656,13 +668,13 @@ def flatten(path: PathElems, value: Any) -> Iterator[tuple[PathElems, Any]]:
         for name, child in value.items():
             name = name.split(":")[-1]
             if isinstance(child, list):
-                key = LIST_KEYS.get(name)
-                if key is None:
+                if name not in LIST_KEYS:
                     raise AgentError(
                         AgentError.NOT_FOUND, f"{format_path(path)}/{name}: no such list"
                     )
                 for entry in child:
-                    if not isinstance(entry, dict) or key not in entry:
+                    key = _list_key(name, entry) if isinstance(entry, dict) else None
+                    if key is None or not isinstance(entry, dict) or key not in entry:
                         raise AgentError(
                             AgentError.INVALID,
                             f"{format_path(path)}/{name}: list entries need their key {key!r}",

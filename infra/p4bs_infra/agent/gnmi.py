@@ -20,7 +20,15 @@ import grpc
 from pygnmi.spec.v080 import gnmi_pb2 as pb
 from pygnmi.spec.v080 import gnmi_pb2_grpc as pb_grpc
 
-from p4bs_infra.agent.datastore import AgentError, PathElems, RouterQos, flatten, format_path
+from p4bs_infra.agent.datastore import (
+    UNSIGNED,
+    AgentError,
+    PathElems,
+    RouterQos,
+    flatten,
+    format_path,
+)
+from p4bs_infra.agent.openconfig import TOP, OpenConfigQos, Scalar
 
 log = logging.getLogger(__name__)
 
@@ -54,27 +62,33 @@ def typed(value: Any, encoding: int) -> pb.TypedValue:
             else pb.TypedValue(json_val=data)
         )
     text = str(value)
-    return pb.TypedValue(uint_val=int(text)) if text.isdigit() else pb.TypedValue(string_val=text)
+    if UNSIGNED.fullmatch(text) and int(text) < 2**64:
+        return pb.TypedValue(uint_val=int(text))
+    return pb.TypedValue(string_val=text)
 
 
-def value_of(value: pb.TypedValue) -> Any:
-    """A Set's value: JSON as RFC 7951 gives it (a uint64 is then a string; the datastore refuses
-    a JSON number for one), a typed scalar as its text."""
+def value_of(value: pb.TypedValue, at_root: bool = False) -> Any:
+    """A Set's value: JSON as RFC 7951 gives it (a uint64 is then a string; the schema refuses
+    a JSON number for one), a typed scalar as Scalar (its JSON form is the leaf type's). At
+    the root, JSON_IETF names the top member with its module (openconfig-qos:qos, else
+    refused), plain JSON may leave it out."""
     kind = value.WhichOneof("value")
     if kind in ("json_val", "json_ietf_val"):
         raw = getattr(value, kind)
         try:
-            return json.loads(raw)
+            parsed = json.loads(raw)
         except ValueError as exc:
             raise AgentError(
                 AgentError.INVALID,
                 f"the JSON value {raw.decode(errors='replace')[:80]!r} does not parse: {exc} "
                 '(a string leaf is a quoted JSON string: "q1")',
             ) from exc
-    if kind in ("uint_val", "int_val", "string_val"):
-        return str(getattr(value, kind))
-    if kind in ("bool_val", "double_val", "float_val"):
-        return getattr(value, kind)
+        if at_root and kind == "json_val" and isinstance(parsed, dict):
+            parsed = {TOP if member == "qos" else member: v for member, v in parsed.items()}
+        return parsed
+    if kind in ("uint_val", "int_val", "string_val", "bool_val", "double_val", "float_val"):
+        scalar = getattr(value, kind)
+        return Scalar(str(scalar).lower() if kind == "bool_val" else str(scalar))
     raise AgentError(AgentError.INVALID, f"unsupported value encoding {kind!r}")
 
 
@@ -87,7 +101,7 @@ class _Sample:
 
 class Gnmi(pb_grpc.gNMIServicer):  # type: ignore[misc]
     def __init__(self, qos: RouterQos, username: str, password: str) -> None:
-        self.qos = qos
+        self.qos = OpenConfigQos(qos)
         self._username = username.encode()
         self._password = password.encode()
 
@@ -149,10 +163,10 @@ class Gnmi(pb_grpc.gNMIServicer):  # type: ignore[misc]
     def Set(self, request: pb.SetRequest, context: grpc.ServicerContext) -> Any:
         self._authorise(context)
         try:
-            updates = [
-                (elems_of(request.prefix, u.path), value_of(u.val))
-                for u in [*request.replace, *request.update]
-            ]
+            updates = []
+            for update in [*request.replace, *request.update]:
+                path = elems_of(request.prefix, update.path)
+                updates.append((path, value_of(update.val, at_root=not path)))
             deletes = [elems_of(request.prefix, p) for p in request.delete]
             began = time.perf_counter_ns()
             self.qos.set(updates, deletes)
