@@ -20,6 +20,7 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 from fastavro.validation import ValidationError, validate
 
 from p4bs_schemas.intervals import layout_problem
+from p4bs_schemas.ranges import field_ranges, range_problem
 from p4bs_schemas.registry import Schema, current_schema, released_schemas
 
 SCHEMA_HEADER = "p4bs-schema"
@@ -86,6 +87,12 @@ def _within(numbers: list[Any], bound: tuple[int, int]) -> bool:
 # fits the schema, but its readers would misread it.
 _LAYOUT_CHECKS: dict[str, Callable[[dict[str, Any]], str | None]] = {
     "LinkCounters": layout_problem,
+    "LinkMetrics": lambda r: (
+        None
+        if r["window_end_ns"] > r["window_start_ns"]
+        else f"window_end_ns {r['window_end_ns']} is not after window_start_ns "
+        f"{r['window_start_ns']}"
+    ),
 }
 
 
@@ -99,6 +106,7 @@ class Codec:
         self.fingerprint = schema_fingerprint(raw)
         self._allowed = _allowed_values(raw)
         self._bounds = _field_bounds(raw["fields"])
+        self._ranges = field_ranges(name, raw)
         self._layout_problem = _LAYOUT_CHECKS.get(name)
         self._writers = {schema_fingerprint(s): parse_schema(s) for _, s in released_schemas(name)}
         self._writers[self.fingerprint] = self.schema
@@ -115,9 +123,15 @@ class Codec:
                     f"{', '.join(sorted(allowed))}"
                 )
 
+    def _check_ranges(self, record: dict[str, Any]) -> None:
+        problem = range_problem(self.name, self._ranges, record)
+        if problem is not None:
+            raise RecordError(problem)
+
     def encode(self, record: dict[str, Any]) -> bytes:
         self._check_allowed(record)
         self._check_bound(self._bounds, record, self.name)
+        self._check_ranges(record)
         out = io.BytesIO()
         try:
             schemaless_writer(out, self.schema, record)
@@ -181,6 +195,7 @@ class Codec:
                 f"{self.name}: {len(data) - buf.tell()} trailing bytes after the record"
             )
         self._check_allowed(record)
+        self._check_ranges(record)
         self._check_layout(record)
         return record
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import io
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -502,3 +503,95 @@ def test_the_last_short_interval_numbers_its_part_on_and_leaves_nothing_behind()
         (34, 0, 0),
         (40, 1, 1),
     ]
+
+
+# A LinkMetrics window as the metrics job writes it.
+WINDOW = {
+    "link_id": "r1:eth1",
+    "window_start_ns": 1_700_000_000_000_000_000,
+    "window_end_ns": 1_700_000_000_500_000_000,
+    "rtt_samples": 400, "rtt_flows": 50, "rtt_hmean_ns": 30_000_000, "srtt_ns": 30_000_000,
+    "rtt_min_ns": 20_000_000, "long_flows": 50, "data_packets": 4000, "retransmissions": 4,
+    "loss_rate": 0.001, "loss_rate_ewma": 0.001, "queue_delay_samples": 400,
+    "queue_delay_ns": 10_000_000, "queue_delay_ewma_ns": 10_000_000,
+    "throughput_bps": 95_000_000, "utilisation": 0.95, "offered_bps": 99_000_000,
+    "offered_utilisation": 0.99, "f": -0.3, "zscore": 0.5, "change": False,
+}  # fmt: skip
+STATE = {
+    "link_id": "r1:eth1", "ts_ns": 1, "owner": "o", "epoch": 1, "policy": "p4bs",
+    "policy_state": "{}", "last_window_end_ns": 0, "intended": [], "in_force": [],
+    "last_change_ns": 0, "buffer_changes": [], "fallback": False,
+    "unapplied": [{"queue": 0, "buffer_bytes": 100_000, "phase": "optimise", "reason": "r",
+                   "trial": 1, "f": -0.2, "flows": [], "window_end_ns": 5}],
+}  # fmt: skip
+SPEC = {
+    "link_id": "r1:eth1", "ts_ns": 1, "removed": False, "capacity_bps": 100_000_000,
+    "max_queue_delay_ns": 10_000_000, "max_loss": 0.01, "weight_loss": 1.0,
+    "weight_delay": 1.0, "config": "{}",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "record", "change", "message"),
+    [
+        ("LinkMetrics", WINDOW, {"f": math.nan}, r"LinkMetrics\.f: nan is not a finite number"),
+        ("LinkMetrics", WINDOW, {"zscore": -math.inf}, r"LinkMetrics\.zscore: -inf is not a"),
+        (
+            "LinkMetrics",
+            WINDOW,
+            {"loss_rate": 1.5},
+            r"LinkMetrics\.loss_rate: 1\.5 is outside \[0, 1\]",
+        ),
+        ("LinkMetrics", WINDOW, {"utilisation": math.inf}, r"utilisation: inf is not a finite"),
+        ("LinkMetrics", WINDOW, {"srtt_ns": -1}, r"LinkMetrics\.srtt_ns: -1 is outside \[0, inf\)"),
+        ("LinkMetrics", WINDOW, {"long_flows": -3}, r"long_flows: -3 is outside"),
+        ("LinkMetrics", WINDOW, {"window_end_ns": WINDOW["window_start_ns"]}, r"is not after"),
+        (
+            "OptimizerLinkState",
+            STATE,
+            {"unapplied": [{**STATE["unapplied"][0], "f": math.nan}]},
+            r"OptimizerLinkState\.unapplied\[0\]\.f: nan is not a finite number",
+        ),
+        (
+            "OptimizerLinkState",
+            STATE,
+            {"intended": [{"queue": 0, "buffer_bytes": -1}]},
+            r"intended\[0\]\.buffer_bytes: -1 is outside",
+        ),
+        ("LinkSpec", SPEC, {"max_loss": 0.0}, r"LinkSpec\.max_loss: 0\.0 is outside \(0, 1\]"),
+        ("LinkSpec", SPEC, {"capacity_bps": 0}, r"LinkSpec\.capacity_bps: 0 is outside \(0, inf\)"),
+        ("LinkSpec", SPEC, {"weight_loss": math.nan}, r"weight_loss: nan is not a finite"),
+        ("BufferDecision", None, {"buffer_bytes": -5}, r"BufferDecision\.buffer_bytes: -5 is"),
+        ("LinkCounters", INTERVAL, {"rtt_ns": [1, -2, 3]}, r"LinkCounters\.rtt_ns\[1\]: -2 is"),
+        ("LinkCounters", INTERVAL, {"retransmissions": -1}, r"retransmissions: -1 is outside"),
+    ],
+)
+def test_a_value_its_field_cannot_hold_is_refused_both_ways_naming_field_and_value(
+    name: str, record: dict[str, Any] | None, change: dict[str, Any], message: str
+) -> None:
+    """NaN, infinite, negative or out-of-range values fit the Avro types but not what the
+    field measures: the codec does not write them, and a consumer reading one written by
+    another writer gets a RecordError (its dead letter's reason) naming field and value."""
+    bad = {**(record if record is not None else DECISION), **change}
+    with pytest.raises(RecordError, match=message):
+        codec(name).encode(bad)
+    out = io.BytesIO()
+    schemaless_writer(out, parse_schema(current_schema(name)), bad)
+    with pytest.raises(RecordError, match=message):
+        codec(name).decode(out.getvalue())
+
+
+DECISION = {
+    "link_id": "r1:eth1", "ts_ns": 1, "queue": 0, "policy": "p4bs", "phase": "optimise",
+    "buffer_bytes": 100_000, "previous_buffer_bytes": None, "reason": "r", "trial": None,
+    "outcome": "applied", "f": None, "window_end_ns": None, "owner": None, "epoch": None,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "record"),
+    [("LinkMetrics", WINDOW), ("OptimizerLinkState", STATE), ("LinkSpec", SPEC),
+     ("BufferDecision", DECISION), ("LinkCounters", INTERVAL)],
+)  # fmt: skip
+def test_values_within_their_ranges_round_trip(name: str, record: dict[str, Any]) -> None:
+    assert codec(name).decode(codec(name).encode(record)) == record

@@ -1,0 +1,174 @@
+"""The values a field may hold because of what it measures, which Avro types cannot state: no
+number is NaN or infinite, counts, sizes, durations and times are not negative, a fraction
+lies in [0, 1], a port in [0, 65535], a link's capacity and SLA bounds are above 0.
+
+A record breaking them fits its schema but would mislead its readers (a NaN window made a
+policy raise and the dashboard answer 500; a negative buffer is no buffer): the codec
+refuses to write it, and a consumer reading one gets a RecordError naming the field and the
+value, so that it dead-letters the record instead of acting on it.
+
+Fields are named by path: `name`, `array[].name` for a field of every item of an array of
+records, `array[]` for every item of an array of numbers. Fields of type float or double that
+no range names must still be finite.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Range:
+    """[low, high]; with `above`, (low, high]."""
+
+    low: float
+    high: float = math.inf
+    above: bool = False
+
+    def holds(self, value: float) -> bool:
+        if self.above:
+            return self.low < value <= self.high
+        return self.low <= value <= self.high
+
+    def __str__(self) -> str:
+        high = "inf)" if math.isinf(self.high) else f"{self.high:g}]"
+        return f"{'(' if self.above else '['}{self.low:g}, {high}"
+
+
+NOT_NEGATIVE = Range(0)
+POSITIVE = Range(0, above=True)
+FRACTION = Range(0, 1)
+ANY = Range(-math.inf)  # finite, of either sign
+PORT = Range(0, 65_535)
+PROTOCOL = Range(0, 255)
+
+
+def _all(range_: Range, *paths: str) -> dict[str, Range]:
+    return dict.fromkeys(paths, range_)
+
+
+_FLOW = {"src_port": PORT, "dst_port": PORT, "protocol": PROTOCOL}
+_QUEUE_BUFFER = ("queue", "buffer_bytes")
+
+RANGES: dict[str, dict[str, Range]] = {
+    "LinkMetrics": {
+        **_all(NOT_NEGATIVE, "window_start_ns", "window_end_ns", "rtt_samples", "rtt_flows"),
+        **_all(NOT_NEGATIVE, "rtt_hmean_ns", "srtt_ns", "rtt_min_ns", "long_flows"),
+        **_all(NOT_NEGATIVE, "data_packets", "retransmissions", "queue_delay_samples"),
+        **_all(NOT_NEGATIVE, "queue_delay_ns", "queue_delay_ewma_ns", "throughput_bps"),
+        **_all(NOT_NEGATIVE, "utilisation", "offered_bps", "offered_utilisation"),
+        **_all(FRACTION, "loss_rate", "loss_rate_ewma"),
+        # f is <= 0 as the metrics job computes it, but a simulated link's noise may cross 0
+        # (tests/simlink.py); no reader divides by it.
+        **_all(ANY, "f", "zscore"),
+    },
+    "LinkCounters": {
+        **_all(NOT_NEGATIVE, "ts_ns", "seq", "part", "rtt_ns[]", "flow_events[].packets"),
+        **_all(NOT_NEGATIVE, "packets", "bytes", "after_packets", "after_bytes"),
+        **_all(NOT_NEGATIVE, "data_packets", "data_bytes", "retransmissions"),
+        **_all(NOT_NEGATIVE, "queue_delay_samples", "queue_delay_sum_ns", "queue_delay_ewma_ns"),
+        "interval_ns": POSITIVE,
+        **{f"flows[].{name}": range_ for name, range_ in _FLOW.items()},
+        **{f"flow_events[].{name}": range_ for name, range_ in _FLOW.items()},
+    },
+    "LinkSpec": {
+        "ts_ns": NOT_NEGATIVE,
+        **_all(POSITIVE, "capacity_bps", "max_queue_delay_ns"),
+        "max_loss": Range(0, 1, above=True),
+        **_all(NOT_NEGATIVE, "weight_loss", "weight_delay"),
+    },
+    "OptimizerLinkState": {
+        **_all(NOT_NEGATIVE, "ts_ns", "epoch", "last_window_end_ns", "last_change_ns"),
+        **_all(NOT_NEGATIVE, *(f"intended[].{name}" for name in _QUEUE_BUFFER)),
+        **_all(NOT_NEGATIVE, *(f"in_force[].{name}" for name in _QUEUE_BUFFER)),
+        **_all(NOT_NEGATIVE, "buffer_changes[].ts_ns", "buffer_changes[].buffer_bytes"),
+        **_all(NOT_NEGATIVE, *(f"unapplied[].{name}" for name in _QUEUE_BUFFER)),
+        **_all(NOT_NEGATIVE, "unapplied[].trial", "unapplied[].window_end_ns"),
+    },
+    "BufferDecision": {
+        **_all(NOT_NEGATIVE, "ts_ns", "queue", "buffer_bytes", "previous_buffer_bytes"),
+        **_all(NOT_NEGATIVE, "trial", "window_end_ns", "epoch"),
+    },
+    "SlaAlert": _all(NOT_NEGATIVE, "ts_ns", "value", "bound", "windows"),
+    "DeadLetter": _all(NOT_NEGATIVE, "source_partition", "source_offset", "ts_ns"),
+}
+
+
+def _float_paths(fields: list[dict[str, Any]], prefix: str = "") -> Iterator[str]:
+    """The paths of the fields of type float or double (nullable too)."""
+    for field in fields:
+        path = prefix + field["name"]
+        types = field["type"] if isinstance(field["type"], list) else [field["type"]]
+        for avro_type in types:
+            if avro_type in ("float", "double"):
+                yield path
+            elif isinstance(avro_type, dict) and avro_type["type"] == "array":
+                items = avro_type["items"]
+                if items in ("float", "double"):
+                    yield path + "[]"
+                elif isinstance(items, dict) and items["type"] == "record":
+                    yield from _float_paths(items["fields"], path + "[].")
+
+
+def field_ranges(name: str, schema: dict[str, Any]) -> dict[str, Range]:
+    """The ranges of schema `name`'s fields: its own, and `ANY` (finite) for every float or
+    double field it gives none."""
+    ranges = dict(RANGES.get(name, {}))
+    for path in _float_paths(schema["fields"]):
+        ranges.setdefault(path, ANY)
+    return ranges
+
+
+def _values(value: Any, steps: list[str], where: str) -> Iterator[tuple[str, Any]]:
+    """(where, value) of each value at the path's steps; an absent field or a null has
+    none (the schema checks presence)."""
+    if not steps:
+        yield where, value
+        return
+    step, rest = steps[0], steps[1:]
+    if step == "[]":
+        for i, item in enumerate(value if isinstance(value, list) else []):
+            yield from _values(item, rest, f"{where}[{i}]")
+    elif isinstance(value, dict) and value.get(step) is not None:
+        yield from _values(value[step], rest, f"{where}.{step}")
+
+
+def _steps(path: str) -> list[str]:
+    """`a[].b` as the steps a, [], b."""
+    steps = []
+    for part in path.split("."):
+        steps += [part[:-2], "[]"] if part.endswith("[]") else [part]
+    return steps
+
+
+def range_problem(name: str, ranges: dict[str, Range], record: dict[str, Any]) -> str | None:
+    """What value of the record lies outside its field's range (or is NaN or infinite),
+    naming the field and the value; None if none does. Values of the wrong type are the
+    schema's business."""
+    for path, range_ in ranges.items():
+        steps = _steps(path)
+        if steps[-1] == "[]":  # an array of numbers: at C speed in the usual case
+            items = next((v for _, v in _values(record, steps[:-1], name)), None)
+            if isinstance(items, list) and _all_within(items, range_):
+                continue
+        for where, value in _values(record, steps, name):
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            if not math.isfinite(value):
+                return f"{where}: {value} is not a finite number"
+            if not range_.holds(value):
+                return f"{where}: {value} is outside {range_}"
+    return None
+
+
+def _all_within(numbers: list[Any], range_: Range) -> bool:
+    """True if every item is a number within the range; False also when unsure."""
+    try:
+        # The sum is NaN or infinite if an item is: min and max pass a NaN over.
+        low, high, total = min(numbers), max(numbers), sum(numbers)
+    except (TypeError, ValueError):  # no items, or items that do not compare
+        return not numbers
+    return math.isfinite(total) and range_.holds(low) and range_.holds(high)
