@@ -21,7 +21,7 @@ from p4bs.yang import YangError, YangModel
 from p4bs_infra.agent import netconf_server
 from p4bs_infra.agent.datastore import AgentError, RouterQos
 from p4bs_infra.agent.gnmi import Gnmi
-from p4bs_infra.agent.junos import JunosDatastores, JunosMethods
+from p4bs_infra.agent.junos import JunosDatastores, JunosMethods, KernelQueues
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +37,20 @@ def main(argv: list[str] | None = None) -> int:
         help="NETCONF serves OpenConfig QoS on running, or Junos class-of-service with a "
         "candidate and confirmed commits (validated against Junos's YANG: shared/yang)",
     )
+    parser.add_argument(
+        "--confirmed-commit-1.1",
+        dest="confirmed_commit_11",
+        action="store_true",
+        help="junos dialect: advertise :confirmed-commit:1.1 (with cancel-commit) instead of "
+        "1.0, which Junos advertises",
+    )
+    parser.add_argument(
+        "--confirm-minute-s",
+        type=float,
+        default=60.0,
+        help="junos dialect, FOR TESTS ONLY: seconds a <commit-configuration> confirm-timeout "
+        "minute lasts (default 60), so that a test sees a rollback without waiting minutes",
+    )
     parser.add_argument("--tls-cert", required=True)
     parser.add_argument("--tls-key", required=True)
     parser.add_argument(
@@ -48,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--username-env", default="P4BS_ROUTER_USER")
     parser.add_argument("--password-env", default="P4BS_ROUTER_PASSWORD")
     args = parser.parse_args(argv)
+    if args.confirm_minute_s <= 0:
+        parser.error(f"--confirm-minute-s must be positive, got {args.confirm_minute_s}")
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -64,7 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         qos = RouterQos(args.interface, args.max_buffer_bytes, args.state_file)
         methods = (
-            JunosMethods(JunosDatastores(qos, YangModel("junos")))
+            JunosMethods(
+                JunosDatastores(KernelQueues(qos), YangModel("junos"), args.confirm_minute_s),
+                confirmed_commit_11=args.confirmed_commit_11,
+            )
             if args.netconf_dialect == "junos"
             else netconf_server.QosMethods(qos)
         )

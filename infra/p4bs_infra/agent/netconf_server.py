@@ -138,11 +138,39 @@ class PasswordAuth(ncserver.SSHUserPassController):  # type: ignore[misc]
         return int(ncserver.ssh.AUTH_SUCCESSFUL if ok else ncserver.ssh.AUTH_FAILED)
 
 
+class EndAwareSession(ncserver.NetconfServerSession):  # type: ignore[misc]
+    """A server session that tells its methods' `nc_session_ended(session)`, if they have
+    one, when it ends, however: close-session, kill-session, or the client gone. (The netconf
+    package itself tells only of locks a session held, and on a client that hangs up its
+    reader thread just exits.)"""
+
+    _told = False
+
+    def close(self) -> None:
+        ended = getattr(self.server.server_methods, "nc_session_ended", None)
+        if ended is not None and not self._told and self.session_id is not None:
+            self._told = True
+            try:
+                ended(self)
+            except Exception:  # the session still closes
+                log.exception("NETCONF session %s: ending it", self.session_id)
+        super().close()
+
+    def _reader_exits(self) -> None:
+        super()._reader_exits()
+        self.close()
+
+
 def serve(methods: Any, port: int, host_key: str, username: str, password: str) -> Any:
     """A NETCONF server over SSH answering with `methods` (QosMethods, or the Junos mode's)."""
-    return ncserver.NetconfSSHServer(
+    server = ncserver.NetconfSSHServer(
         server_ctl=PasswordAuth(username, password),
         server_methods=methods,
         port=port,
         host_key=host_key,
     )
+    # NetconfSSHServer fixes its session class in __init__, whose accept thread reads this
+    # attribute at each connection: set before the agent says it serves (a client arriving
+    # in between would get a plain session, which tells nothing of its end).
+    server.server_session_class = EndAwareSession
+    return server

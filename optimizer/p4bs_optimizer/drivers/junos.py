@@ -16,18 +16,23 @@ writes a decimal integer of µs, bytes·8/rate rounded to the nearest µs, at le
 router keeps the µs and puts bytes = µs·rate/8 (rounded down) in force; those bytes are
 what set_buffer returns.
 
-A change: lock the candidate, discard what others left in it, edit-config (merge), commit
-with <confirmed/> and a <confirm-timeout> of the router's timeout, read the running
-configuration back and compare all three statements, then the confirming commit. On any
-failure: cancel-commit when the router has :confirmed-commit:1.1 (otherwise the router
-rolls back when the timeout passes or the session, hung up on the error, ends),
-discard-changes and unlock. A link has one forwarding class: the driver sizes queue 0.
+A change, as Junos operators commit: refused before anything is sent when its µs are outside
+the router's `temporal_range` (the platform's range); lock the candidate, discard what others
+left in it, edit-config (merge), Junos's `<commit-configuration>` with `<confirmed/>` and a
+`<confirm-timeout>` of the router's `confirm_window` in whole MINUTES (rounded up; Junos reads
+the standard <commit>'s confirm-timeout differently, see the optimizer README), read the running
+configuration back and compare all three statements, the confirming commit (an empty
+`<commit-configuration/>`), then read running again: the change is reported applied only if
+it is in force after the confirmation (a rollback that fired first shows the old value). On a
+failure before the confirmation: cancel-commit when the router has :confirmed-commit:1.1;
+with 1.0 the session, hung up on the error, ends, and the router rolls back (or at the confirm
+window's end); then discard-changes and unlock. A link has one forwarding class: the driver
+sizes queue 0.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Mapping
 from typing import Any
 from xml.sax.saxutils import escape
@@ -47,6 +52,7 @@ from p4bs_optimizer.drivers.netconf import (
 JUNOS_ROOT_NS = "http://yang.juniper.net/junos/conf/root"
 JUNOS_COS_NS = "http://yang.juniper.net/junos/conf/class-of-service"
 NAMESPACES = {"jc": JUNOS_ROOT_NS, "cos": JUNOS_COS_NS}
+MINUTE_NS = 60_000_000_000
 
 
 def temporal_us(buffer_bytes: int, rate_bps: int) -> int:
@@ -59,6 +65,21 @@ def temporal_us(buffer_bytes: int, rate_bps: int) -> int:
 def bytes_in_force(us: int, rate_bps: int) -> int:
     """What a router puts in force for `us` µs of `rate_bps`: the bytes, rounded down."""
     return bytes_for_duration(us * 1000, rate_bps)
+
+
+def confirm_minutes(window_ns: int) -> int:
+    """A confirm window as Junos's <confirm-timeout>: whole minutes, rounded up, at least 1."""
+    return max(1, -(-window_ns // MINUTE_NS))
+
+
+def commit_configuration(confirm_timeout_min: int | None) -> etree._Element:
+    """Junos's <commit-configuration>: confirmed with a confirm-timeout in minutes, or (None)
+    the plain commit that confirms a pending one."""
+    rpc = etree.Element("commit-configuration")
+    if confirm_timeout_min is not None:
+        etree.SubElement(rpc, "confirmed")
+        etree.SubElement(rpc, "confirm-timeout").text = str(confirm_timeout_min)
+    return rpc
 
 
 def cos_config(link: JunosLinkConfig, us: int) -> str:
@@ -170,6 +191,14 @@ class JunosDriver(NetconfDriver):
     def _set_buffer(self, attempt: Attempt, interface: str, queue: int, buffer_bytes: int) -> int:
         link, rate = self._link(interface, queue)
         us = temporal_us(buffer_bytes, rate)
+        low_ns, high_ns = self.router.temporal_range_ns
+        if not low_ns <= us * 1000 <= high_ns:
+            raise self._error(
+                ErrorKind.REJECTED,
+                f"{interface}: {buffer_bytes} B is buffer-size temporal {us} µs at "
+                f"{rate} bit/s, outside this router's temporal_range "
+                f"[{low_ns // 1000}, {high_ns // 1000}] µs; nothing was sent",
+            )
         with self._session(attempt) as session:
             capabilities = session.server_capabilities
             if CANDIDATE not in capabilities or not (
@@ -193,11 +222,11 @@ class JunosDriver(NetconfDriver):
         self, session: Any, link: JunosLinkConfig, interface: str, us: int
     ) -> None:
         # If this process dies before confirming, the router rolls back by itself.
-        confirm_timeout_s = max(1, math.ceil(self.timeout_s))
+        minutes = confirm_minutes(self.router.confirm_window_ns)
         session.discard_changes()  # commit only this change, not edits others left
         try:
             session.edit_config(target="candidate", config=cos_config(link, us))
-            session.commit(confirmed=True, timeout=str(confirm_timeout_s))
+            session.dispatch(commit_configuration(minutes))
         except BaseException:
             with contextlib.suppress(Exception):
                 session.discard_changes()
@@ -210,7 +239,7 @@ class JunosDriver(NetconfDriver):
                     f"{interface}: set temporal {us} µs on scheduler {link.scheduler}, the "
                     f"running configuration has {reported!r}; the commit is rolled back",
                 )
-            session.commit()
+            session.dispatch(commit_configuration(None))
         except BaseException:
             if CONFIRMED_COMMIT_11 in session.server_capabilities:
                 with contextlib.suppress(Exception):
@@ -218,3 +247,11 @@ class JunosDriver(NetconfDriver):
             with contextlib.suppress(Exception):
                 session.discard_changes()
             raise
+        confirmed = self._read_temporal(session, link)
+        if confirmed != str(us):
+            raise self._error(
+                ErrorKind.MISMATCH,
+                f"{interface}: after the confirming commit the running configuration has "
+                f"temporal {confirmed!r}, not {us} µs: the confirmed commit was rolled back "
+                "before its confirmation",
+            )

@@ -6,12 +6,14 @@ like the interface (namespace http://openconfig.net/yang/qos, see p4bs_infra.age
 and reads back the queue's state/dedicated-buffer.
 
 How a change is committed follows what the server offers. With :candidate and
-:confirmed-commit (Junos): lock the candidate, edit it, commit confirmed, read the running
-value back, then the confirming commit; a read back that differs cancels the commit (or, with
-confirmed-commit 1.0, hangs up, which makes the router roll back) and so does any failure in
-between. Without them (the router agent: `running` only, each edit-config validated whole and
-applied all or nothing): read the running value, edit running, read back, and on a different
-read back write the previous value again (what a confirmed commit's rollback would do).
+:confirmed-commit: lock the candidate, edit it, commit confirmed (confirm-timeout: the router's
+`confirm_window` in seconds), read the running value back, the confirming commit, and read it
+again (a rollback that fired before the confirmation is a mismatch); a read back that differs
+before the confirmation cancels the commit (or, with confirmed-commit 1.0, hangs up, which
+makes the router roll back) and so does any failure in between. Without them (the router
+agent: `running` only, each edit-config validated whole and applied all or nothing): read
+the running value, edit running, read back, and on a different read back write the previous
+value again (what a confirmed commit's rollback would do).
 
 The router's SSH host key is checked: `ca_file`, if set, is an OpenSSH known_hosts file with
 the router's key (entry `[host]:port` or `host`); otherwise ~/.ssh/known_hosts is used.
@@ -21,7 +23,6 @@ Sessions are kept (one per concurrent change) and reused.
 from __future__ import annotations
 
 import contextlib
-import math
 import socket
 import threading
 from collections.abc import Iterator
@@ -222,8 +223,9 @@ class NetconfDriver(RouterDriver):
         return reported
 
     def _commit_confirmed(self, session: Any, interface: str, queue: int, value: int) -> int:
-        # If this process dies before confirming, the router rolls back by itself.
-        confirm_timeout_s = max(1, math.ceil(self.timeout_s))
+        # If this process dies before confirming, the router rolls back by itself. The
+        # standard <commit>'s confirm-timeout is in seconds (RFC 6241).
+        confirm_timeout_s = max(1, -(-self.router.confirm_window_ns // 1_000_000_000))
         with session.locked("candidate"):
             session.discard_changes()  # commit only this change, not edits others left
             session.edit_config(target="candidate", config=self._edit(interface, queue, value))
@@ -237,6 +239,10 @@ class NetconfDriver(RouterDriver):
                 session.cancel_commit()
                 raise self._mismatch(interface, queue, value, reported, "commit cancelled")
             session.commit()
+            # In force only if still there after the confirmation (not rolled back before it).
+            reported = self._read(session, interface, queue)
+            if value != reported:
+                raise self._mismatch(interface, queue, value, reported, "rolled back")
         return reported
 
     def _mismatch(
