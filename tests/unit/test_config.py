@@ -12,12 +12,14 @@ from typing import Any
 import pytest
 
 from p4bs.config import (
+    MIN_BUFFER_BYTES,
     ROUTER_DRIVERS,
     ConfigError,
     FlowGroup,
     JunosLinkConfig,
     SecretRef,
     config_toml,
+    link_from_table,
     load_config,
     parse_config,
 )
@@ -80,6 +82,7 @@ def _junos(**table: Any) -> Callable[[dict[str, Any]], None]:
     def mutate(data: dict[str, Any]) -> None:
         data["routers"][0]["driver"] = "netconf-junos"
         data["routers"][0]["address"] = "10.203.0.2:830"
+        data["routers"][0]["interfaces"] = ["eth*", "et-*"]
         data["links"][0]["junos"] = table
 
     return mutate
@@ -156,6 +159,31 @@ BAD = [
     (_set("routers.0.client_cert", "/etc/p4bs/client.pem"), "routers[0].client_key: is required"),
     (_set("routers.0.client_key", "/etc/p4bs/client.key"), "routers[0].client_cert: is required"),
     (_junos(queue=0), "links[0].junos.queue: unknown field (known: forwarding_class,"),
+    # What a router lets p4bs manage (p4bs.config.authority).
+    (
+        _set("links.0.interface", "eth1]/x[name=y"),
+        "links[0].interface: 'eth1]/x[name=y' is not an interface name for the gnmi driver",
+    ),
+    (_set("links.0.interface", "ge-0/0/1"), "links[0].interface: router 'r1' does not let p4bs"),
+    (_set("links.0.buffer.min", "1000B"), "links[0].buffer.min: 1000 B is below 1500 B (one MTU"),
+    (_set("routers.0.interfaces", ["eth[1]"]), "routers[0].interfaces: 'eth[1]' is not an"),
+    (_set("routers.0.interfaces", "eth*"), "routers[0].interfaces: must be a list of interface"),
+    (
+        _set("routers.0.max_buffer", "1MiB"),
+        "links[0].buffer.max: 2500000 B is above the max_buffer of router 'r1'",
+    ),
+    (
+        _set("routers.0.min_buffer", "64KiB"),
+        "links[0].buffer.min: 32768 B is below the min_buffer of router 'r1'",
+    ),
+    (_set("routers.0.min_buffer", "1KiB"), "routers[0].min_buffer: must be at least 1500 B"),
+    (_set("routers.0.max_buffer", "200ms"), "routers[0].max_buffer: must be a size such as"),
+    (
+        lambda data: data["routers"][0].update(min_buffer="64KiB", max_buffer="32KiB"),
+        "routers[0].min_buffer: 65536 B is above max_buffer 32768 B",
+    ),
+    (_junos(interface="et-0/0/0 x"), "links[0].junos.interface: must be 1..64 characters"),
+    (_junos(interface="xe-0/0/0"), "links[0].junos.interface: router 'r1' does not let p4bs"),
 ]
 
 
@@ -392,3 +420,80 @@ def test_only_links_of_junos_routers_carry_junos_names(example: dict[str, Any]) 
 
 def test_every_router_driver_the_config_accepts_has_a_driver() -> None:
     assert set(DRIVERS) == set(ROUTER_DRIVERS)
+
+
+def _linux_tc(data: dict[str, Any], interface: str) -> None:
+    router = data["routers"][0]
+    router.update(driver="linux-tc", interfaces=["*"])
+    for key in ("address", "username", "password", "timeout"):
+        router.pop(key, None)
+    data["links"][0]["interface"] = interface
+    data["testbed"]["link"] = f"r1:{interface}"
+
+
+@pytest.mark.parametrize(
+    ("interface", "problem"),
+    [
+        ("eth1", None),
+        ("veth-r1-egress0", None),  # 15 characters: Linux's longest
+        ("veth-r1-egress01", "links[0].interface: 'veth-r1-egress01' is not an interface name "),
+        ("et-0/0/0", "links[0].interface: 'et-0/0/0' is not an interface name for the linux-tc"),
+    ],
+)
+def test_a_linux_tc_interface_is_a_linux_name(
+    example: dict[str, Any], interface: str, problem: str | None
+) -> None:
+    _linux_tc(example, interface)
+    if problem is None:
+        assert parse_config(example).links[0].interface == interface
+        return
+    with pytest.raises(ConfigError) as err:
+        parse_config(example)
+    assert [p for p in err.value.problems if p.startswith(problem)], err.value.problems
+
+
+def test_a_router_without_interfaces_or_bounds_takes_its_links(example: dict[str, Any]) -> None:
+    """The file's links on the router give its interfaces and its largest buffer; the
+    smallest is one MTU-sized packet."""
+    del example["routers"][0]["interfaces"]
+    second = copy.deepcopy(example["links"][0])
+    second.update(interface="eth7", taps={"before": "t7-in", "after": "t7-out"})
+    second["buffer"] = {"min": "8KiB", "max": "3MB", "safe": "1MB"}
+    example["links"].append(second)
+    (router,) = parse_config(example).routers
+    assert router.interfaces == ("eth1", "eth7")
+    assert (router.min_buffer_bytes, router.max_buffer_bytes) == (MIN_BUFFER_BYTES, 3_000_000)
+    assert router.manages("eth7") and not router.manages("eth2")
+
+
+def test_a_links_topic_record_cannot_go_past_its_router(example: dict[str, Any]) -> None:
+    """`link_from_table`, the path of a links-topic record, refuses what the file's router
+    does not allow: an interface it does not list, a buffer bound past its own, a 1-byte
+    buffer, a name that is not one in its driver's syntax; the file's own entry passes."""
+    del example["routers"][0]["interfaces"]  # the default: the file's links (eth1)
+    config = parse_config(example)
+    entry = example["links"][0]
+    assert link_from_table(config, copy.deepcopy(entry), "links topic").id == "r1:eth1"
+
+    def refused(**changes: Any) -> list[str]:
+        table = copy.deepcopy(entry)
+        table.update(changes)
+        with pytest.raises(ConfigError) as err:
+            link_from_table(config, table, "links topic")
+        return err.value.problems
+
+    bounds = {"min": "32KiB", "max": "200ms", "safe": "50ms"}
+    taps = {"before": "tap2-in", "after": "tap2-out"}
+    assert refused(interface="eth2", taps=taps) == [  # the new link comes after the file's
+        "links[1].interface: router 'r1' does not let p4bs manage 'eth2' (its interfaces: eth1)"
+    ]
+    assert refused(buffer=bounds | {"max": "400ms"}) == [
+        "links[0].buffer.max: 5000000 B is above the max_buffer of router 'r1' (2500000 B)"
+    ]
+    assert refused(buffer={"min": "1B", "max": "1B", "safe": "1B"}) == [
+        "links[0].buffer.min: 1 B is below 1500 B (one MTU-sized packet)",
+        "links[0].buffer.min: 1 B is below the min_buffer of router 'r1' (1500 B)",
+    ]
+    assert refused(interface="eth1]/x[name=y", taps=taps)[0].startswith(
+        "links[1].interface: 'eth1]/x[name=y' is not an interface name for the gnmi driver"
+    )

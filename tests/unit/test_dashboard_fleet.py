@@ -6,8 +6,10 @@ and TLS."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
+import math
 import time
 import tomllib
 from typing import Any
@@ -18,7 +20,7 @@ from p4bs import paths
 from p4bs.config import load_config
 from p4bs.links import spec_record
 from p4bs_ops.dashboard.feed import Fleet
-from p4bs_ops.dashboard.server import SetupError, check_exposure, fleet_page
+from p4bs_ops.dashboard.server import SetupError, build_app, check_exposure, fleet_page
 
 NOW = 1_800_000_000_000_000_000
 
@@ -26,6 +28,10 @@ NOW = 1_800_000_000_000_000_000
 def _fleet(extra: int) -> tuple[Fleet, str]:
     """The example config's fleet, with `extra` links more from the links topic."""
     config = load_config(paths.default_config())
+    # The router lets p4bs manage the links topic's xe<i> too (p4bs.config.authority).
+    (router,) = config.routers
+    router = dataclasses.replace(router, interfaces=(*router.interfaces, "xe*"))
+    config = dataclasses.replace(config, routers=(router,))
     fleet = Fleet(config)
     link = config.links[0]
     table = next(
@@ -133,3 +139,49 @@ def test_ten_thousand_links_send_one_page_of_rows() -> None:
     assert (len(page["rows"]), page["matched"]) == (100, 10_001)
     assert page["rows"][0]["link_id"] == "r1:xe0"
     assert took_s < 2.0  # 30 ms measured here: a wide margin, not a benchmark
+
+
+def _get(app: Any, path: str, query: str = "") -> tuple[int, Any]:
+    """GET `path` from the ASGI app in process: its status and its JSON body."""
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+        "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
+        "query_string": query.encode(), "headers": [], "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }  # fmt: skip
+    asyncio.run(app(scope, receive, send))
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return status, json.loads(body)
+
+
+@pytest.mark.parametrize("sort", ["f", "utilisation", "buffer", "link"])
+def test_one_link_s_odd_values_are_null_and_counted_not_a_500(sort: str) -> None:
+    """A window whose numbers are NaN, infinite or missing (the codec refuses them; this is
+    the page's own defence) shows "—" (null) for them, sorts last, and is counted; the other
+    links' rows are as before."""
+    fleet, link_id = _fleet(2)
+    odd = {**_window("r1:xe0", NOW, math.nan), "utilisation": math.inf, "srtt_ns": None}
+    fleet.apply("link_metrics", odd)
+    fleet.apply("link_metrics", _window("r1:xe1", NOW, -0.5))
+    app = build_app(fleet)
+    status, page = _get(app, "/api/fleet", f"sort={sort}&order=desc")
+    assert status == 200
+    rows = {r["link_id"]: r for r in page["rows"]}
+    assert (rows["r1:xe0"]["f"], rows["r1:xe0"]["utilisation"]) == (None, None)
+    assert rows["r1:xe1"]["f"] == -0.5
+    if sort in ("f", "utilisation"):
+        assert page["rows"][0]["link_id"] == "r1:xe1"  # the odd row sorts with the empty ones
+    status, link = _get(app, "/api/links/r1:xe0")
+    assert status == 200
+    assert (link["window"]["f"], link["window"]["utilisation"]) == (None, None)
+    assert link["feed"]["odd_values"] >= 2  # counted as they were rendered null
+    assert _get(app, "/api/fleet")[1]["feed"]["odd_values"] > link["feed"]["odd_values"] - 1

@@ -7,8 +7,9 @@ absent takes its default, a present one is kept or refused, never replaced.
 Credentials never appear in the file: a secret is `{ env = "VAR" }` or `{ file = "/path" }`.
 
 The modules, bottom up: `model` (the dataclasses), `fields` (the reader and the field
-converters), `services` and `network` (the sections), `testbed`, `topology` (the cross-checks),
-`loader` (the whole file); `toml_writer` writes config data back.
+converters), `authority` (what each router lets p4bs manage), `services` and `network` (the
+sections), `testbed`, `topology` (the cross-checks), `loader` (the whole file); `toml_writer`
+writes config data back.
 """
 
 from p4bs.config.loader import link_from_table, load_config, parse_config
@@ -20,6 +21,7 @@ from p4bs.config.model import (
     JUNOS_NAME_MAX,
     KAFKA_SECURITY,
     LONG_FLOW_MODES,
+    MIN_BUFFER_BYTES,
     ROUTER_DRIVERS,
     SASL_MECHANISMS,
     SWITCH_TARGETS,
@@ -57,6 +59,7 @@ __all__ = [
     "JUNOS_NAME_MAX",
     "KAFKA_SECURITY",
     "LONG_FLOW_MODES",
+    "MIN_BUFFER_BYTES",
     "ROUTER_DRIVERS",
     "SASL_MECHANISMS",
     "SWITCH_TARGETS",

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from p4bs.config.authority import with_defaults_from_links
 from p4bs.config.fields import Reader
 from p4bs.config.model import Config, ConfigError, LinkConfig
 from p4bs.config.network import read_dataplane, read_link, read_router, read_switch
@@ -78,6 +79,7 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
         r.problem("links", "at least one [[links]] entry is required")
     routers = each("routers", read_router)
     links = junos_only_where_used(r, each("links", read_link), raw_links, routers)
+    routers = with_defaults_from_links(r, routers, tables["routers"], links, raw_links)
     testbed = None
     if "testbed" in data and raw_links:
         link_ids = {f"{x.get('router')}:{x.get('interface')}" for x in raw_links}
@@ -104,8 +106,9 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
 
 def link_from_table(config: Config, table: dict[str, Any], source: str) -> LinkConfig:
     """One [[links]] entry (as tomllib reads it) read as `load_config` reads it, and checked
-    against `config`'s routers, switches and other links (it replaces the link of its id).
-    Raises ConfigError listing every problem."""
+    against `config`'s routers (what each lets p4bs manage: p4bs.config.authority), switches
+    and other links (it replaces the link of its id). Raises ConfigError listing every
+    problem."""
     r = Reader()
     with r.at("links[0]"):
         link = read_link(r, table)

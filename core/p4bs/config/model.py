@@ -4,6 +4,7 @@ reads a file: `p4bs.config.loader` builds these from TOML."""
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -218,6 +219,10 @@ JUNOS_CONFIRM_WINDOW_MAX_NS = 65_535 * 60_000_000_000
 JUNOS_TEMPORAL_RANGE_NS = (1_000, 200_000_000)
 
 
+# The smallest buffer any link may get: one MTU-sized (1500 B) packet; less holds no packet.
+MIN_BUFFER_BYTES = 1500
+
+
 @dataclass(frozen=True)
 class RouterConfig:
     name: str
@@ -238,6 +243,16 @@ class RouterConfig:
     # netconf-junos: the `buffer-size temporal` the platform takes, [low, high] in ns (whole
     # µs); a buffer outside is refused before anything is sent. See JUNOS_TEMPORAL_RANGE_NS.
     temporal_range_ns: tuple[int, int] = JUNOS_TEMPORAL_RANGE_NS
+    # What p4bs may change on the router (p4bs.config.authority): the interfaces, as names or
+    # globs ('*', '?'), and the bounds of any link's buffer. A parsed config fills them from
+    # the file's links where the entry does not give them; None (no bound) only in code.
+    interfaces: tuple[str, ...] = ()
+    min_buffer_bytes: int = MIN_BUFFER_BYTES
+    max_buffer_bytes: int | None = None
+
+    def manages(self, interface: str) -> bool:
+        """p4bs may change `interface`'s buffer: one of `interfaces` matches it."""
+        return any(fnmatch.fnmatchcase(interface, pattern) for pattern in self.interfaces)
 
 
 Port = int | str  # a Tofino front-panel port, or an interface the software model captures

@@ -8,6 +8,7 @@ import dataclasses
 import ipaddress
 from typing import Any
 
+from p4bs.config.authority import read_interfaces, router_buffer
 from p4bs.config.fields import (
     Reader,
     buffer_value,
@@ -28,6 +29,7 @@ from p4bs.config.model import (
     JUNOS_NAME_MAX,
     JUNOS_TEMPORAL_RANGE_NS,
     LONG_FLOW_MODES,
+    MIN_BUFFER_BYTES,
     ROUTER_DRIVERS,
     SWITCH_TARGETS,
     DataplaneConfig,
@@ -157,7 +159,8 @@ def read_router(r: Reader, data: dict[str, Any]) -> RouterConfig:
         data,
         known
         | {"max_concurrent_changes", "client_cert", "client_key"}
-        | {"confirm_window", "temporal_range"},
+        | {"confirm_window", "temporal_range"}
+        | {"interfaces", "min_buffer", "max_buffer"},
     )
     # A missing driver is reported; "linux-tc" stands in so the other fields are checked.
     driver = r.get(data, "driver", one_of(ROUTER_DRIVERS), "linux-tc", required=True)
@@ -178,6 +181,10 @@ def read_router(r: Reader, data: dict[str, Any]) -> RouterConfig:
     ):
         if key in data and driver not in drivers:
             r.problem(key, f"only for driver {' or '.join(drivers)}, not {driver}")
+    low = r.get(data, "min_buffer", router_buffer, MIN_BUFFER_BYTES)
+    high = r.get(data, "max_buffer", router_buffer)
+    if high is not None and low > high:
+        r.problem("min_buffer", f"{low} B is above max_buffer {high} B")
     return RouterConfig(
         name=r.get(data, "name", text, "", required=True),
         driver=driver,
@@ -191,6 +198,9 @@ def read_router(r: Reader, data: dict[str, Any]) -> RouterConfig:
         client_key=client_key,
         confirm_window_ns=r.get(data, "confirm_window", _confirm_window, JUNOS_CONFIRM_WINDOW_NS),
         temporal_range_ns=r.get(data, "temporal_range", _temporal_range, JUNOS_TEMPORAL_RANGE_NS),
+        interfaces=read_interfaces(r, data, driver),
+        min_buffer_bytes=low,
+        max_buffer_bytes=high,
     )
 
 
@@ -269,6 +279,8 @@ def read_link(r: Reader, data: dict[str, Any]) -> LinkConfig | None:
         safe = r.get(buf, "safe", convert, required=True)
         if low is not None and high is not None and low > high:
             r.problem("min", f"{low} B is above max {high} B")
+        if low is not None and low < MIN_BUFFER_BYTES:
+            r.problem("min", f"{low} B is below {MIN_BUFFER_BYTES} B (one MTU-sized packet)")
         if safe is not None and low is not None and high is not None and not low <= safe <= high:
             r.problem("safe", f"{safe} B is outside [min, max] = [{low}, {high}] B")
     options = r.table(data, "policy_options")

@@ -1,12 +1,14 @@
 """The config's cross-checks, once each entry is read: names unique, each link's router and
-switch exist, its tap ports fit its switch and are used once there, and a link carries Junos
-names only when its router is a netconf-junos one."""
+switch exist, the link within what its router allows (p4bs.config.authority), its tap ports
+fit its switch and are used once there, and a link carries Junos names only when its router
+is a netconf-junos one."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
+from p4bs.config.authority import check_link_authority
 from p4bs.config.fields import Reader
 from p4bs.config.model import (
     TOFINO_MAX_PORT,
@@ -44,7 +46,7 @@ def junos_only_where_used(
 
 def check_references(r: Reader, config: Config) -> None:
     switches = {s.name: s for s in config.switches}
-    routers = {x.name for x in config.routers}
+    routers = {x.name: x for x in config.routers}
     for kind, names in (("switches", [s.name for s in config.switches]), ("routers", routers)):
         seen: set[str] = set()
         for name in names:
@@ -58,8 +60,11 @@ def check_references(r: Reader, config: Config) -> None:
             if link.id in seen_links:
                 r.problem(None, f"link {link.id!r} is defined twice")
             seen_links.add(link.id)
-            if link.router not in routers:
+            router = routers.get(link.router)
+            if router is None:
                 r.problem("router", f"no router named {link.router!r} in [[routers]]")
+            else:
+                check_link_authority(r, link, router)
             switch = switches.get(link.switch)
             if switch is None:
                 r.problem("switch", f"no switch named {link.switch!r} in [[switches]]")
