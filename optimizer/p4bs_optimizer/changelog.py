@@ -10,25 +10,57 @@ not at all, and a process that lost its partitions cannot write any more for the
 
 A state record carries its writer (`owner`) and the link's `epoch`, which each process that
 takes the link over raises by one: the changelog shows who drove a link when.
+
+Whoever can write to the topic could steer a router through a saved state (its pending
+changes are applied by the next owner), so a state is checked before it is resumed: the
+codec refuses values its fields cannot hold; `from_record` refuses a snapshot that is not a
+JSON object and a record whose key is not its link; `checked` holds it against the link it
+claims (buffers within the link's [min, max]; flow lists, which replace an interface's
+classifier, only for a jenks link). A state refused is logged with the link and the reason
+and counted (`RESTORE_STATS`); its link starts afresh, as a link without a saved state.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from confluent_kafka import Consumer
 
 from p4bs.bus import Cluster, Received, changelog_reader, not_read_to_end, read_records
+from p4bs.config import LinkConfig
 from p4bs.topic_range import SECOND_NS, Deadline
 from p4bs_optimizer.policies.base import Decision
 
 log = logging.getLogger(__name__)
 
 STREAM = "optimizer_state"
+JENKS = "jenks"  # the one policy that separates flows into queues (classifier changes)
+
+
+class StateError(ValueError):
+    """A saved state that cannot be resumed: what is wrong with it."""
+
+
+@dataclass
+class RestoreStats:
+    """Saved states refused by `restore` in this process (their links started afresh)."""
+
+    refused: int = 0
+    reasons: list[str] = field(default_factory=list)  # the most recent ones, for reports
+
+    MAX_REASONS = 100
+
+    def refuse(self, link_id: str, where: str, reason: str) -> None:
+        self.refused += 1
+        self.reasons = [*self.reasons[-self.MAX_REASONS + 1 :], f"{link_id}: {reason}"]
+        log.error("link %s: saved state at %s refused, starting afresh: %s", link_id, where, reason)
+
+
+RESTORE_STATS = RestoreStats()
 
 
 @dataclass
@@ -107,12 +139,21 @@ def to_record(link_id: str, state: LinkState, owner: str, ts_ns: int) -> dict[st
     }
 
 
-def from_record(record: dict[str, Any]) -> LinkState:
-    """The state an OptimizerLinkState record holds. Raises ValueError if its policy
-    snapshot is not JSON."""
+def from_record(record: dict[str, Any], key: str | None = None) -> LinkState:
+    """The state an OptimizerLinkState record (decoded, so its values are within their
+    fields' ranges) holds. Raises StateError if its policy snapshot is not a JSON object,
+    or, given the record's Kafka `key`, if that is not the record's link."""
+    if key is not None and key != record["link_id"]:
+        raise StateError(f"record of link {record['link_id']!r} under the key {key!r}")
+    try:
+        policy_state = json.loads(record["policy_state"])
+    except ValueError as exc:
+        raise StateError(f"policy_state is not JSON: {exc}") from exc
+    if not isinstance(policy_state, dict):
+        raise StateError(f"policy_state is {type(policy_state).__name__}, not a JSON object")
     return LinkState(
         policy=record["policy"],
-        policy_state=json.loads(record["policy_state"]),
+        policy_state=policy_state,
         last_window_end_ns=record["last_window_end_ns"],
         intended={b["queue"]: b["buffer_bytes"] for b in record["intended"]},
         in_force={b["queue"]: b["buffer_bytes"] for b in record["in_force"]},
@@ -134,6 +175,35 @@ def from_record(record: dict[str, Any]) -> LinkState:
         },
         epoch=record["epoch"],
     )
+
+
+def checked(link: LinkConfig, state: LinkState) -> LinkState:
+    """The saved `state` as the link it claims may resume it. Raises StateError if a buffer
+    the link is to get (intended, or a change not yet applied) lies outside the link's
+    [min, max], or if one is for a queue other than 0 on a link that does not separate flows
+    (jenks). A link whose policy is not jenks keeps no flow list: a classifier change comes
+    only from a jenks link (its pending changes keep their buffers, without flows)."""
+    low, high = link.min_buffer_bytes, link.max_buffer_bytes
+    jenks = link.policy == JENKS
+    pending = {q: (d.buffer_bytes, f"unapplied[{q}]") for q, d in state.unapplied.items()}
+    intended = {q: (b, f"intended[{q}]") for q, b in state.intended.items()}
+    for queue, (buffer_bytes, what) in [*intended.items(), *pending.items()]:
+        if not low <= buffer_bytes <= high:
+            raise StateError(f"{what}: {buffer_bytes} B is outside the link's [{low}, {high}] B")
+        if queue != 0 and not jenks:
+            raise StateError(f"{what}: queue {queue} on a link whose policy ({link.policy}) "
+                             "does not separate flows into queues")  # fmt: skip
+    if jenks:
+        return state
+    flows = [q for q, d in state.unapplied.items() if d.flows]
+    if flows:
+        log.warning(
+            "link %s: flow lists of the saved pending changes dropped (policy %s, not jenks)",
+            link.id,
+            link.policy,
+        )
+    unapplied = {q: replace(d, flows=()) for q, d in state.unapplied.items()}
+    return replace(state, unapplied=unapplied)
 
 
 def _buffers(buffers: dict[int, int]) -> list[dict[str, int]]:
@@ -164,12 +234,18 @@ def newest_states(
 
 
 def restore(
-    cluster: Cluster, topics: dict[str, str], partitions: list[int], timeout_s: float
+    cluster: Cluster,
+    topics: dict[str, str],
+    partitions: list[int],
+    timeout_s: float,
+    links: Mapping[str, LinkConfig] | None = None,
 ) -> dict[str, tuple[int, LinkState]]:
     """The newest state of every link in the changelog's `partitions`, with its partition.
-    A record that cannot be read is logged and passed over: its link resumes from an older
-    state or afresh, rather than the service stopping. A transaction still open below an
-    end is waited for; raises KafkaException if that takes longer than `timeout_s`."""
+    A record that cannot be decoded is logged and passed over: its link resumes from an
+    older state or afresh, rather than the service stopping. A newest state that cannot be
+    resumed (`from_record`; given the `links` by id, `checked` against its link) is refused
+    (RESTORE_STATS): its link starts afresh. A transaction still open below an end is waited
+    for; raises KafkaException if that takes longer than `timeout_s`."""
     topic = topics[STREAM]
     consumer = changelog_reader(cluster, STREAM)
     try:
@@ -183,14 +259,9 @@ def restore(
     states = {}
     for link_id, r in newest.records.items():
         try:
-            states[link_id] = (r.partition, from_record(r.record))
-        except ValueError as exc:
-            log.error(
-                "link %s: saved state at %s[%d]@%d unreadable, starting afresh: %s",
-                link_id,
-                r.topic,
-                r.partition,
-                r.offset,
-                exc,
-            )
+            state = from_record(r.record, r.key)
+            link = (links or {}).get(link_id)
+            states[link_id] = (r.partition, state if link is None else checked(link, state))
+        except StateError as exc:
+            RESTORE_STATS.refuse(link_id, f"{r.topic}[{r.partition}]@{r.offset}", str(exc))
     return states

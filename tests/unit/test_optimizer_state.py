@@ -4,8 +4,14 @@ carried through the changelog record (OptimizerLinkState v2) to the next owner."
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
+from p4bs.config import LinkConfig
 from p4bs_optimizer import changelog
 from p4bs_optimizer.changelog import LinkState
+from p4bs_optimizer.policies.base import Decision
 from p4bs_schemas.codec import codec
 
 
@@ -46,3 +52,72 @@ def test_the_changes_travel_in_the_changelog_record() -> None:
         {"ts_ns": 1_500, "buffer_bytes": 125_000},
     ]
     assert changelog.from_record(record).buffer_changes == s.buffer_changes
+
+
+# --- a saved state is checked against the link it claims (issue 38) --------------------------
+
+
+def _link(policy: str) -> LinkConfig:
+    return LinkConfig(
+        router="r1", interface="eth1", switch="s1", capacity_bps=100_000_000,
+        tap_before="tap-in", tap_after="tap-out", max_queue_delay_ns=10_000_000,
+        max_loss=0.01, weight_loss=0.5, weight_delay=0.5, min_buffer_bytes=1_500,
+        max_buffer_bytes=2_500_000, safe_buffer_bytes=250_000, policy=policy,
+        policy_options={},
+    )  # fmt: skip
+
+
+def _record(**changes: Any) -> dict[str, Any]:
+    state = LinkState("p4bs", intended={0: 100_000})
+    state.unapplied[0] = Decision(100_000, "optimise", "trial", flows=("a:1>b:2/6",))
+    return {**changelog.to_record("r1:eth1", state, "opt-0", 3_000), **changes}
+
+
+@pytest.mark.parametrize(
+    ("changes", "key", "message"),
+    [
+        ({}, "r2:eth9", r"record of link 'r1:eth1' under the key 'r2:eth9'"),
+        ({"policy_state": "{not json"}, None, "policy_state is not JSON"),
+        ({"policy_state": "[]"}, None, "policy_state is list, not a JSON object"),
+        ({"policy_state": "7"}, None, "policy_state is int, not a JSON object"),
+    ],
+)
+def test_a_record_that_holds_no_state_of_its_key_s_link_is_refused(
+    changes: dict[str, Any], key: str | None, message: str
+) -> None:
+    with pytest.raises(changelog.StateError, match=message):
+        changelog.from_record(_record(**changes), key)
+
+
+@pytest.mark.parametrize(
+    ("state", "message"),
+    [
+        (LinkState("p4bs", intended={0: 10**12}), r"intended\[0\]: 1000000000000 B is outside"),
+        (
+            LinkState("p4bs", unapplied={0: Decision(1, "optimise", "r")}),
+            r"unapplied\[0\]: 1 B is outside the link's \[1500, 2500000\] B",
+        ),
+        (
+            LinkState("p4bs", unapplied={2: Decision(100_000, "optimise", "r", queue=2)}),
+            r"unapplied\[2\]: queue 2 on a link whose policy \(p4bs\) does not separate",
+        ),
+    ],
+)
+def test_a_saved_state_with_buffers_its_link_may_not_get_is_refused(
+    state: LinkState, message: str
+) -> None:
+    with pytest.raises(changelog.StateError, match=message):
+        changelog.checked(_link("p4bs"), state)
+
+
+def test_only_a_jenks_link_keeps_the_flow_lists_of_its_pending_changes() -> None:
+    """A flow list replaces the interface's classifier: a saved state of a link whose policy
+    does not separate flows keeps its pending buffers, without flows."""
+    state = changelog.from_record(_record())
+    assert state.unapplied[0].flows == ("a:1>b:2/6",)
+    kept = changelog.checked(_link("jenks"), state)
+    assert kept.unapplied[0].flows == ("a:1>b:2/6",)
+    stripped = changelog.checked(_link("p4bs"), state)
+    assert stripped.unapplied[0].flows == ()
+    assert stripped.unapplied[0].buffer_bytes == 100_000
+    assert state.unapplied[0].flows == ("a:1>b:2/6",)  # the state read is left as it was

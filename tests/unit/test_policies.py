@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from p4bs.config import LinkConfig
+from p4bs_optimizer.policies import POLICIES
 from p4bs_optimizer.policies.base import Decision, Policy, PolicyOptionError, Window
 from p4bs_optimizer.policies.baselines import (
     AdtPolicy,
@@ -509,3 +510,72 @@ def test_jenks_resumes_from_its_snapshot() -> None:
         expected.append((first, target.decide(window(2))))
     assert expected[0] == expected[1]
     assert expected[0][0] == [] and len(expected[0][1]) == 4
+
+
+# --- odd windows and saved states (issue 38: one record halted control) ----------------------
+
+
+def _every_policy() -> list[Policy]:
+    return [cls(make_link(), {}) for cls in POLICIES.values()]
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        {"f": math.nan},
+        {"loss_rate": math.nan, "loss_rate_ewma": math.inf},
+        {"srtt_ns": -20 * MS, "rtt_hmean_ns": -20 * MS},
+        {"utilisation": math.inf, "f": -math.inf},
+        {"long_flows": -1},
+    ],
+)
+def test_no_policy_decides_on_or_raises_at_a_window_no_link_can_give(odd: dict[str, Any]) -> None:
+    """The codec refuses such windows; a policy given one anyway (the second line of
+    defence) passes it over, and decides on the next good window as if it had not come."""
+    for policy, twin in zip(_every_policy(), _every_policy(), strict=True):
+        assert policy.decide(window(0, **odd)) == [], policy.name
+        assert policy.snapshot() == twin.snapshot(), policy.name
+        assert policy.decide(window(1)) == twin.decide(window(1)), policy.name
+
+
+def test_a_target_that_is_not_a_number_is_clamped_to_the_safe_buffer() -> None:
+    policy = StanfordPolicy(make_link(safe_buffer=123_456), {})
+    assert [policy.clamp(x) for x in (math.nan, math.inf, -math.inf)] == [123_456] * 3
+
+
+@pytest.mark.parametrize(
+    "saved",
+    [
+        {},
+        [],
+        "p4bs",
+        None,
+        {"phase": "optimise", "step": None, "cap_bytes": math.nan},
+        {"decided": 1},  # a buffer below the link's min
+        {"decided": 10**12},  # above its max
+        {"decided": "lots"},
+        {"phase": "settled", "step": {"buffer_bytes": -5}},
+        {"flows": {"k": [1, 2]}},
+        {"buffers": [10**12]},
+        {"decided": math.inf},
+    ],
+)
+def test_a_malformed_saved_state_never_raises_and_leaves_the_policy_as_new(saved: Any) -> None:
+    """`restore` of anything that is not the policy's own snapshot (for its link) leaves the
+    policy from scratch and says why; it never raises (restore({}) raised for P4BS). A
+    snapshot some policies read as their fresh state ({} for a baseline) may resume."""
+    for policy, fresh in zip(_every_policy(), _every_policy(), strict=True):
+        reason = policy.restore(saved)
+        assert policy.snapshot() == fresh.snapshot(), (policy.name, saved)
+        if policy.name in ("p4bs", "loss-delay-fit") or not isinstance(saved, dict):
+            assert isinstance(reason, str) and reason, (policy.name, saved)
+        assert policy.decide(window(1)) == fresh.decide(window(1)), policy.name
+
+
+def test_every_policy_resumes_from_its_own_snapshot() -> None:
+    for policy in _every_policy():
+        policy.decide(window(0))
+        policy.decide(window(1))
+        resumed = type(policy)(policy.link, policy.options)
+        assert resumed.restore(json.loads(json.dumps(policy.snapshot()))) is None, policy.name
+        assert resumed.snapshot() == policy.snapshot(), policy.name

@@ -10,17 +10,31 @@ mean the same on a slow machine. The buffer in force during a window
 service knows its own changes; LinkMetrics does not carry them).
 
 Safety (the link's [min, max], the minimum interval between changes, stale metrics) is the
-service's job, not the policy's; a policy still decides within the link's bounds.
+service's job, not the policy's; a policy still decides within the link's bounds. The codec
+refuses windows with values their fields cannot hold (p4bs_schemas.ranges); as a second line
+of defence a policy passes over such a window (`Policy.passes_over`), and `clamp` gives the
+safe buffer for a target that is not a finite number. `restore` never raises: a snapshot that
+does not fit leaves the policy as new and says why.
 """
 
 from __future__ import annotations
 
+import copy
+import logging
+import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from p4bs.config import LinkConfig
+from p4bs_schemas.ranges import field_ranges, range_problem
+from p4bs_schemas.registry import current_schema
+
+log = logging.getLogger(__name__)
+
+# What each LinkMetrics field may hold (the codec's check, reused for windows made otherwise).
+_WINDOW_RANGES = field_ranges("LinkMetrics", current_schema("LinkMetrics"))
 
 
 @dataclass(frozen=True)
@@ -59,6 +73,12 @@ class Window:
         metrics = {f.name: record[f.name] for f in fields(cls) if f.name != "buffer_bytes"}
         return cls(**metrics, buffer_bytes=buffer_bytes)
 
+    def problem(self) -> str | None:
+        """Which value no LinkMetrics window can hold (NaN, infinite, negative, a fraction
+        above 1), named; None if there is none."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return range_problem("window", _WINDOW_RANGES, values)
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -93,15 +113,84 @@ class Policy(ABC):
         """The state to persist; a stateless policy has none."""
         return {}
 
-    def restore(self, state: Mapping[str, Any]) -> None:
-        """Resumes from what `snapshot` returned."""
+    def restore(self, state: Any) -> str | None:
+        """Resumes from what `snapshot` returned. Never raises: a snapshot that does not fit
+        (not a JSON object, a field missing or of the wrong kind, a number that is NaN or
+        infinite, a buffer outside the link's bounds) leaves the policy as new, is logged with
+        the link, and its reason returned; None when the policy resumed."""
+        resumed = copy.copy(self)  # loaded on the side: a failed load leaves self as new
+        try:
+            if not isinstance(state, Mapping):
+                raise TypeError(f"a snapshot is a JSON object, not {type(state).__name__}")
+            odd = next(_not_finite(state, "snapshot"), None)
+            if odd is not None:
+                raise ValueError(f"{odd} is not a finite number")
+            resumed.load(state)
+            problem = resumed.loaded_problem()
+        except (LookupError, TypeError, ValueError, AttributeError, ArithmeticError) as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        if problem is not None:
+            log.error(
+                "link %s: saved %s state refused, the policy starts afresh: %s",
+                self.link.id,
+                self.name,
+                problem,
+            )
+            return problem
+        self.__dict__.update(resumed.__dict__)
+        return None
+
+    def load(self, state: Mapping[str, Any]) -> None:
+        """Takes the state `snapshot` returned (called by `restore`, which refuses what this
+        raises on). A stateless policy takes none."""
         if state:
             raise ValueError(f"policy {self.name!r} keeps no state, was given {dict(state)!r}")
 
+    def loaded_problem(self) -> str | None:
+        """What makes the state just loaded unusable for this link, or None."""
+        return None
+
+    def buffer_problem(self, what: str, buffer_bytes: Any) -> str | None:
+        """Why `buffer_bytes` (of a loaded state) is not a buffer of this link, or None."""
+        low, high = self.link.min_buffer_bytes, self.link.max_buffer_bytes
+        if isinstance(buffer_bytes, bool) or not isinstance(buffer_bytes, int):
+            return f"{what} {buffer_bytes!r} is not a number of bytes"
+        if not low <= buffer_bytes <= high:
+            return f"{what} {buffer_bytes} B is outside the link's [{low}, {high}] B"
+        return None
+
+    def passes_over(self, window: Window) -> bool:
+        """Whether the window holds a value no policy can decide on (logged): the codec
+        refuses such windows, this is the policies' second line of defence."""
+        problem = window.problem()
+        if problem is not None:
+            log.warning(
+                "link %s: window ending %s passed over: %s",
+                self.link.id,
+                window.window_end_ns,
+                problem,
+            )
+        return problem is not None
+
     def clamp(self, buffer_bytes: float) -> int:
-        """A buffer within the link's [min, max], in whole bytes."""
+        """A buffer within the link's [min, max], in whole bytes; the safe buffer for a target
+        that is not a finite number."""
+        if not math.isfinite(buffer_bytes):
+            return self.link.safe_buffer_bytes
         low, high = self.link.min_buffer_bytes, self.link.max_buffer_bytes
         return int(min(max(round(buffer_bytes), low), high))
+
+
+def _not_finite(value: Any, where: str) -> Iterator[str]:
+    """Where a NaN or an infinity sits in JSON-like data (json.loads reads both)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        yield f"{where} = {value}"
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _not_finite(item, f"{where}.{key}")
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            yield from _not_finite(item, f"{where}[{i}]")
 
 
 class PolicyOptionError(ValueError):

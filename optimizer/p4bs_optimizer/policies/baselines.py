@@ -180,6 +180,8 @@ class _TargetPolicy(Policy):
         None when the window does not have what the rule needs."""
 
     def decide(self, window: Window) -> list[Decision]:
+        if self.passes_over(window):
+            return []
         found = self.target(window)
         if found is None:
             return []
@@ -195,8 +197,13 @@ class _TargetPolicy(Policy):
     def snapshot(self) -> dict[str, Any]:
         return {"decided": self._decided}
 
-    def restore(self, state: Mapping[str, Any]) -> None:
+    def load(self, state: Mapping[str, Any]) -> None:
         self._decided = state.get("decided")
+
+    def loaded_problem(self) -> str | None:
+        if self._decided is None:
+            return None
+        return self.buffer_problem("the buffer decided", self._decided)
 
 
 class StaticPolicy(_TargetPolicy):
@@ -434,8 +441,8 @@ class AdtPolicy(_TargetPolicy):
             "pooled_utilisation_ns": self._pooled_utilisation_ns,
         }
 
-    def restore(self, state: Mapping[str, Any]) -> None:
-        super().restore(state)
+    def load(self, state: Mapping[str, Any]) -> None:
+        super().load(state)
         self.limit_bytes = state.get("limit_bytes")
         self.utilisation = state.get("utilisation")
         self._pooled_ns = state.get("pooled_ns", 0)
@@ -472,6 +479,6 @@ class StepPolicy(StaticPolicy):
     def snapshot(self) -> dict[str, Any]:
         return {**super().snapshot(), "traffic_start_ns": self.traffic_start_ns}
 
-    def restore(self, state: Mapping[str, Any]) -> None:
-        super().restore(state)
+    def load(self, state: Mapping[str, Any]) -> None:
+        super().load(state)
         self.traffic_start_ns = state.get("traffic_start_ns")

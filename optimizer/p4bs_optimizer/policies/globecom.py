@@ -50,6 +50,8 @@ class GlobecomPolicy(Policy):
         self._decided: int | None = None
 
     def decide(self, window: Window) -> list[Decision]:
+        if self.passes_over(window):
+            return []
         srtt = window_rtt_ns(window)
         if srtt is None:
             return []
@@ -90,7 +92,12 @@ class GlobecomPolicy(Policy):
             "decided": self._decided,
         }
 
-    def restore(self, state: Mapping[str, Any]) -> None:
+    def load(self, state: Mapping[str, Any]) -> None:
         self.reference_srtt_ns = state.get("reference_srtt_ns")
         self.reference_flows = state.get("reference_flows")
         self._decided = state.get("decided")
+
+    def loaded_problem(self) -> str | None:
+        if self._decided is None:
+            return None
+        return self.buffer_problem("the buffer decided", self._decided)

@@ -157,6 +157,8 @@ class JenksPolicy(Policy):
             del flow.recent_ns[: -self.rtt_history]
 
     def decide(self, window: Window) -> list[Decision]:
+        if self.passes_over(window):
+            return []
         oldest = window.window_end_ns - self.flow_ttl_ns
         self._flows = {k: f for k, f in self._flows.items() if f.last_seen_ns >= oldest}
         rtts = {
@@ -228,7 +230,7 @@ class JenksPolicy(Policy):
             },
         }
 
-    def restore(self, state: Mapping[str, Any]) -> None:
+    def load(self, state: Mapping[str, Any]) -> None:
         self._flows = {
             key: _Flow(first, last, list(recent))
             for key, (first, last, recent) in state.get("flows", {}).items()
@@ -244,3 +246,11 @@ class JenksPolicy(Policy):
                 gvf=classes["gvf"],
             )
         )
+
+    def loaded_problem(self) -> str | None:
+        if len(self._buffers) > self.queues:
+            return f"{len(self._buffers)} queues' buffers for a link of {self.queues} queues"
+        problems = (
+            self.buffer_problem(f"queue {q}'s buffer", b) for q, b in enumerate(self._buffers)
+        )
+        return next((p for p in problems if p is not None), None)

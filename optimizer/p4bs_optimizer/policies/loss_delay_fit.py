@@ -502,7 +502,7 @@ class LossDelayFitPolicy(SteppedPolicy):
             "unfilled": self.unfilled,
         }
 
-    def restore(self, state: Mapping[str, Any]) -> None:
+    def load(self, state: Mapping[str, Any]) -> None:
         self._restore_step(state)
         self.points = [Point(*p) for p in state["points"]]
         self.edge_steps = state["edge_steps"]

@@ -363,7 +363,7 @@ class P4bsPolicy(SteppedPolicy):
             "incumbent": list(self.incumbent) if self.incumbent is not None else None,
         }
 
-    def restore(self, state: Mapping[str, Any]) -> None:
+    def load(self, state: Mapping[str, Any]) -> None:
         self._start_over()
         self._restore_step(state)
         self.cap_bytes = state["cap_bytes"]

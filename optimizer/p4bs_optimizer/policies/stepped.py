@@ -110,6 +110,8 @@ class SteppedPolicy(Policy):
     step: Step | None  # None: waiting for a busy link with an RTT to start from
 
     def decide(self, window: Window) -> list[Decision]:
+        if self.passes_over(window):
+            return []
         step = self.step
         if step is None:
             if window.utilisation < self.config.min_utilisation:
@@ -195,3 +197,8 @@ class SteppedPolicy(Policy):
     def _restore_step(self, state: Mapping[str, Any]) -> None:
         self.phase = state["phase"]
         self.step = Step(**state["step"]) if state["step"] is not None else None
+
+    def loaded_problem(self) -> str | None:
+        if self.step is None:
+            return None
+        return self.buffer_problem("the step's buffer", self.step.buffer_bytes)
