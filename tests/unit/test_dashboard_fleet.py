@@ -168,7 +168,7 @@ def test_one_link_s_odd_values_are_null_and_counted_not_a_500(sort: str) -> None
     """A window whose numbers are NaN, infinite or missing (the codec refuses them; this is
     the page's own defence) shows "—" (null) for them, sorts last, and is counted; the other
     links' rows are as before."""
-    fleet, link_id = _fleet(2)
+    fleet, _ = _fleet(2)
     odd = {**_window("r1:xe0", NOW, math.nan), "utilisation": math.inf, "srtt_ns": None}
     fleet.apply("link_metrics", odd)
     fleet.apply("link_metrics", _window("r1:xe1", NOW, -0.5))
@@ -183,5 +183,5 @@ def test_one_link_s_odd_values_are_null_and_counted_not_a_500(sort: str) -> None
     status, link = _get(app, "/api/links/r1:xe0")
     assert status == 200
     assert (link["window"]["f"], link["window"]["utilisation"]) == (None, None)
-    assert link["feed"]["odd_values"] >= 2  # counted as they were rendered null
-    assert _get(app, "/api/fleet")[1]["feed"]["odd_values"] > link["feed"]["odd_values"] - 1
+    # Counted as they were rendered null: the window's f and utilisation, at least.
+    assert _get(app, "/api/fleet")[1]["feed"]["odd_values"] >= 2

@@ -68,6 +68,7 @@ class FeedStats:
     kafka_error: str | None = None  # the last error the reader met, until it reads again
     caught_up: bool = False  # the tails read at start are all read
     dropped_events: int = 0  # events a page was too far behind to be given
+    odd_values: int = 0  # NaN or infinite numbers a page was sent as null ("—")
 
 
 Event = dict[str, Any]  # {"kind": stream, "link_id": ..., "record": ...}
@@ -138,6 +139,12 @@ class Fleet:
                 view.open_alerts.pop(record["alert_id"], None)
         elif stream == "optimizer_state":
             view.state = record
+
+    def odd_values(self, where: list[str]) -> None:
+        """Numbers that were NaN or infinite, sent to a page as null."""
+        with self._lock:
+            self.stats.odd_values += len(where)
+        log.warning("values shown as null (not finite numbers): %s", ", ".join(where[:10]))
 
     def malformed(self, reason: str) -> None:
         with self._lock:

@@ -37,7 +37,9 @@ def search_view(link: LinkConfig, state: dict[str, Any] | None) -> dict[str, Any
     if not isinstance(state["policy_state"], dict):
         raise NoSearch(f"link {link.id}: its optimizer state's policy snapshot is not readable")
     policy = P4bsPolicy(link, link.policy_options)
-    policy.restore(state["policy_state"])
+    refused = policy.restore(state["policy_state"])
+    if refused is not None:
+        raise NoSearch(f"link {link.id}: its optimizer state's policy snapshot: {refused}")
     step = policy.step
     view: dict[str, Any] = {
         "link_id": link.id,

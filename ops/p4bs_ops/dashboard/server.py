@@ -28,10 +28,12 @@ import hmac
 import html
 import ipaddress
 import json
+import math
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from importlib import resources
+from numbers import Real
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +128,28 @@ class TokenAuth:
 # ---- shaping what the feed holds -----------------------------------------------------------
 
 
+def number(value: Any) -> float | int | None:
+    """A value shown or sorted as a number: None (shown as "—") unless it is a finite one.
+    The codec refuses NaN and infinities; this keeps one odd value of one link (a record
+    written before that, or a field read otherwise) from failing the fleet's page."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        return None
+    return value if math.isfinite(value) else None  # type: ignore[return-value]
+
+
+def finite_json(value: Any, odd: list[str], where: str = "") -> Any:
+    """`value` with every NaN or infinite number replaced by None (JSON's null), where each
+    was appended to `odd`."""
+    if isinstance(value, float) and not math.isfinite(value):
+        odd.append(f"{where}: {value}")
+        return None
+    if isinstance(value, dict):
+        return {k: finite_json(v, odd, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_json(v, odd, f"{where}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
 def buffer_in_force(view: LinkView) -> int | None:
     """Queue 0's buffer now: as the optimizer read it back, else the last applied decision."""
     if view.state is not None:
@@ -174,11 +198,11 @@ def fleet_row(view: LinkView) -> dict[str, Any]:
         "policy": view.state["policy"] if view.state is not None else link.policy,
         "phase": phase(view),
         "last_decision": decision_json(last) if last is not None else None,
-        "window_end_ns": window["window_end_ns"] if window else None,
-        "f": window["f"] if window else None,
-        "utilisation": window["utilisation"] if window else None,
-        "srtt_ns": window["srtt_ns"] if window else None,
-        "long_flows": window["long_flows"] if window else None,
+        "window_end_ns": number(window.get("window_end_ns")) if window else None,
+        "f": number(window.get("f")) if window else None,
+        "utilisation": number(window.get("utilisation")) if window else None,
+        "srtt_ns": number(window.get("srtt_ns")) if window else None,
+        "long_flows": number(window.get("long_flows")) if window else None,
     }
 
 
@@ -193,13 +217,13 @@ def _sort_fields(view: LinkView) -> dict[str, Any]:
     return {
         "link": view.link.id,
         "sla": SLA_STATES.index(sla_state(view)),
-        "buffer": buffer_in_force(view),
+        "buffer": number(buffer_in_force(view)),
         "policy": state["policy"] if state is not None else view.link.policy,
         "phase": phase(view),
-        "decision": view.decisions[0]["ts_ns"] if view.decisions else None,
+        "decision": number(view.decisions[0].get("ts_ns")) if view.decisions else None,
         "alerts": len(view.open_alerts),
-        "f": window["f"] if window else None,
-        "utilisation": window["utilisation"] if window else None,
+        "f": number(window.get("f")) if window else None,
+        "utilisation": number(window.get("utilisation")) if window else None,
     }
 
 
@@ -260,6 +284,7 @@ def _stats_json(fleet: Fleet) -> dict[str, Any]:
         "kafka_error": s.kafka_error,
         "caught_up": s.caught_up,
         "dropped_events": s.dropped_events,
+        "odd_values": s.odd_values,
     }
 
 
@@ -368,6 +393,14 @@ def build_app(fleet: Fleet, *, token: str | None = None, assets: Path = ASSETS_D
             return _not_found(request, link_id, count())
         return HTMLResponse(_page_html(Page("search", f"search · {link_id}", link_id)))
 
+    def finite_response(data: dict[str, Any]) -> JSONResponse:
+        """The data as JSON, NaN and infinities as null, each counted (`odd_values`)."""
+        odd: list[str] = []
+        clean = finite_json(data, odd)
+        if odd:
+            fleet.odd_values(odd)
+        return JSONResponse(clean)
+
     async def api_fleet(request: Request) -> Response:
         params = request.query_params
         sort = params.get("sort", "link")
@@ -385,14 +418,14 @@ def build_app(fleet: Fleet, *, token: str | None = None, assets: Path = ASSETS_D
             offset=_int_param(request, "offset", 0),
             limit=min(MAX_PAGE, _int_param(request, "limit", 100, low=1)),
         )
-        return JSONResponse(page)
+        return finite_response(page)
 
     async def api_link(request: Request) -> Response:
         link_id = request.path_params["link_id"]
         data = link_json(fleet, link_id)
         if data is None:
             return _not_found(request, link_id, count())
-        return JSONResponse(data)
+        return finite_response(data)
 
     async def api_history(request: Request) -> Response:
         link_id = request.path_params["link_id"]
@@ -407,7 +440,7 @@ def build_app(fleet: Fleet, *, token: str | None = None, assets: Path = ASSETS_D
             data = await asyncio.to_thread(link_history, influx, link_id, start, end)
         except HistoryError as exc:
             return JSONResponse({"error": f"InfluxDB: {exc}"}, 502)
-        return JSONResponse(data)
+        return finite_response(data)
 
     async def api_search(request: Request) -> Response:
         link_id = request.path_params["link_id"]
@@ -421,7 +454,7 @@ def build_app(fleet: Fleet, *, token: str | None = None, assets: Path = ASSETS_D
                 data = await asyncio.to_thread(search_view, link, state)
         except NoSearch as exc:
             return JSONResponse({"error": str(exc), "no_search": True}, 404)
-        return JSONResponse(data)
+        return finite_response(data)
 
     async def api_events(request: Request) -> Response:
         link_id = request.query_params.get("link", "")
@@ -459,7 +492,11 @@ async def _events(request: Request, fleet: Fleet, link_id: str) -> AsyncIterator
             except TimeoutError:
                 yield ": heartbeat\n\n"
                 continue
-            yield f"event: {event['kind']}\ndata: {json.dumps(_event_record(event))}\n\n"
+            odd: list[str] = []
+            data = json.dumps(finite_json(_event_record(event), odd))
+            if odd:
+                fleet.odd_values(odd)
+            yield f"event: {event['kind']}\ndata: {data}\n\n"
     finally:
         fleet.unsubscribe(link_id, queue)
 
