@@ -1,5 +1,7 @@
 """The router agent in a real testbed: gNMI (pygnmi and gnmi_cli, a client nobody here wrote)
-and NETCONF (ncclient) read and change the router's buffer; bad requests change nothing."""
+and NETCONF (ncclient) read and change the router's buffer; bad requests change nothing.
+gNMI serves a router-shaped OpenConfig configuration: a buffer reaches the kernel through the
+profile p4bs-eth1 once it is bound to eth1's output (`_bind`, the gNMI driver's Set)."""
 
 from __future__ import annotations
 
@@ -25,10 +27,16 @@ from p4bs.yang import yang_model
 from p4bs_infra.procs import wait_until
 from p4bs_infra.testbed import NETCONF_PORT, Testbed, in_ns, run
 from p4bs_infra.traffic import Scenario, TrafficRun
-from p4bs_optimizer.drivers.gnmi import json_text, uint64
+from p4bs_optimizer.drivers.gnmi import (
+    buffer_updates,
+    classifier_updates,
+    json_text,
+    queue_declarations,
+    uint64,
+)
 
 USER, PASSWORD = ROUTER_USER, ROUTER_PASSWORD
-PROFILE = "/qos/buffer-allocation-profiles/buffer-allocation-profile[name=eth1]"
+PROFILE = "/qos/buffer-allocation-profiles/buffer-allocation-profile[name=p4bs-eth1]"
 BUFFER = f"{PROFILE}/queues/queue[name=q0]/config/dedicated-buffer"
 TEMPORAL = f"{PROFILE}/queues/queue[name=q0]/config/dedicated-buffer-temporal"
 OC_QOS = "http://openconfig.net/yang/qos"
@@ -61,15 +69,26 @@ def _get_leaf(client: gNMIclient, path: str) -> Any:
     return update["val"]
 
 
+def _bind(client: gNMIclient, size: int) -> None:
+    """eth1 q0 at `size` bytes as the gNMI driver sets it: the queue, the profile p4bs-eth1
+    and its binding to eth1's output, in one Set."""
+    client.set(update=buffer_updates("eth1", 0, size), encoding="json_ietf")
+
+
 def test_pygnmi_gets_and_sets_the_buffer_in_the_kernel(testbed: Testbed) -> None:
     with _gnmi(testbed) as client:
+        _bind(client, testbed.plan.buffer_bytes)
         assert int(_get_leaf(client, BUFFER)) == testbed.plan.buffer_bytes == _kernel_limit(testbed)
-        assert int(_get_leaf(client, TEMPORAL)) == 200_000  # 200 ms of 100 Mbit/s, in µs
+        state = f"{PROFILE}/queues/queue[name=q0]/state"
+        assert int(_get_leaf(client, f"{state}/dedicated-buffer-temporal")) == 200_000  # µs
+        binding = "/qos/interfaces/interface[interface-id=eth1]/output/state"
+        assert _get_leaf(client, binding) == {"buffer-allocation-profile": "p4bs-eth1"}
         client.set(update=[(BUFFER, _u64(300_000))], encoding="json_ietf")
         assert _kernel_limit(testbed) == 300_000
         client.set(update=[(TEMPORAL, _u64(50_000))], encoding="json_ietf")  # 50 ms
         assert _kernel_limit(testbed) == 625_000
-        assert int(_get_leaf(client, BUFFER)) == 625_000
+        # The temporal value replaced the bytes in the configuration; state has both.
+        assert int(_get_leaf(client, f"{state}/dedicated-buffer")) == 625_000
         caps = client.capabilities()
     assert any(m["name"] == "openconfig-qos" for m in caps["supported_models"])
 
@@ -83,14 +102,19 @@ def _openconfig(testbed: Testbed) -> dict[str, Any]:
 
 def test_the_agents_configuration_is_valid_openconfig(testbed: Testbed) -> None:
     """As gNMI and NETCONF serve it, the whole tree, against openconfig-qos 2.2.0."""
+    with _gnmi(testbed) as client:
+        _bind(client, 400_000)
     config = _openconfig(testbed)
     yang_model("openconfig").validate(config)
     with _netconf(testbed) as nc:
         reply = nc.get_config(source="running")
     served = yang_model("openconfig").from_xml(etree.fromstring(reply.data_xml.encode()))
     yang_model("openconfig").validate(served)
+    # NETCONF's OpenConfig dialect keeps p4bs's own shape (a profile named like the interface);
+    # both show the buffer in force.
     profiles = "buffer-allocation-profiles"
-    assert served["openconfig-qos:qos"][profiles] == config["openconfig-qos:qos"][profiles]
+    (profile,) = served["openconfig-qos:qos"][profiles]["buffer-allocation-profile"]
+    assert profile["queues"]["queue"][0]["config"]["dedicated-buffer"] == "400000"
 
 
 def _gnmi_cli(testbed: Testbed, *args: str) -> str:
@@ -133,6 +157,7 @@ def _proto_path(path: str) -> str:
 
 
 def test_gnmi_cli_gets_and_sets_the_buffer(testbed: Testbed) -> None:
+    _set_buffer(testbed, 350_000)
     out = _gnmi_cli(testbed, "-get", "-proto", f"{_proto_path(BUFFER)} encoding: JSON_IETF")
     assert str(_kernel_limit(testbed)) in out
     _gnmi_cli(testbed, "-set", "-proto", f"update: <{_proto_path(BUFFER)} val: <uint_val: 444444>>")
@@ -141,36 +166,56 @@ def test_gnmi_cli_gets_and_sets_the_buffer(testbed: Testbed) -> None:
     assert "openconfig-qos" in out
 
 
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
+
+
 @pytest.mark.parametrize(
     ("update", "code", "message"),
     [
+        # q9 is not declared under /qos/queues: the profile's queue is a dangling leafref.
         (
             [(f"{PROFILE}/queues/queue[name=q9]/config/dedicated-buffer", 100_000)],
-            grpc.StatusCode.NOT_FOUND,
-            "no queue 'q9'",
+            INVALID,
+            "instance-required",
         ),
-        ([("/qos/nonsense/leaf", 1)], grpc.StatusCode.NOT_FOUND, "not a writable path"),
-        ([(BUFFER, 10)], grpc.StatusCode.INVALID_ARGUMENT, "outside [1514"),
-        ([(BUFFER, "lots")], grpc.StatusCode.INVALID_ARGUMENT, "expected an unsigned integer"),
-        # JSON_IETF as it goes on the wire: a uint64 as a JSON number, a string unquoted.
-        ([(BUFFER, b"300000")], grpc.StatusCode.INVALID_ARGUMENT, "a uint64 is a JSON string"),
         (
-            [(f"{PROFILE}/queues/queue[name=q0]/config/name", b"q0")],
-            grpc.StatusCode.INVALID_ARGUMENT,
-            "does not parse",
+            [("/qos/buffer-allocation-profiles/buffer-allocation-profile[name=eth1]", b"{}")],
+            INVALID,
+            "instance-required",  # the old driver's profile: its name is no profile's
         ),
-        ([(BUFFER, 500_000), (TEMPORAL, 1)], grpc.StatusCode.INVALID_ARGUMENT, "conflicts"),
+        ([("/qos/nonsense/leaf", 1)], INVALID, "no member 'nonsense'"),
+        ([(BUFFER, 10)], INVALID, "outside [1514"),
+        ([(BUFFER, "lots")], INVALID, "RawTypeError"),
+        # Odd digits: refused by the schema as INVALID_ARGUMENT (int("²") was UNKNOWN).
+        ([(BUFFER, "12a")], INVALID, "RawTypeError"),
+        ([(BUFFER, "1e3")], INVALID, "RawTypeError"),
+        ([(BUFFER, "-5")], INVALID, "YangTypeError"),
+        ([(BUFFER, "")], INVALID, "RawTypeError"),
+        ([(BUFFER, "\u00b2")], INVALID, "RawTypeError"),
+        ([(BUFFER, " 300000")], INVALID, "not an unsigned integer"),
+        # JSON_IETF as it goes on the wire: a uint64 as a JSON number, a string unquoted.
+        ([(BUFFER, b"300000")], INVALID, "RawTypeError"),
+        ([(f"{PROFILE}/queues/queue[name=q0]/config/name", b"q0")], INVALID, "does not parse"),
+        ([(BUFFER, 500_000), (TEMPORAL, 1)], INVALID, "conflict"),
         (
             [(BUFFER, 500_000), (f"{PROFILE}/queues/queue[name=q0]/state/dedicated-buffer", 7)],
-            grpc.StatusCode.NOT_FOUND,
-            "not a writable path",
+            INVALID,
+            "state",
+        ),
+        # At the root, JSON_IETF names the module: {"qos": ...} is refused, as a router would.
+        (
+            [("", b'{"qos": {"queues": {"queue": [{"name": "q3", "config": {"name": "q3"}}]}}}')],
+            INVALID,
+            "no member 'qos'",
         ),
     ],
 )
 def test_invalid_gnmi_sets_fail_and_change_nothing(
     testbed: Testbed, update: list[tuple[str, Any]], code: grpc.StatusCode, message: str
 ) -> None:
-    before = _kernel_limit(testbed)
+    with _gnmi(testbed) as client:
+        _bind(client, 450_000)
+    before = _kernel_limit(testbed), _openconfig(testbed)
     channel = grpc.secure_channel(
         f"{testbed.plan.router_address}:{testbed.plan.gnmi_port}",
         grpc.ssl_channel_credentials((testbed.pki / "ca.pem").read_bytes()),
@@ -190,29 +235,29 @@ def test_invalid_gnmi_sets_fail_and_change_nothing(
         pb_grpc.gNMIStub(channel).Set(
             request, metadata=[("username", USER), ("password", PASSWORD)]
         )
-    assert err.value.code() == code
+    assert err.value.code() == code, err.value.details()
     assert message in str(err.value.details())
-    assert _kernel_limit(testbed) == before
+    assert (_kernel_limit(testbed), _openconfig(testbed)) == before
 
 
 def test_bad_credentials_and_deletes_are_refused(testbed: Testbed) -> None:
+    _set_buffer(testbed, 460_000)
     before = _kernel_limit(testbed)
     with (
         pytest.raises(Exception, match=r"UNAUTHENTICATED|bad username"),
         _gnmi(testbed, password="wrong") as client,
     ):
         client.set(update=[(BUFFER, _u64(100_000))], encoding="json_ietf")
-    with (
-        _gnmi(testbed) as client,
-        pytest.raises(Exception, match="only classifier terms and added queues can be deleted"),
-    ):
-        client.set(delete=[BUFFER], encoding="json_ietf")
+    with _gnmi(testbed) as client, pytest.raises(Exception, match="instance-required"):
+        # The queue p4bs-eth1's entry and eth1's output queue refer to.
+        client.set(delete=["/qos/queues/queue[name=q0]"], encoding="json_ietf")
     assert _kernel_limit(testbed) == before
     agent_log = (testbed.agent_log).read_text()
     assert PASSWORD not in agent_log and "wrong" not in agent_log
 
 
 def test_subscribe_sample_and_on_change(testbed: Testbed) -> None:
+    _set_buffer(testbed, 500_000)
     state = "/qos/interfaces/interface[interface-id=eth1]/output/queues/queue[name=q0]/state"
     with _gnmi(testbed) as client:
         samples = client.subscribe2(
@@ -252,7 +297,7 @@ def test_subscribe_sample_and_on_change(testbed: Testbed) -> None:
 
 def _set_buffer(testbed: Testbed, size: int) -> None:
     with _gnmi(testbed) as client:
-        client.set(update=[(BUFFER, _u64(size))], encoding="json_ietf")
+        _bind(client, size)
 
 
 def _netconf(testbed: Testbed, password: str = PASSWORD) -> manager.Manager:
@@ -353,10 +398,11 @@ def _queue_packets(testbed: Testbed, queue: str) -> int:
 
 
 def test_queues_and_classifier_terms_steer_flows(testbed: Testbed) -> None:
-    """A second queue and a term sending one sender address into it, then both removed."""
+    """A second queue and a term of the classifier bound to eth1's output sending one sender
+    address into it, then both removed."""
     group = testbed.plan.groups[0].address
     queue_path = "/qos/interfaces/interface[interface-id=eth1]/output/queues/queue[name=q1]"
-    term_path = "/qos/classifiers/classifier[name=eth1]/terms/term[id=5]"
+    term_path = "/qos/classifiers/classifier[name=p4bs-eth1]/terms/term[id=5]"
     term = {
         "config": {"id": "5"},
         "conditions": {"ipv4": {"config": {"source-address": f"{group}/32"}}},
@@ -364,20 +410,24 @@ def test_queues_and_classifier_terms_steer_flows(testbed: Testbed) -> None:
     }
     q1_buffer = f"{PROFILE}/queues/queue[name=q1]/config/dedicated-buffer"
     with _gnmi(testbed) as client:
-        with pytest.raises(Exception, match="no queue 'q1' to target"):
-            client.set(update=[(term_path, term)], encoding="json_ietf")
+        _bind(client, testbed.plan.buffer_bytes)
+        with pytest.raises(Exception, match="instance-required"):  # no forwarding group q1
+            client.set(
+                update=[*classifier_updates("eth1"), (term_path, term)], encoding="json_ietf"
+            )
         client.set(
             update=[
-                (f"{queue_path}/config/name", json_text("q1")),
-                (q1_buffer, _u64(120_000)),
-                (term_path, term),
+                *classifier_updates("eth1"),
+                *queue_declarations("eth1", 1),
+                *buffer_updates("eth1", 1, 120_000),
+                (term_path, json_text(term)),
             ],
             encoding="json_ietf",
         )
         assert int(_get_leaf(client, q1_buffer)) == 120_000
         yang_model("openconfig").validate(_openconfig(testbed))  # with q1 and the term
         # Two queues share the link: q1 is guaranteed 50 Mbit/s, so 120 kB is 19.2 ms.
-        temporal = f"{PROFILE}/queues/queue[name=q1]/config/dedicated-buffer-temporal"
+        temporal = f"{PROFILE}/queues/queue[name=q1]/state/dedicated-buffer-temporal"
         assert int(_get_leaf(client, temporal)) == 19_200
         before = _queue_packets(testbed, "q1"), _queue_packets(testbed, "q0")
         run(

@@ -18,7 +18,16 @@ from typing import Any
 
 import paramiko
 import pytest
-from test_agent import BUFFER, _gnmi, _gnmi_cli, _kernel_limit, _openconfig, _proto_path
+from lxml import etree
+from test_agent import (
+    BUFFER,
+    _gnmi,
+    _gnmi_cli,
+    _kernel_limit,
+    _netconf,
+    _openconfig,
+    _proto_path,
+)
 from yangcheck import Recorder, after_edit_config, after_gnmi_set
 
 from conftest import ROUTER_PASSWORD
@@ -162,16 +171,21 @@ def test_gnmi_driver_payloads_are_valid_openconfig(
     assert len(recorder.sets) == 4
     for recorded in recorder.sets:
         after_gnmi_set(recorded.config, recorded.updates, recorded.deletes)
-    # The uint64 as RFC 7951 writes it: a JSON string.
-    ((_, sent),) = recorder.sets[0].updates
-    assert json.loads(sent) == {"config": {"name": "q0", "dedicated-buffer": "321000"}}
+    # One Set: the queue, the profile p4bs-eth1 with the uint64 as RFC 7951 writes it (a JSON
+    # string) and its binding to eth1's output.
+    sent = {path: json.loads(value) for path, value in recorder.sets[0].updates}
+    profile = sent["/qos/buffer-allocation-profiles/buffer-allocation-profile[name=p4bs-eth1]"]
+    (queue,) = profile["queues"]["queue"]
+    assert queue["config"] == {"name": "q0", "dedicated-buffer": "321000"}
+    interface = sent["/qos/interfaces/interface[interface-id=eth1]"]
+    assert interface["output"]["config"] == {"buffer-allocation-profile": "p4bs-eth1"}
     yang_model("openconfig").validate(_openconfig(testbed))
 
 
 def test_netconf_driver_payload_is_valid_openconfig(
     testbed: Testbed, known_hosts: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    recorder = Recorder(lambda: _openconfig(testbed))
+    recorder = Recorder(lambda: _netconf_config(testbed))
 
     async def scenario() -> int:
         async with _driver(_router(testbed, known_hosts, "netconf")) as driver:
@@ -185,6 +199,14 @@ def test_netconf_driver_payload_is_valid_openconfig(
     profile = after["openconfig-qos:qos"]["buffer-allocation-profiles"]
     (queue,) = profile["buffer-allocation-profile"][0]["queues"]["queue"]
     assert queue["config"]["dedicated-buffer"] == "430000"
+
+
+def _netconf_config(testbed: Testbed) -> dict[str, Any]:
+    """NETCONF's running configuration (the OpenConfig dialect keeps p4bs's own shape, a
+    profile named like the interface; gNMI's is a router's) as RFC 7951 JSON."""
+    with _netconf(testbed) as nc:
+        reply = nc.get_config(source="running")
+    return yang_model("openconfig").from_xml(etree.fromstring(reply.data_xml.encode()))
 
 
 def test_linux_tc_driver_in_the_router_namespace(testbed: Testbed, known_hosts: Path) -> None:
@@ -345,9 +367,10 @@ def test_rejected_values_are_not_retried_and_change_nothing(
 ) -> None:
     before = _kernel_limit(testbed)
     router = _router(testbed, known_hosts, driver)
+    # q16: more queues than the router has (gNMI would make a q9 it lacks; NETCONF would not).
     for queue, size, reason in (
         (0, MAX_BUFFER_BYTES + 1_000_000, "outside [1514"),
-        (9, 100_000, "q9"),
+        (16, 100_000, "q16"),
     ):
         refused = _driver(router, attempts=3)
         err, _ = _fails(refused, lambda d, q=queue, b=size: d.set_buffer("eth1", q, b))
@@ -419,7 +442,7 @@ def test_gnmi_classifier_rules_replace_the_interfaces_terms(
         assert sorted(_filters(testbed)) == ["1:10", "1:11", "1:11"]
         with _gnmi(testbed) as client:
             reply = client.get(
-                path=["/qos/classifiers/classifier[name=eth1]"], encoding="json_ietf"
+                path=["/qos/classifiers/classifier[name=p4bs-eth1]"], encoding="json_ietf"
             )
         terms = reply["notification"][0]["update"][0]["val"]["terms"]["term"]
         by_port = {

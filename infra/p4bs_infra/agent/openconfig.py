@@ -136,8 +136,11 @@ class OpenConfigQos:
             try:
                 for path in deletes:
                     delete(doc, [("qos", {}), *_below_qos(path)], MODULE)
+                given: dict[tuple[str, str], set[str]] = {}
                 for path, value in updates:
-                    doc = self.model.merge(doc, self._document(path, value))
+                    patch = self._document(path, value)
+                    _one_buffer_leaf(doc, patch, given)
+                    doc = self.model.merge(doc, patch)
                 self.model.validate(doc)
                 _strict_buffers(doc)
             except YangError as exc:
@@ -181,12 +184,13 @@ class OpenConfigQos:
                     AgentError.INVALID, f"{interface} output queue {name!r}: queues are q0..q15"
                 )
             updates.append((_output_queue(interface, name), {"config": {"name": name}}))
-        for interface, name in sorted((was - now) & kernel):
+        dropped = (was - now) & kernel
+        for interface, name in sorted(dropped):
             deletes.append(_output_queue(interface, name))
         # Every bound buffer, changed or not: what the configuration says is what is in force,
         # also after another client (NETCONF, Junos) changed the FIFO.
         for (interface, name), buffer in sorted(_buffers(new).items()):
-            if (interface, name) in now | kernel:
+            if (interface, name) in (now | kernel) - dropped:
                 updates.append((_profile_queue(interface, name), {"config": dict(buffer)}))
         for interface in self.qos.interfaces:
             wanted = _terms(new, interface)
@@ -208,6 +212,26 @@ def _below_qos(path: PathElems) -> PathElems:
     if path[0][0] not in ("qos", TOP):
         raise AgentError(AgentError.NOT_FOUND, f"{format_path(path)}: this agent serves /qos")
     return path[1:]
+
+
+def _one_buffer_leaf(
+    doc: dict[str, Any], patch: dict[str, Any], given: dict[tuple[str, str], set[str]]
+) -> None:
+    """dedicated-buffer and dedicated-buffer-temporal exclude each other (the model says so
+    in words): setting one removes the other; both in one request conflict."""
+    qos = patch.get(TOP, {})
+    for profile in _entries(qos, "buffer-allocation-profiles", "buffer-allocation-profile"):
+        for queue in _entries(profile, "queues", "queue"):
+            key = (str(profile.get("name")), str(queue.get("name")))
+            leaves = given.setdefault(key, set())
+            leaves.update(leaf for leaf in BUFFER_LEAVES if leaf in queue.get("config", {}))
+            if len(leaves) > 1:
+                raise YangError(
+                    f"{key[0]}/{key[1]}: dedicated-buffer and dedicated-buffer-temporal "
+                    "conflict: set one per request"
+                )
+            for other in set(BUFFER_LEAVES) - leaves if leaves else ():
+                delete(doc, [*_profile_queue(key[0], key[1]), ("config", {}), (other, {})], MODULE)
 
 
 def _strict_buffers(doc: dict[str, Any]) -> None:
