@@ -1,4 +1,5 @@
-"""`p4bs optimizer run`: the optimizer service for the links of a config."""
+"""`p4bs optimizer run`: the optimizer service for the links of a config; `freeze` and
+`unfreeze`: stop and allow again every change to the routers (the config's freeze_file)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     service = OptimizerService(config, dry_run=args.dry_run, instance=args.instance)
     topics = config.kafka.topics
     print(
-        f"optimizer{' (dry run: deciding, not applying)' if args.dry_run else ''}: "
+        f"optimizer{' (dry run: deciding, not applying)' if service.dry_run else ''}: "
         f"{topics['link_metrics']} -> {topics['buffer_decisions']} and the routers; group "
         f"{config.optimizer.group} (instance {service.instance}), {len(config.links)} links "
         f"in the config, their state in {topics['optimizer_state']}",
@@ -66,6 +67,37 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_freeze(args: argparse.Namespace) -> int:
+    """Writes the config's freeze file: no optimizer using it writes to a router until
+    `unfreeze` (each checks it before every change)."""
+    from p4bs_optimizer.service.guards import freeze
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"p4bs optimizer freeze: {exc}", file=sys.stderr)
+        return 2
+    path = Path(config.optimizer.freeze_file)
+    print(f"{path}: {freeze(path, args.reason)}; no change reaches a router until unfreeze")
+    return 0
+
+
+def cmd_unfreeze(args: argparse.Namespace) -> int:
+    from p4bs_optimizer.service.guards import unfreeze
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"p4bs optimizer unfreeze: {exc}", file=sys.stderr)
+        return 2
+    path = Path(config.optimizer.freeze_file)
+    if unfreeze(path):
+        print(f"{path}: removed; changes are applied again")
+    else:
+        print(f"{path}: not there; changes were not frozen")
+    return 0
+
+
 def add_parser(sub: Any, default_config: Path) -> None:
     optimizer = sub.add_parser("optimizer", help="decide and apply buffer sizes")
     optimizer_sub = optimizer.add_subparsers(dest="action", required=True)
@@ -79,3 +111,12 @@ def add_parser(sub: Any, default_config: Path) -> None:
     )
     run.add_argument("--report-every", type=int, default=10, help="seconds between progress lines")
     run.set_defaults(func=cmd_run)
+    frozen = optimizer_sub.add_parser(
+        "freeze", help="stop every change to the routers at once (the config's freeze_file)"
+    )
+    frozen.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
+    frozen.add_argument("--reason", required=True, help="why, recorded with each held decision")
+    frozen.set_defaults(func=cmd_freeze)
+    thawed = optimizer_sub.add_parser("unfreeze", help="let changes reach the routers again")
+    thawed.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
+    thawed.set_defaults(func=cmd_unfreeze)

@@ -52,6 +52,8 @@ def test_example_config_passes_with_units_converted(repo: Path) -> None:
     assert config.kafka.topics["link_counters"] == "p4bs.link-counters"
     assert config.optimizer.stale_after_ns == 5_000_000_000
     assert config.optimizer.min_change_interval_ns == 1_000_000_000
+    assert (config.optimizer.max_step_ratio, config.optimizer.dry_run) == (0.0, False)
+    assert config.routers[0].interfaces == ("eth*",)
 
 
 def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
@@ -149,6 +151,13 @@ BAD = [
     (_set("optimizer.stale_after", "0s"), "optimizer.stale_after: stale_after must be"),
     (_set("optimizer.apply_attempts", 0), "optimizer.apply_attempts: must be an integer in"),
     (_set("optimizer.dry", True), "optimizer.dry: unknown field"),
+    (_set("optimizer.dry_run", "yes"), "optimizer.dry_run: must be true or false"),
+    (_set("optimizer.max_step_ratio", 0.5), "optimizer.max_step_ratio: must be 0 (no limit) or"),
+    (
+        _set("optimizer.max_changes_per_router_per_minute", -1),
+        "optimizer.max_changes_per_router_per_minute: must be an integer in [0,",
+    ),
+    (_set("optimizer.freeze_file", ""), "optimizer.freeze_file: must be a non-empty string"),
     (_set("routers.0.driver", "linux-tc"), "routers[0].address: a linux-tc router is local"),
     (_set("links", []), "links: at least one [[links]] entry is required"),
     (_set("links.0.junos", {}), "links[0].junos: only for a netconf-junos router; router 'r1'"),

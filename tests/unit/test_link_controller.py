@@ -22,6 +22,7 @@ import pytest
 
 from p4bs import paths
 from p4bs.config import LinkConfig, OptimizerConfig, RouterConfig, load_config
+from p4bs_cli.main import main
 from p4bs_optimizer.changelog import LinkState
 from p4bs_optimizer.drivers.base import Attempt, ErrorKind, FlowMatch, RouterDriver
 from p4bs_optimizer.policies.base import Decision, Policy, Window
@@ -612,3 +613,19 @@ def test_a_pending_change_from_a_saved_state_is_checked_again_and_sets_no_classi
     reason = link.records()[0]["reason"]
     assert "held to the link's bounds (1 B asked)" in reason
     assert "flow list ignored" in reason and "x2" in reason
+
+
+def test_the_freeze_command_writes_the_file_the_guards_read(tmp_path: Path) -> None:
+    """`p4bs optimizer freeze --reason` makes the config's guards frozen, with the reason;
+    `unfreeze` lets changes through again."""
+    flag = tmp_path / "frozen" / "optimizer.freeze"
+    config = tmp_path / "p4bs.toml"
+    example = paths.default_config().read_text()
+    config.write_text(example.replace("[optimizer]\n", f'[optimizer]\nfreeze_file = "{flag}"\n'))
+    guards = Guards.of(load_config(config).optimizer, dry_run=False)
+    assert guards.frozen() is None
+    assert main(["optimizer", "freeze", "--config", str(config), "--reason", "CHG-7"]) == 0
+    reason = guards.frozen()
+    assert reason is not None and reason.endswith(": CHG-7") and reason.startswith("frozen by ")
+    assert main(["optimizer", "unfreeze", "--config", str(config)]) == 0
+    assert guards.frozen() is None and not flag.exists()
