@@ -62,8 +62,8 @@ def read_kafka(r: Reader, data: dict[str, Any]) -> KafkaConfig:
         given = r.table(data, "users") if "users" in data else {}
         for component in given:
             if component not in KAFKA_COMPONENTS:
-                known = ", ".join(KAFKA_COMPONENTS)
-                r.problem(component, f"unknown component (known: {known})")
+                components = ", ".join(KAFKA_COMPONENTS)
+                r.problem(component, f"unknown component (known: {components})")
                 continue
             with r.at(component):
                 login = r.table(given, component)
