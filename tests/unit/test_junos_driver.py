@@ -1,11 +1,19 @@
-"""The Junos driver's numbers and payload without a router: bytes to whole µs of line rate
-(rounded, at least 1) and back, and its edit-config validated against Junos's published
-class-of-service model (the XML converted to RFC 7951 JSON by the model itself)."""
+"""The Junos driver's numbers and payload: bytes to whole µs of line rate (rounded, at least 1)
+and back, its edit-config validated against Junos's published class-of-service model (the XML
+converted to RFC 7951 JSON by the model itself); and its commits against the agent's Junos
+NETCONF server in-process (queues in memory): commit-configuration confirmed in minutes of the
+router's confirm_window, confirmed, read back after the confirmation; a temporal outside the
+router's temporal_range refused before sending; an edit or a commit refused, a failed
+confirmation (1.0: hang up; 1.1: cancel-commit), a rollback before the confirmation, a session
+lost between commit and confirm, each ending on the old configuration; another session's
+confirm and cancel refused; the edit-configs on the wire valid on an empty and a populated
+router."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import dataclasses
 import logging
 import re
@@ -21,6 +29,7 @@ from lxml import etree
 from ncclient import manager
 from ncclient.operations.rpc import RPCError
 from netconf import error as ncerror
+from yangcheck import Recorder, after_edit_config
 
 from p4bs import paths
 from p4bs.config import (
@@ -190,7 +199,8 @@ class Agent:
     def temporal(self, source: str = "running") -> str | None:
         config = self.stores.running if source == "running" else self.stores.candidate
         cos = config.get(JUNOS[0], {}).get(JUNOS[1], {})
-        found = [s["buffer-size"]["temporal"] for s in cos.get("schedulers", [])]
+        schedulers = cos.get("schedulers", [])
+        found = [s["buffer-size"]["temporal"] for s in schedulers if s["name"] == "p4bs-eth1"]
         return found[0] if found else None
 
 
@@ -485,3 +495,41 @@ def test_confirm_window_and_temporal_range_in_the_config(
         return
     router = parse_config(data).routers[0]
     assert (router.confirm_window_ns, router.temporal_range_ns) == expected
+
+
+def test_the_edit_configs_on_the_wire_validate_on_an_empty_and_a_populated_router(
+    pki: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The operator's own class-of-service, which the driver's edits merge beside.
+    operator = {
+        JUNOS[0]: {
+            JUNOS[1]: {
+                "schedulers": [{"name": "operator-nc", "buffer-size": {"percent": 5}}],
+                "scheduler-maps": [
+                    {
+                        "name": "operator-map",
+                        "forwarding-class": [
+                            {"name": "network-control", "scheduler": "operator-nc"}
+                        ],
+                    }
+                ],
+            }
+        }
+    }
+    for start in ({}, operator):
+        with agent(pki) as router:
+            router.stores.running = copy.deepcopy(start)
+            router.stores.candidate = copy.deepcopy(start)
+            recorder = Recorder(lambda r=router: copy.deepcopy(r.stores.candidate))
+            with recorder.record(monkeypatch):
+                router.set_buffer(625_000)  # the first change: p4bs's names created
+                router.set_buffer(300_010)  # a later change: the temporal updated
+            assert [edit.target for edit in recorder.edits] == ["candidate", "candidate"]
+            for edit in recorder.edits:
+                after_edit_config("junos", edit.config, edit.payload)
+            yang_model("junos").validate(router.stores.running)
+            cos = router.stores.running[JUNOS[0]][JUNOS[1]]
+            assert router.temporal() == "24001"
+            assert {s["name"] for s in cos["schedulers"]} == (
+                {"p4bs-eth1", "operator-nc"} if start else {"p4bs-eth1"}
+            )
