@@ -9,6 +9,7 @@ it as the config's [kafka] says (`kafka_properties`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from pyflink.table import EnvironmentSettings, StreamTableEnvironment, TableEnvi
 
 from p4bs import paths
 from p4bs.bus import Cluster
+from p4bs.config import SecretRef
 from p4bs_schemas.registry import STREAMS, current_schema
 
 # The Kafka connector jar shades the Kafka client: its SCRAM login module has this name.
@@ -147,30 +149,71 @@ def sql_columns(schema_name: str) -> list[str]:
     return _sql_fields(schema_name, current_schema(schema_name)["fields"])
 
 
-def _jaas_quoted(value: str) -> str:
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{escaped}"'
+# The Kafka client resolves `${provider:[path:]key}` in its properties from these config
+# providers where it runs (the TaskManagers: KIP-297, KIP-887), so a secret is named in the
+# job and never sent in it: a remote job goes to the JobManager's REST API (HTTP, no login).
+_SHADED_PROVIDERS = "org.apache.flink.kafka.shaded.org.apache.kafka.common.config.provider."
+CONFIG_PROVIDERS = {
+    "env": _SHADED_PROVIDERS + "EnvVarConfigProvider",
+    "dir": _SHADED_PROVIDERS + "DirectoryConfigProvider",
+}
+
+
+def secret_placeholder(ref: SecretRef) -> str:
+    """The Kafka client's reference to a secret: an environment variable (`${env:VAR}`) or
+    a whole file's content (`${dir:folder:file}`), resolved where the client runs. The
+    value goes into the JAAS option's quotes as it is: a secret that holds a quote, a
+    backslash or (a file) surrounding white space, where it can be read here, is refused."""
+    if ref.env is not None:
+        placeholder = f"${{env:{ref.env}}}"
+    else:
+        assert ref.file is not None
+        path = Path(ref.file)
+        placeholder = f"${{dir:{path.parent}:{path.name}}}"
+    try:
+        raw = os.environ[ref.env] if ref.env is not None else Path(ref.file or "").read_text()
+    except (KeyError, OSError):  # set only where the job runs
+        return placeholder
+    where = f"${ref.env}" if ref.env is not None else ref.file
+    if '"' in raw or "\\" in raw:
+        raise ValueError(
+            f"kafka credential {where}: the Flink job's JAAS login cannot hold a quote or a "
+            "backslash; choose a password without them"
+        )
+    if raw != raw.strip():
+        raise ValueError(
+            f"kafka credential {where}: the Flink job's Kafka client reads it as it is, "
+            "surrounding white space (a final newline) included; remove it"
+        )
+    return placeholder
 
 
 def kafka_properties(cluster: Cluster) -> dict[str, str]:
     """The Kafka connector's client properties for the cluster: its bootstrap, and for a
-    secured one TLS trusting the config's CA and a SCRAM login, the credentials resolved
-    now. Flink hides option values whose key holds "jaas.config" wherever it shows options
-    (errors, plans); the Kafka client logs that property as [hidden]."""
+    secured one TLS trusting the config's CA and a SCRAM login as the metrics job's user
+    ([kafka.users.metrics_job], or [kafka]'s) whose credentials are references the Kafka
+    client resolves where it runs (`secret_placeholder`): the job holds no secret, embedded
+    or submitted to a remote cluster, whose TaskManagers need the variables or files."""
     if isinstance(cluster, str):
         return {"properties.bootstrap.servers": cluster}
     properties = {"properties.bootstrap.servers": cluster.bootstrap}
     if cluster.security == "plaintext":
         return properties
-    assert cluster.username is not None and cluster.password is not None  # the config checks
+    job = cluster.for_component("metrics_job")
+    assert job.username is not None and job.password is not None  # the config checks
     login = (
-        f"{SCRAM_LOGIN_MODULE} required username={_jaas_quoted(cluster.username.resolve())} "
-        f"password={_jaas_quoted(cluster.password.resolve())};"
+        f'{SCRAM_LOGIN_MODULE} required username="{secret_placeholder(job.username)}" '
+        f'password="{secret_placeholder(job.password)}";'
     )
     properties |= {
         "properties.security.protocol": "SASL_SSL",
         "properties.sasl.mechanism": cluster.sasl_mechanism,
         "properties.sasl.jaas.config": login,
+        "properties.config.providers": ",".join(CONFIG_PROVIDERS),
+        **{
+            f"properties.config.providers.{name}.class": provider
+            for name, provider in CONFIG_PROVIDERS.items()
+        },
     }
     if cluster.ca_file is not None:
         properties["properties.ssl.truststore.type"] = "PEM"
@@ -209,7 +252,7 @@ def kafka_table_ddl(
         **(options or {}),
     }
     column_list = ",\n  ".join(columns)
-    # A quote inside a SQL string literal is doubled (a password may hold one).
+    # A quote inside a SQL string literal is doubled (a topic or a path may hold one).
     with_clause = ",\n  ".join(
         "'{}' = '{}'".format(k, v.replace("'", "''")) for k, v in settings.items()
     )

@@ -13,7 +13,10 @@ aggregate per link in window order: the sequential SRTT, RTT minimum, N, EWMAs, 
 and SLA state of each link live in Flink's keyed state, so checkpoints cover them. SLA alerts
 come out with their window. A LinkSpec record sets its link's capacity, weights and SLA
 bounds (or removes it) from the window its ts_ns falls in, over the config's: a link is
-added, changed or removed without restarting the job.
+added, changed or removed without restarting the job. Both topics are read as raw bytes and
+decoded by Java functions that check each record and count and pass over a bad one (garbage,
+a record cut short, NaN or a zero capacity): no bytes on either topic stop the job. Values
+cross from SQL to Java as numbers, rows and arrays, never as text to split.
 """
 
 from __future__ import annotations
@@ -35,6 +38,11 @@ from p4bs_schemas.registry import STREAMS, current_schema
 INTERVAL_TIME_CLASS = "io.p4bs.flink.IntervalTime"
 INTERVAL_SUMMARY_CLASS = "io.p4bs.flink.IntervalSummary"
 INTERVAL_COLUMN = "record"
+# The links topic, raw too: a Java function checks a record whole for its event time (a bad
+# one gets 0 and is dropped), and a Java aggregate gives a window's newest spec as a row.
+LINK_SPEC_TIME_CLASS = "io.p4bs.flink.LinkSpecTime"
+NEWEST_LINK_SPEC_CLASS = "io.p4bs.flink.NewestLinkSpec"
+SPEC_COLUMN = "spec"
 # The Java aggregate that carries each link's state from window to window, and the job
 # parameter it reads the links and the metrics settings from.
 LINK_METRICS_CLASS = "io.p4bs.flink.LinkMetrics"
@@ -58,10 +66,6 @@ def _rowtime(time_ms_sql: str, watermark_lag_sql: str) -> tuple[str, ...]:
     )
 
 
-def _ns_to_ms(column_ns: str) -> str:
-    return f"CAST(({column_ns}) / 1000000 AS BIGINT)"
-
-
 def create_sources(
     env: StreamTableEnvironment,
     topics: Mapping[str, str],
@@ -70,18 +74,23 @@ def create_sources(
     source_options: Mapping[str, str],
     stop_offsets: Mapping[str, Mapping[int, int]] | None = None,
 ) -> None:
-    """Kafka tables for the two input streams, with event time and watermarks; a stream
-    named in `stop_offsets` is read up to those offsets (see `stop_at`). The links topic is
-    read from its start whenever the job starts afresh (from a checkpoint, where it was):
-    the keyed state that holds a link's settings is new then, and the topic is compacted."""
+    """Kafka tables for the two input streams, raw bytes, with event time and watermarks; a
+    stream named in `stop_offsets` is read up to those offsets (see `stop_at`). The links
+    topic is read from its start whenever the job starts afresh (from a checkpoint, where it
+    was): the keyed state that holds a link's settings is new then, and a compacted topic
+    holds each link's newest spec only from its start. So a bad record on it would be read at
+    every fresh start: LINK_SPEC_TIME checks every record, and one that fails gets time 0,
+    counted and dropped like a bad interval record."""
     lag = f"INTERVAL '{metrics.max_out_of_orderness_ns // 1_000_000 / 1000:.3f}' SECOND"
     stop_offsets = stop_offsets or {}
     env.create_java_temporary_system_function("INTERVAL_TIME", INTERVAL_TIME_CLASS)
+    env.create_java_temporary_system_function("LINK_SPEC_TIME", LINK_SPEC_TIME_CLASS)
     for table, stream, time_ms, raw_value, watermark_lag in (
         # An interval's record is stamped with the interval's last ns: in the same window as
         # its start (windows are whole intervals), and it moves event time to the interval's
         # end, so a window closes one interval sooner than with the start. A record that
-        # does not decode is stamped 0 (counted, then dropped in `declare_link_windows`).
+        # does not decode is stamped 0 (counted, then dropped in `declare_link_windows`); so
+        # is a links record that does not pass LINK_SPEC_TIME's checks.
         (
             "intervals_in",
             "link_counters",
@@ -89,7 +98,13 @@ def create_sources(
             INTERVAL_COLUMN,
             lag,
         ),
-        ("links_in", "links", _ns_to_ms("ts_ns"), None, SPEC_WATERMARK_LAG),
+        (
+            "links_in",
+            "links",
+            f"LINK_SPEC_TIME(link_id, {SPEC_COLUMN})",
+            SPEC_COLUMN,
+            SPEC_WATERMARK_LAG,
+        ),
     ):
         startup = {"scan.startup.mode": "earliest-offset"} if stream == "links" else {}
         env.execute_sql(
@@ -107,28 +122,24 @@ def create_sources(
 
 def declare_link_windows(env: StreamTableEnvironment, window_ns: int) -> None:
     """The view `per_link`: one row per link and window, its records reduced (the interval
-    records' counts, flow events and RTT per flow; the link specs as text, and whether they
-    were all there was)."""
+    records' counts, flow events and RTT per flow; the newest link spec as a row, and whether
+    the specs were all there was)."""
     size = f"INTERVAL '{window_ns // 1_000_000 / 1000:.3f}' SECOND"
     env.create_java_temporary_system_function("INTERVAL_SUMMARY", INTERVAL_SUMMARY_CLASS)
-    record = INTERVAL_COLUMN
-    no_record = f"CAST(NULL AS BYTES) AS {record}"
+    env.create_java_temporary_system_function("NEWEST_LINK_SPEC", NEWEST_LINK_SPEC_CLASS)
+    record, spec = INTERVAL_COLUMN, SPEC_COLUMN
     rows = f"""
-        SELECT link_id, rowtime, {record}, CAST(NULL AS STRING) AS spec
+        SELECT link_id, rowtime, {record}, CAST(NULL AS BYTES) AS {spec}
         FROM intervals_in WHERE rowtime > TO_TIMESTAMP_LTZ(0, 3)
         UNION ALL
-        SELECT link_id, rowtime, {no_record},
-               CONCAT_WS(' ', CAST(ts_ns AS STRING), IF(removed, '1', '0'),
-                         CAST(capacity_bps AS STRING), CAST(weight_loss AS STRING),
-                         CAST(weight_delay AS STRING), CAST(max_loss AS STRING),
-                         CAST(max_queue_delay_ns AS STRING))
-        FROM links_in"""
+        SELECT link_id, rowtime, CAST(NULL AS BYTES) AS {record}, {spec}
+        FROM links_in WHERE rowtime > TO_TIMESTAMP_LTZ(0, 3)"""
     env.create_temporary_view("link_rows", env.sql_query(rows))
     per_link = f"""
         SELECT link_id, window_start, window_end, window_time,
                INTERVAL_SUMMARY({record}) AS w,
-               LISTAGG(spec, ',') AS link_specs,
-               COUNT(spec) = COUNT(*) AS specs_only
+               NEWEST_LINK_SPEC(link_id, {spec}) AS link_spec,
+               COUNT({spec}) = COUNT(*) AS specs_only
         FROM TABLE(TUMBLE(TABLE link_rows, DESCRIPTOR(rowtime), {size}))
         GROUP BY link_id, window_start, window_end, window_time"""
     env.create_temporary_view("per_link", env.sql_query(per_link))
@@ -154,7 +165,7 @@ def declare_link_metrics(env: StreamTableEnvironment, config: Config) -> None:
                     link_id, window_start, window_end, w.samples, w.flows, w.inverse_sum,
                     w.min_ns, w.flow_keys, w.`bytes`, w.after_bytes, w.data_packets,
                     w.retransmissions, w.queue_delay_samples, w.queue_delay_sum_ns,
-                    w.flow_events, link_specs, specs_only
+                    w.flow_events, link_spec, specs_only
                 ) OVER (PARTITION BY link_id ORDER BY window_time
                         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS m
                 FROM per_link)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -53,6 +54,10 @@ def test_every_window_matches_an_independent_computation(
         _interval(first_end, 1, [0, 0], [1], retransmissions=5),  # columns of different lengths
         _interval(first_end, 1, [3], [1]),  # a sample of a flow the record does not list
         _interval(first_end, 1, [0], [1], retransmissions=5)[:-2],  # cut short
+        # A flow event's address holding ',' and ' ' (the job once split events' text on them)
+        _interval(first_end, 1, [0], [1], ("start",), src_ip="10.0.1.2, 6", retransmissions=5),
+        _interval(first_end, 1, [0], [-1], retransmissions=5),  # a negative RTT
+        _interval(first_end, 1, [], [], data_packets=-1),  # a negative count
         b"not avro",
         None,
     ):
@@ -93,7 +98,14 @@ def test_links_topic_adds_changes_and_removes_links_in_a_running_job(
     figures), halves r1:eth1's capacity 4 s into the replay and removes it at 8 s: r9's
     windows are the reference's, all of them and nothing for the minute its spec waited
     alone; r1's are the reference's until 4 s, then with twice the utilisation, and none
-    from 8 s. One bounded run of the job: the links come as data, not at a restart."""
+    from 8 s. One bounded run of the job: the links come as data, not at a restart.
+
+    Before them, records the job must pass over without stopping or taking them: bytes that
+    are not Avro, a spec cut short, a tombstone, specs of r1:eth1 with a NaN p-hat, a zero
+    capacity, p-hat 0 (each would have made r1's windows NaN or infinite), and a link id
+    holding ',' and ' ' (its traffic gives no window). r8:eth8's spec is valid but its
+    weights (1e308) make f infinite wherever loss or delay is not 0: those windows give no
+    row, the rest theirs (f = 0)."""
     records = replay()
     config = config_for(repo, stack.kafka.bootstrap)
     link = config.links[0]
@@ -106,6 +118,35 @@ def test_links_topic_adds_changes_and_removes_links_in_a_running_job(
     assert want_r1[0]["window_start_ns"] < halved_from < removed_from
     assert want_r1[-1]["window_start_ns"] > removed_from
 
+    odd_id, r8 = "r7, x:eth7", "r8:eth8"
+    early = [r for r in records if r["ts_ns"] < first + 3_000_000_000]
+    want_r8 = [
+        w for w in expected(early, config) if w["loss_rate"] == 0 and not w["queue_delay_ns"]
+    ]
+    assert 0 < len(want_r8) < len(expected(early, config))
+    cut_short = _spec_bytes(_spec(link, LINK, first + 1, 1))[:-5]
+    bad = Producer({"bootstrap.servers": stack.kafka.bootstrap})
+    for key, value in (
+        (LINK, b"not avro"),
+        (LINK, cut_short),
+        (LINK, None),
+        (LINK, _spec_bytes({**_spec(link, LINK, first + 1, 1), "max_loss": math.nan})),
+        (LINK, _spec_bytes(_spec(link, LINK, first + 2, 0))),
+        (LINK, _spec_bytes({**_spec(link, LINK, first + 3, 1), "max_loss": 0.0})),
+        (odd_id, _spec_bytes(_spec(link, odd_id, first - 60_000_000_000, link.capacity_bps))),
+        (
+            r8,
+            _spec_bytes(
+                {
+                    **_spec(link, r8, first - 60_000_000_000, link.capacity_bps),
+                    "weight_loss": 1e308,
+                    "weight_delay": 1e308,
+                }
+            ),
+        ),
+    ):
+        bad.produce(topics["links"], value, key)
+    assert bad.flush(30) == 0
     producer = RecordProducer(stack.kafka.bootstrap, topics)
     for record in (
         _spec(link, "r9:eth9", first - 60_000_000_000, link.capacity_bps),
@@ -116,6 +157,7 @@ def test_links_topic_adds_changes_and_removes_links_in_a_running_job(
     assert producer.flush(30) == 0
     # Both links' records in time order: a partition's watermark follows the newest record.
     relabelled = [{**r, "link_id": "r9:eth9"} for r in records]
+    relabelled += [{**r, "link_id": link_id} for r in early for link_id in (odd_id, r8)]
     both = sorted(records + relabelled, key=lambda r: r["ts_ns"])
     produce(stack.kafka.bootstrap, topics, both)
 
@@ -125,11 +167,16 @@ def test_links_topic_adds_changes_and_removes_links_in_a_running_job(
     run_metrics_job(config, topics, conf, group_id="links-test", bounded=True).wait(300_000)
 
     kept_r1 = [w for w in want_r1 if w["window_start_ns"] < removed_from]
-    got = consume(stack.kafka.bootstrap, topics, len(kept_r1) + len(want_r9), "reader", 2.0)
+    count = len(kept_r1) + len(want_r9) + len(want_r8)
+    got = consume(stack.kafka.bootstrap, topics, count, "reader", 2.0)
     by_link: dict[str, list[dict[str, Any]]] = {}
     for record in got:
         by_link.setdefault(record["link_id"], []).append(record)
-    assert set(by_link) == {LINK, "r9:eth9"}
+    assert set(by_link) == {LINK, "r9:eth9", r8}
+    assert sorted(w["window_start_ns"] for w in by_link[r8]) == [
+        w["window_start_ns"] for w in want_r8
+    ]
+    assert all(w["f"] == 0 and math.isfinite(w["zscore"]) for w in by_link[r8])
     assert_windows_match(by_link["r9:eth9"], want_r9, link_id="r9:eth9")
     assert_windows_match(
         by_link[LINK],
@@ -236,16 +283,19 @@ def _interval(
     flow_index: list[int],
     rtt_ns: list[int],
     events: tuple[str, ...] = (),
+    src_ip: str | None = None,
     **counts: int,
 ) -> bytes:
-    """A LinkCounters record's Avro bytes as written, without the codec's layout checks: 100
-    ms to ts_ns, these samples of `flows` flows, a start event per name in `events` (of
-    flow 0) and these counts (others 0)."""
+    """A LinkCounters record's Avro bytes as written, without the codec's checks: 100 ms to
+    ts_ns, these samples of `flows` flows (the first from `src_ip` if given), an event per
+    kind in `events` (of flow 0) and these counts (others 0)."""
     flow_list = [
         {"src_ip": f"10.0.1.{2 + f}", "dst_ip": "10.0.2.2", "src_port": 40000 + f,
          "dst_port": 5201, "protocol": 6}
         for f in range(flows)
     ]  # fmt: skip
+    if src_ip is not None:
+        flow_list[0]["src_ip"] = src_ip
     record = {
         **EMPTY_COUNTERS,
         **counts,
@@ -268,6 +318,13 @@ def _interval(
     }
     out = io.BytesIO()
     schemaless_writer(out, parse_schema(current_schema(STREAMS["link_counters"])), record)
+    return out.getvalue()
+
+
+def _spec_bytes(spec: dict[str, Any]) -> bytes:
+    """A LinkSpec record's Avro bytes as written, without the codec's checks."""
+    out = io.BytesIO()
+    schemaless_writer(out, parse_schema(current_schema(STREAMS["links"])), spec)
     return out.getvalue()
 
 
@@ -310,10 +367,10 @@ def test_interval_records_are_read_from_their_bytes_and_bad_ones_are_skipped() -
     samples, flows_seen, inverse_sum, min_ns, flow_keys, *sums, events = window
     assert (samples, flows_seen, min_ns) == (4, 2, 5)
     assert inverse_sum == pytest.approx(2 / 40 + 2 / 45)  # per flow: samples / sum of RTTs
-    assert flow_keys == "10.0.1.2:40000>10.0.2.2:5201/6,10.0.1.3:40001>10.0.2.2:5201/6"
+    assert list(flow_keys) == ["10.0.1.2:40000>10.0.2.2:5201/6", "10.0.1.3:40001>10.0.2.2:5201/6"]
     assert sums == [2 * n for n in counts.values()]  # the two records that decode
     flow = "10.0.1.2:40000>10.0.2.2:5201/6"
-    assert sorted(events.split(",")) == [
-        f"{ts_ns - 1000} end {flow}",
-        f"{ts_ns - 1000} start {flow}",
+    assert sorted(tuple(e) for e in events) == [
+        (ts_ns - 1000, False, flow),
+        (ts_ns - 1000, True, flow),
     ]

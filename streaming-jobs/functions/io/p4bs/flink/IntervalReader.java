@@ -1,10 +1,9 @@
 package io.p4bs.flink;
 
-import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
 import java.util.Arrays;
-import org.apache.flink.metrics.Counter;
-import org.slf4j.Logger;
-import org.slf4j.LoggerFactory;
+import java.util.List;
+import org.apache.flink.types.Row;
 
 /**
  * Reads a link interval's record, LinkCounters v3 Avro binary (schemas/p4bs_schemas/avro/
@@ -20,28 +19,21 @@ import org.slf4j.LoggerFactory;
  * (arrays of long). Three depths of reading, each decoding no more than it needs: {@link
  * #readEnd} the header, {@link #readCounts} up to the flow events, {@link #read} all of it.
  * Anything else (a truncated value, a length past its end, bytes left over, a number out of its
- * type's range, sample columns of different lengths) is a {@link Malformed} with what was wrong.
- * One reader per function instance; not thread-safe.
+ * type's range, sample columns of different lengths, a negative count or RTT, a flow event
+ * neither start nor end, an address that is not an IP address's text) is a {@link Malformed}
+ * with what was wrong. The addresses are checked because they become the flow keys the job
+ * keeps in its state: a key of any bytes could be megabytes long. One reader per function
+ * instance; not thread-safe.
  */
-final class IntervalReader {
-  /** A value that is not a LinkCounters record; the message says why. */
-  static final class Malformed extends Exception {
-    private static final long serialVersionUID = 1L;
-
-    Malformed(String why) {
-      super(why, null, false, false); // no stack trace: bad records are counted, not debugged
-    }
-  }
-
+final class IntervalReader extends AvroReader {
   /** The metric that counts dropped records, in every function that reads them. */
   static final String MALFORMED_METRIC = "malformed_link_counters";
 
-  private static final Logger LOG = LoggerFactory.getLogger(IntervalReader.class);
+  static final String WHAT = "link counters record";
+  /** The longest text of an IP address (IPv6 with an IPv4 tail). */
+  private static final int ADDRESS_MAX = 45;
   private static final int SRC_START = 0, SRC_LENGTH = 1, DST_START = 2, DST_LENGTH = 3;
   private static final int SRC_PORT = 4, DST_PORT = 5, PROTOCOL = 6, FLOW_INTS = 7;
-
-  private byte[] bytes = new byte[0];
-  private int pos;
 
   long tsNs;
   long bytesBefore;
@@ -50,8 +42,11 @@ final class IntervalReader {
   long retransmissions;
   long queueDelaySamples;
   long queueDelaySumNs;
-  /** The flow events as the metrics job's text: "ts_ns kind flow", comma separated; or null. */
-  String flowEvents;
+  /**
+   * The flow events as IntervalSummary outputs them: ROW(ts_ns, started, flow key), started true
+   * for a start event, false for an end (the list is the reader's: it holds the last record's).
+   */
+  final List<Row> flowEvents = new ArrayList<>();
 
   int flowCount;
   int sampleCount;
@@ -60,18 +55,6 @@ final class IntervalReader {
 
   int[] flowIndex = new int[256];
   long[] rttNs = new long[256];
-
-  /**
-   * Counts a dropped record and logs why: the first ten, then every ten-thousandth (a stream of
-   * garbage must not flood the log).
-   */
-  static void count(Counter dropped, Malformed why) {
-    dropped.inc();
-    long n = dropped.getCount();
-    if (n <= 10 || n % 10_000 == 0) {
-      LOG.warn("link counters record dropped ({} so far): {}", n, why.getMessage());
-    }
-  }
 
   /** The interval's end (ts_ns) of a value, reading only its first fields. */
   long readEnd(byte[] value) throws Malformed {
@@ -97,9 +80,7 @@ final class IntervalReader {
     int indexes = readIntArray();
     skipLongArray(); // offset_ns: windows hold whole export intervals, so it is not needed
     sampleCount = readRttArray();
-    if (pos != bytes.length) {
-      throw new Malformed((bytes.length - pos) + " bytes after the last field");
-    }
+    end();
     if (indexes != sampleCount) {
       throw new Malformed(indexes + " flow indexes for " + sampleCount + " RTTs");
     }
@@ -120,14 +101,6 @@ final class IntervalReader {
     return src + ":" + srcPort + ">" + dst + ":" + dstPort + "/" + protocol;
   }
 
-  private void start(byte[] value) throws Malformed {
-    if (value == null) {
-      throw new Malformed("no value");
-    }
-    bytes = value;
-    pos = 0;
-  }
-
   private void readHeader() throws Malformed {
     readStringLength(); // link_id: the Kafka key carries it too
     tsNs = readLong();
@@ -138,39 +111,65 @@ final class IntervalReader {
   }
 
   private void readCountsAndEvents() throws Malformed {
-    readLong(); // seq
-    readLong(); // packets
-    bytesBefore = readLong();
-    readLong(); // after_packets
-    bytesAfter = readLong();
-    dataPackets = readLong();
-    readLong(); // data_bytes
-    retransmissions = readLong();
-    queueDelaySamples = readLong();
-    queueDelaySumNs = readLong();
+    readCount("seq");
+    readCount("packets");
+    bytesBefore = readCount("bytes");
+    readCount("after_packets");
+    bytesAfter = readCount("after_bytes");
+    dataPackets = readCount("data_packets");
+    readCount("data_bytes");
+    retransmissions = readCount("retransmissions");
+    queueDelaySamples = readCount("queue_delay_samples");
+    queueDelaySumNs = readCount("queue_delay_sum_ns");
     readLong(); // queue_delay_ewma_ns: the job keeps its own EWMA
     readInt(); // part: the parts of an interval add up, in whichever window order
-    if (pos >= bytes.length || (bytes[pos] & 0xFF) > 1) {
-      throw new Malformed("complete is not a boolean at byte " + pos);
-    }
-    pos++;
-    StringBuilder events = null;
+    readBoolean("complete");
+    flowEvents.clear();
     for (long n = blockCount(9); n > 0; n = blockCount(9)) {
       for (; n > 0; n--) {
         long ts = readLong();
         String kind = readString();
+        if (!kind.equals("start") && !kind.equals("end")) {
+          throw new Malformed("a flow event of kind '" + kind + "', neither start nor end");
+        }
         readStringLength(); // reason
-        String src = readString();
-        String dst = readString();
+        String src = readAddress();
+        String dst = readAddress();
         int srcPort = readInt();
         int dstPort = readInt();
         String key = flowKey(src, srcPort, dst, dstPort, readInt());
         readLong(); // packets
-        events = events == null ? new StringBuilder() : events.append(',');
-        events.append(ts).append(' ').append(kind).append(' ').append(key);
+        flowEvents.add(Row.of(ts, kind.equals("start"), key));
       }
     }
-    flowEvents = events == null ? null : events.toString();
+  }
+
+  private long readCount(String field) throws Malformed {
+    long count = readLong();
+    if (count < 0) {
+      throw new Malformed(field + " = " + count + " is negative");
+    }
+    return count;
+  }
+
+  /** An address's text, checked: 1 to 45 of the characters an IPv4 or IPv6 address has. */
+  private String readAddress() throws Malformed {
+    int length = readStringLength();
+    checkAddress(pos - length, length);
+    return text(pos - length, length);
+  }
+
+  private void checkAddress(int start, int length) throws Malformed {
+    if (length == 0 || length > ADDRESS_MAX) {
+      throw new Malformed("an address of " + length + " bytes at byte " + start);
+    }
+    for (int i = start; i < start + length; i++) {
+      int c = bytes[i];
+      boolean hex = c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F';
+      if (!hex && c != '.' && c != ':') {
+        throw new Malformed("an address that is not an IP address's: '" + text(start, length) + "'");
+      }
+    }
   }
 
   private void readFlows() throws Malformed {
@@ -183,8 +182,10 @@ final class IntervalReader {
         int at = flowCount++ * FLOW_INTS;
         flows[at + SRC_LENGTH] = readStringLength();
         flows[at + SRC_START] = pos - flows[at + SRC_LENGTH];
+        checkAddress(flows[at + SRC_START], flows[at + SRC_LENGTH]);
         flows[at + DST_LENGTH] = readStringLength();
         flows[at + DST_START] = pos - flows[at + DST_LENGTH];
+        checkAddress(flows[at + DST_START], flows[at + DST_LENGTH]);
         flows[at + SRC_PORT] = readInt();
         flows[at + DST_PORT] = readInt();
         flows[at + PROTOCOL] = readInt();
@@ -207,13 +208,19 @@ final class IntervalReader {
 
   private int readRttArray() throws Malformed {
     int count = 0;
+    long signs = 0; // negative if a sample is
     for (long n = blockCount(1); n > 0; n = blockCount(1)) {
       if (count + n > rttNs.length) {
         rttNs = Arrays.copyOf(rttNs, (int) Math.max(2L * rttNs.length, count + n));
       }
       for (; n > 0; n--) {
-        rttNs[count++] = readLong();
+        long rtt = readLong();
+        signs |= rtt;
+        rttNs[count++] = rtt;
       }
+    }
+    if (signs < 0) {
+      throw new Malformed("a negative RTT sample");
     }
     return count;
   }
@@ -224,65 +231,5 @@ final class IntervalReader {
         readLong();
       }
     }
-  }
-
-  /**
-   * The item count of an array's next block (0 at its end). A negative count is followed by the
-   * block's size in bytes (Avro's skippable blocks). Each item takes at least {@code minItemBytes},
-   * so a count the rest of the value cannot hold is malformed rather than a huge allocation.
-   */
-  private long blockCount(int minItemBytes) throws Malformed {
-    long n = readLong();
-    if (n < 0) {
-      n = -n;
-      readLong();
-    }
-    if (n > (long) (bytes.length - pos) / minItemBytes) {
-      throw new Malformed(
-          "an array block of " + n + " items at byte " + pos + " of " + bytes.length);
-    }
-    return n;
-  }
-
-  private long readLong() throws Malformed {
-    long z = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (pos >= bytes.length) {
-        throw new Malformed("value ends inside a number at byte " + pos);
-      }
-      byte b = bytes[pos++];
-      z |= (long) (b & 0x7F) << shift;
-      if (b >= 0) {
-        return (z >>> 1) ^ -(z & 1);
-      }
-    }
-    throw new Malformed("a number longer than 10 bytes at byte " + pos);
-  }
-
-  private int readInt() throws Malformed {
-    long v = readLong();
-    if (v != (int) v) {
-      throw new Malformed("int out of range: " + v);
-    }
-    return (int) v;
-  }
-
-  /** Skips a string and returns its length in bytes. */
-  private int readStringLength() throws Malformed {
-    long n = readLong();
-    if (n < 0 || n > bytes.length - pos) {
-      throw new Malformed("a string of " + n + " bytes at byte " + pos + " of " + bytes.length);
-    }
-    pos += (int) n;
-    return (int) n;
-  }
-
-  private String readString() throws Malformed {
-    int length = readStringLength();
-    return text(pos - length, length);
-  }
-
-  private String text(int start, int length) {
-    return new String(bytes, start, length, StandardCharsets.UTF_8);
   }
 }

@@ -1,7 +1,6 @@
 package io.p4bs.flink;
 
 import java.io.IOException;
-import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
@@ -31,13 +30,16 @@ import org.apache.flink.types.Row;
  * skipped and counted (metric skipped_rtt_samples); a value that does not decode, or whose sample
  * columns differ in length, adds nothing and is counted (malformed_link_counters) and logged: a
  * malformed record must not stop the job. A null value (a row of another kind) adds nothing.
+ * Sums stop at Long.MAX_VALUE rather than wrap negative (the reader refuses negative counts and
+ * RTTs, so only absurd values reach it).
  *
  * <p>Output: samples = all RTT samples; flows = distinct flows; inverse_sum = the sum over flows
  * of samples / sum of RTTs (1 / the flow's mean RTT, ns); min_ns = the smallest sample (null
- * without samples); flow_keys = the flows as "src:sport>dst:dport/protocol", sorted, comma
- * separated (null without samples); the summed counts (before-tap and after-tap bytes, data
- * packets, retransmissions, queueing-delay samples and their sum); flow_events = the events as
- * "ts_ns kind flow" items, comma separated, in no particular order (null without events).
+ * without samples); flow_keys = the flows as "src:sport>dst:dport/protocol", sorted, an array
+ * (null without samples); the summed counts (before-tap and after-tap bytes, data packets,
+ * retransmissions, queueing-delay samples and their sum); flow_events = the events as an array of
+ * ROW(ts_ns, started: true for a start, false for an end, flow), in no particular order (null
+ * without events). Arrays, not text: no address or kind can be mistaken for a separator.
  */
 @FunctionHint(
     input = @DataTypeHint("BYTES"),
@@ -49,12 +51,19 @@ import org.apache.flink.types.Row;
     output =
         @DataTypeHint(
             "ROW<samples BIGINT NOT NULL, flows INT NOT NULL, inverse_sum DOUBLE NOT NULL,"
-                + " min_ns BIGINT, flow_keys STRING, `bytes` BIGINT NOT NULL,"
+                + " min_ns BIGINT, flow_keys " + IntervalSummary.FLOW_KEYS
+                + ", `bytes` BIGINT NOT NULL,"
                 + " after_bytes BIGINT NOT NULL, data_packets BIGINT NOT NULL,"
                 + " retransmissions BIGINT NOT NULL, queue_delay_samples BIGINT NOT NULL,"
-                + " queue_delay_sum_ns BIGINT NOT NULL, flow_events STRING>"))
+                + " queue_delay_sum_ns BIGINT NOT NULL, flow_events "
+                + IntervalSummary.FLOW_EVENTS
+                + ">"))
 public class IntervalSummary extends AggregateFunction<Row, IntervalSummary.Sums> {
   private static final long serialVersionUID = 1L;
+  /** The SQL types of the flows and the flow events, as LinkMetrics takes them. */
+  static final String FLOW_KEYS = "ARRAY<STRING>",
+      FLOW_EVENTS = "ARRAY<ROW<ts_ns BIGINT, started BOOLEAN, flow STRING>>";
+
   private static final int COUNT = 0, SUM = 1, MIN = 2;
   /** The summed counts, in the output's order. */
   private static final int COUNTS = 6;
@@ -74,18 +83,12 @@ public class IntervalSummary extends AggregateFunction<Row, IntervalSummary.Sums
      * their sum in ns.
      */
     public final long[] counts = new long[COUNTS];
-    /** The flow events' text so far, null without events. */
-    public String flowEvents;
+    /** The flow events so far: ROW(ts_ns, started, flow), as IntervalReader reads them. */
+    public final ArrayList<Row> flowEvents = new ArrayList<>(0);
 
     /** The flow's statistics, created empty (no samples, minimum above any RTT) if new. */
     long[] of(String key) {
       return byKey.computeIfAbsent(key, k -> new long[] {0, 0, Long.MAX_VALUE});
-    }
-
-    void addEvents(String events) {
-      if (events != null) {
-        flowEvents = flowEvents == null ? events : flowEvents + "," + events;
-      }
     }
   }
 
@@ -111,7 +114,7 @@ public class IntervalSummary extends AggregateFunction<Row, IntervalSummary.Sums
         to.byKey.put(e.getKey(), e.getValue().clone());
       }
       System.arraycopy(from.counts, 0, to.counts, 0, COUNTS);
-      to.flowEvents = from.flowEvents;
+      to.flowEvents.addAll(from.flowEvents); // rows never modified
       return to;
     }
 
@@ -120,12 +123,11 @@ public class IntervalSummary extends AggregateFunction<Row, IntervalSummary.Sums
       for (long count : sums.counts) {
         target.writeLong(count);
       }
-      target.writeBoolean(sums.flowEvents != null);
-      if (sums.flowEvents != null) {
-        // writeUTF stops at 64 KiB; a window's events can be more.
-        byte[] text = sums.flowEvents.getBytes(StandardCharsets.UTF_8);
-        target.writeInt(text.length);
-        target.write(text);
+      target.writeInt(sums.flowEvents.size());
+      for (Row event : sums.flowEvents) {
+        target.writeLong((Long) event.getField(0));
+        target.writeBoolean((Boolean) event.getField(1));
+        target.writeUTF((String) event.getField(2)); // IntervalReader bounds its length
       }
       target.writeInt(sums.byKey.size());
       for (Map.Entry<String, long[]> e : sums.byKey.entrySet()) {
@@ -143,10 +145,8 @@ public class IntervalSummary extends AggregateFunction<Row, IntervalSummary.Sums
       for (int i = 0; i < COUNTS; i++) {
         sums.counts[i] = source.readLong();
       }
-      if (source.readBoolean()) {
-        byte[] text = new byte[source.readInt()];
-        source.readFully(text);
-        sums.flowEvents = new String(text, StandardCharsets.UTF_8);
+      for (int n = source.readInt(); n > 0; n--) {
+        sums.flowEvents.add(Row.of(source.readLong(), source.readBoolean(), source.readUTF()));
       }
       for (int n = source.readInt(); n > 0; n--) {
         String key = source.readUTF();
@@ -188,18 +188,18 @@ public class IntervalSummary extends AggregateFunction<Row, IntervalSummary.Sums
     IntervalReader r = reader;
     try {
       r.read(record);
-    } catch (IntervalReader.Malformed e) {
-      IntervalReader.count(malformed, e);
+    } catch (AvroReader.Malformed e) {
+      AvroReader.count(malformed, IntervalReader.WHAT, e);
       return;
     }
     long[] counts = acc.counts;
-    counts[0] += r.bytesBefore;
-    counts[1] += r.bytesAfter;
-    counts[2] += r.dataPackets;
-    counts[3] += r.retransmissions;
-    counts[4] += r.queueDelaySamples;
-    counts[5] += r.queueDelaySumNs;
-    acc.addEvents(r.flowEvents);
+    counts[0] = plus(counts[0], r.bytesBefore);
+    counts[1] = plus(counts[1], r.bytesAfter);
+    counts[2] = plus(counts[2], r.dataPackets);
+    counts[3] = plus(counts[3], r.retransmissions);
+    counts[4] = plus(counts[4], r.queueDelaySamples);
+    counts[5] = plus(counts[5], r.queueDelaySumNs);
+    acc.flowEvents.addAll(r.flowEvents);
     if (recordFlows.length < r.flowCount) {
       recordFlows = new long[r.flowCount][];
     }
@@ -219,7 +219,7 @@ public class IntervalSummary extends AggregateFunction<Row, IntervalSummary.Sums
       }
       long rtt = rttNs[i];
       s[COUNT] += 1;
-      s[SUM] += rtt;
+      s[SUM] = plus(s[SUM], rtt);
       s[MIN] = Math.min(s[MIN], rtt);
     }
   }
@@ -230,14 +230,20 @@ public class IntervalSummary extends AggregateFunction<Row, IntervalSummary.Sums
         long[] from = e.getValue();
         long[] s = acc.of(e.getKey());
         s[COUNT] += from[COUNT];
-        s[SUM] += from[SUM];
+        s[SUM] = plus(s[SUM], from[SUM]);
         s[MIN] = Math.min(s[MIN], from[MIN]);
       }
       for (int i = 0; i < COUNTS; i++) {
-        acc.counts[i] += other.counts[i];
+        acc.counts[i] = plus(acc.counts[i], other.counts[i]);
       }
-      acc.addEvents(other.flowEvents);
+      acc.flowEvents.addAll(other.flowEvents);
     }
+  }
+
+  /** a + b of two non-negative numbers, Long.MAX_VALUE where it would overflow. */
+  private static long plus(long a, long b) {
+    long sum = a + b;
+    return sum < 0 ? Long.MAX_VALUE : sum;
   }
 
   @Override
@@ -253,10 +259,11 @@ public class IntervalSummary extends AggregateFunction<Row, IntervalSummary.Sums
       inverseSum += (double) s[COUNT] / s[SUM];
       min = min == null ? s[MIN] : Math.min(min, s[MIN]);
     }
-    String flowKeys = keys.isEmpty() ? null : String.join(",", keys);
+    String[] flowKeys = keys.isEmpty() ? null : keys.toArray(new String[0]);
+    Row[] events = acc.flowEvents.isEmpty() ? null : acc.flowEvents.toArray(new Row[0]);
     long[] c = acc.counts;
     return Row.of(
         samples, keys.size(), inverseSum, min, flowKeys, c[0], c[1], c[2], c[3], c[4], c[5],
-        acc.flowEvents);
+        events);
   }
 }

@@ -31,8 +31,8 @@ public class IntervalTime extends ScalarFunction {
   public @DataTypeHint("BIGINT NOT NULL") long eval(byte[] record) {
     try {
       return Math.floorDiv(reader.readEnd(record) - 1, 1_000_000L);
-    } catch (IntervalReader.Malformed e) {
-      IntervalReader.count(malformed, e);
+    } catch (AvroReader.Malformed e) {
+      AvroReader.count(malformed, IntervalReader.WHAT, e);
       return MALFORMED;
     }
   }

@@ -5,11 +5,11 @@ import java.nio.charset.StandardCharsets;
 import java.time.LocalDateTime;
 import java.time.ZoneOffset;
 import java.util.ArrayDeque;
-import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Base64;
+import java.util.Comparator;
 import java.util.HashMap;
 import java.util.Iterator;
-import java.util.List;
 import java.util.Map;
 import org.apache.flink.api.common.typeutils.SimpleTypeSerializerSnapshot;
 import org.apache.flink.api.common.typeutils.TypeSerializerSnapshot;
@@ -21,17 +21,19 @@ import org.apache.flink.table.annotation.FunctionHint;
 import org.apache.flink.table.functions.AggregateFunction;
 import org.apache.flink.table.functions.FunctionContext;
 import org.apache.flink.types.Row;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * The sequential part of the metrics job: one link's state from window to window, used as an
  * OVER aggregate per link ordered by window time, so Flink keeps the state per link and in its
  * checkpoints, and every window row in gives that window's LinkMetrics row out.
  *
- * <p>Input: one link's window as the job's SQL reduces it (IntervalSummary's RTT per flow and
- * summed counters, before-tap and after-tap bytes among them; the window's flow events as "ts_ns
- * kind flow_key" and LinkSpec records of the links topic as "ts_ns removed(0/1) capacity_bps
- * weight_loss weight_delay max_loss max_queue_delay_ns", each comma separated; and whether the
- * specs were all the window had). Output: the LinkMetrics
+ * <p>Input: one link's window as the job's SQL reduces it (IntervalSummary's RTT per flow, its
+ * flows' keys and summed counters, before-tap and after-tap bytes among them, and the window's
+ * flow events as rows; NewestLinkSpec's newest LinkSpec record of the links topic, checked, as a
+ * row; and whether the specs were all the window had): values, never text to split, so no link id,
+ * address or value can be mistaken for a separator. Output: the LinkMetrics
  * fields (streaming-jobs/README.md defines each), whether the link is known (other links' rows
  * are counted in the metric unknown_links and left out), and the SLA alert each bound raises or
  * resolves in this window (state "raise"/"resolve", else null).
@@ -44,6 +46,13 @@ import org.apache.flink.types.Row;
  * Arithmetic follows the definitions step by step as the tests' reference computation does:
  * the z-score's sums (ChangeDetector) are exactly rounded (Shewchuk's algorithm, as Python's
  * math.fsum) and ns values are rounded half to even.
+ *
+ * <p>Every number out is finite. A link's settings are checked where they come in
+ * (LinkSettings: capacity, d-hat and p-hat above 0, weights finite), so no division is by 0; a
+ * window whose values still are not all finite (extreme but valid weights, say) gives no row: it
+ * is counted (metric non_finite_link_metrics) and logged with the link and the value, and the
+ * link's EWMAs and change detector start afresh from the next window, where a non-finite value
+ * would otherwise stay. Consumers see the window missing, as when the job lags.
  */
 @FunctionHint(
     input = {
@@ -54,15 +63,15 @@ import org.apache.flink.types.Row;
       @DataTypeHint("INT"),
       @DataTypeHint("DOUBLE"),
       @DataTypeHint("BIGINT"),
-      @DataTypeHint("STRING"),
+      @DataTypeHint(IntervalSummary.FLOW_KEYS),
       @DataTypeHint("BIGINT"),
       @DataTypeHint("BIGINT"),
       @DataTypeHint("BIGINT"),
       @DataTypeHint("BIGINT"),
       @DataTypeHint("BIGINT"),
       @DataTypeHint("BIGINT"),
-      @DataTypeHint("STRING"),
-      @DataTypeHint("STRING"),
+      @DataTypeHint(IntervalSummary.FLOW_EVENTS),
+      @DataTypeHint(LinkSpecReader.SPEC_TYPE),
       @DataTypeHint("BOOLEAN")
     },
     accumulator =
@@ -90,53 +99,18 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
   private static final int DELAY = 0, LOSS = 1;
   private static final String[] KINDS = {"queue_delay", "loss"};
 
+  private static final Logger LOG = LoggerFactory.getLogger(LinkMetrics.class);
+
   private transient Settings settings;
-  private transient Map<String, Link> links;
+  private transient Map<String, LinkSettings> links;
   private transient Counter unknownLinks;
+  private transient Counter nonFinite;
 
   /** The metrics settings (config [metrics]). */
   static final class Settings {
     double srttAlpha, lossAlpha, queueDelayAlpha, zscoreThreshold, zscoreInfluence;
     long rttMinHorizonNs, longFlowTtlNs;
     int zscoreLag, slaWindows;
-  }
-
-  /** One link of the config or the links topic: its capacity, weights and SLA bounds. */
-  static final class Link {
-    long capacityBps, maxQueueDelayNs;
-    double weightLoss, weightDelay, maxLoss;
-
-    /**
-     * From fields 2-6 of a config line ("link", id, ...) or a spec ("ts_ns", removed, ...):
-     * capacity_bps, weight_loss, weight_delay, max_loss, max_queue_delay_ns.
-     */
-    static Link parse(String[] f) {
-      Link link = new Link();
-      link.capacityBps = Long.parseLong(f[2]);
-      link.weightLoss = Double.parseDouble(f[3]);
-      link.weightDelay = Double.parseDouble(f[4]);
-      link.maxLoss = Double.parseDouble(f[5]);
-      link.maxQueueDelayNs = Long.parseLong(f[6]);
-      return link;
-    }
-
-    void write(DataOutputView target) throws IOException {
-      target.writeLong(capacityBps);
-      target.writeLong(maxQueueDelayNs);
-      target.writeDouble(weightLoss);
-      target.writeDouble(weightDelay);
-      target.writeDouble(maxLoss);
-    }
-
-    static Link read(DataInputView source) throws IOException {
-      Link link = new Link();
-      link.capacityBps = source.readLong();
-      link.maxQueueDelayNs = source.readLong();
-      link.weightLoss = source.readDouble();
-      link.weightDelay = source.readDouble();
-      link.maxLoss = source.readDouble();
-      return link;
-    }
   }
 
   /** What a link carries from one window to the next. */
@@ -152,7 +126,7 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
     final int[] outside = new int[2], inside = new int[2];
     final String[] alertId = new String[2];
     /** The newest LinkSpec so far (null: none; the config's link holds), and its ts_ns. */
-    Link spec;
+    LinkSettings spec;
     boolean removed;
     long specTsNs = Long.MIN_VALUE;
     /** The last window's output, read by getValue right after accumulate; not state. */
@@ -185,7 +159,7 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
         to.inside[k] = from.inside[k];
         to.alertId[k] = from.alertId[k];
       }
-      to.spec = from.spec; // never modified: a new spec is a new Link
+      to.spec = from.spec; // immutable
       to.removed = from.removed;
       to.specTsNs = from.specTsNs;
       to.out = from.out;
@@ -247,7 +221,7 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
         s.inside[k] = source.readInt();
         s.alertId[k] = source.readBoolean() ? source.readUTF() : null;
       }
-      s.spec = source.readBoolean() ? Link.read(source) : null;
+      s.spec = source.readBoolean() ? LinkSettings.read(source) : null;
       s.removed = source.readBoolean();
       s.specTsNs = source.readLong();
       return s;
@@ -275,6 +249,7 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
     }
     parseConfig(new String(Base64.getDecoder().decode(encoded), StandardCharsets.UTF_8));
     unknownLinks = context.getMetricGroup().counter("unknown_links");
+    nonFinite = context.getMetricGroup().counter("non_finite_link_metrics");
   }
 
   private void parseConfig(String text) {
@@ -293,7 +268,18 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
         settings.zscoreInfluence = Double.parseDouble(f[8]);
         settings.slaWindows = Integer.parseInt(f[9]);
       } else if (f[0].equals("link")) {
-        links.put(f[1], Link.parse(f));
+        try {
+          links.put(
+              f[1],
+              LinkSettings.of(
+                  Long.parseLong(f[2]),
+                  Double.parseDouble(f[3]),
+                  Double.parseDouble(f[4]),
+                  Double.parseDouble(f[5]),
+                  Long.parseLong(f[6])));
+        } catch (AvroReader.Malformed e) {
+          throw new IllegalArgumentException("link " + f[1] + " of the config: " + e.getMessage());
+        }
       } else {
         throw new IllegalArgumentException("unknown line in " + CONFIG_PARAMETER + ": " + f[0]);
       }
@@ -317,27 +303,26 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
       Integer rttFlows,
       Double rttInverseSum,
       Long rttMinNs,
-      String rttFlowKeys,
+      String[] rttFlowKeys,
       Long bytes,
       Long afterBytes,
       Long dataPackets,
       Long retransmissions,
       Long queueDelaySamples,
       Long queueDelaySumNs,
-      String flowEvents,
-      String linkSpecs,
+      Row[] flowEvents,
+      Row linkSpec,
       Boolean specsOnly) {
-    if (linkSpecs != null) {
-      takeSpecs(s, linkSpecs);
+    if (linkSpec != null) {
+      takeSpec(s, linkSpec);
     }
-    Link link = s.removed ? null : s.spec != null ? s.spec : links.get(linkId);
+    LinkSettings link = s.removed ? null : s.spec != null ? s.spec : links.get(linkId);
     boolean noData = Boolean.TRUE.equals(specsOnly);
     if (link == null || noData) {
       if (!noData) {
         unknownLinks.inc();
       }
-      s.out = new Row(OUTPUT_FIELDS);
-      s.out.setField(0, false);
+      s.out = noRow();
       return;
     }
     Settings m = settings;
@@ -377,8 +362,25 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
     // Utilisation is what the link carried (the after tap); the offered load (the before
     // tap) may exceed the capacity while the queue grows or the router drops.
     double windowS = (end - start) / 1e9;
-    double throughput = (double) (afterBytes * 8) / windowS;
-    double offered = (double) (bytes * 8) / windowS;
+    double throughput = afterBytes * 8.0 / windowS; // in double: * 8 may overflow a long
+    double offered = bytes * 8.0 / windowS;
+    double utilisation = throughput / link.capacityBps;
+    double offeredUtilisation = offered / link.capacityBps;
+    String nonFiniteValue =
+        firstNonFinite(
+            "rtt_hmean_ns", hmean != null ? hmean : 0.0,
+            "srtt_ns", Double.isNaN(s.srtt) ? 0.0 : s.srtt,
+            "loss_rate_ewma", s.lossEwma,
+            "queue_delay_ns", delay != null ? delay : 0.0,
+            "queue_delay_ewma_ns", Double.isNaN(s.queueDelayEwma) ? 0.0 : s.queueDelayEwma,
+            "utilisation", utilisation,
+            "offered_utilisation", offeredUtilisation,
+            "f", f,
+            "zscore", change[0]);
+    if (nonFiniteValue != null) {
+      refuseWindow(s, linkId, end, nonFiniteValue);
+      return;
+    }
     Long delayNs = delay != null ? roundNs(delay) : null;
     Object[] alerts = new Object[8];
     // A window without queueing-delay samples had nothing queued to measure.
@@ -404,9 +406,9 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
             delayNs,
             Double.isNaN(s.queueDelayEwma) ? null : roundNs(s.queueDelayEwma),
             roundNs(throughput),
-            throughput / link.capacityBps,
+            utilisation,
             roundNs(offered),
-            offered / link.capacityBps,
+            offeredUtilisation,
             f,
             change[0],
             change[1] != 0,
@@ -421,24 +423,68 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
   }
 
   /**
-   * The window's LinkSpec records, in time order over the ones already taken (a record older
-   * than the newest taken, as a replay of the compacted topic can bring, is passed over).
+   * The window's newest LinkSpec record (NewestLinkSpec's row, checked there), over the one taken
+   * before unless older (as a replay of the compacted topic can bring).
    */
-  private static void takeSpecs(State s, String linkSpecs) {
-    List<String[]> specs = new ArrayList<>();
-    for (String item : linkSpecs.split(",")) {
-      specs.add(item.split(" "));
+  private static void takeSpec(State s, Row spec) {
+    long ts = (Long) spec.getField(0);
+    if (ts < s.specTsNs) {
+      return;
     }
-    specs.sort((a, b) -> Long.compare(Long.parseLong(a[0]), Long.parseLong(b[0])));
-    for (String[] f : specs) {
-      long ts = Long.parseLong(f[0]);
-      if (ts < s.specTsNs) {
-        continue;
+    s.specTsNs = ts;
+    s.removed = (Boolean) spec.getField(1);
+    try {
+      s.spec =
+          LinkSettings.of(
+              (Long) spec.getField(2),
+              (Double) spec.getField(3),
+              (Double) spec.getField(4),
+              (Double) spec.getField(5),
+              (Long) spec.getField(6));
+    } catch (AvroReader.Malformed e) {
+      throw new IllegalStateException("NewestLinkSpec gave a spec it had not checked", e);
+    }
+  }
+
+  private static Row noRow() {
+    Row out = new Row(OUTPUT_FIELDS);
+    out.setField(0, false);
+    return out;
+  }
+
+  /** The name of the first value (name, value pairs) that is not finite; null if all are. */
+  private static String firstNonFinite(Object... namesAndValues) {
+    for (int i = 0; i < namesAndValues.length; i += 2) {
+      double value = (Double) namesAndValues[i + 1];
+      if (!Double.isFinite(value)) {
+        return namesAndValues[i] + " = " + value;
       }
-      s.specTsNs = ts;
-      s.removed = f[1].equals("1");
-      s.spec = Link.parse(f);
     }
+    return null;
+  }
+
+  /**
+   * A window with a value that is not finite: no row, counted and logged (the first ten, then
+   * every ten-thousandth); the EWMAs that are not finite and the change detector's history start
+   * afresh, or every later window of the link would carry the value on.
+   */
+  private void refuseWindow(State s, String linkId, long end, String why) {
+    nonFinite.inc();
+    long n = nonFinite.getCount();
+    if (n <= 10 || n % 10_000 == 0) {
+      LOG.warn("link {}: window ending {} has {}; no row ({} so far)", linkId, end, why, n);
+    }
+    if (!Double.isFinite(s.srtt)) {
+      s.srtt = Double.NaN;
+    }
+    if (!Double.isFinite(s.lossEwma)) {
+      s.lossEwma = Double.NaN;
+    }
+    if (!Double.isFinite(s.queueDelayEwma)) {
+      s.queueDelayEwma = Double.NaN;
+    }
+    s.filteredF.clear();
+    s.out = noRow();
   }
 
   @Override
@@ -451,31 +497,26 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
    * life, and a flow without one for the TTL has lost its end event.
    */
   private static void countLongFlows(
-      State s, String flowEvents, String rttFlowKeys, long end, long ttlNs) {
+      State s, Row[] flowEvents, String[] rttFlowKeys, long end, long ttlNs) {
     if (flowEvents != null) {
-      List<String[]> events = new ArrayList<>();
-      for (String item : flowEvents.split(",")) {
-        events.add(item.split(" "));
-      }
-      events.sort(
-          (a, b) -> {
-            int byTime = Long.compare(Long.parseLong(a[0]), Long.parseLong(b[0]));
-            if (byTime != 0) {
-              return byTime;
-            }
-            int byKind = a[1].compareTo(b[1]);
-            return byKind != 0 ? byKind : a[2].compareTo(b[2]);
-          });
-      for (String[] e : events) {
-        if (e[1].equals("start")) {
-          s.longFlows.putIfAbsent(e[2], Long.parseLong(e[0]));
+      // In time order; at one time an end before a start, then by flow.
+      Row[] events = flowEvents.clone();
+      Arrays.sort(
+          events,
+          Comparator.comparing((Row e) -> (Long) e.getField(0))
+              .thenComparing(e -> (Boolean) e.getField(1))
+              .thenComparing(e -> (String) e.getField(2)));
+      for (Row e : events) {
+        String flow = (String) e.getField(2);
+        if ((Boolean) e.getField(1)) {
+          s.longFlows.putIfAbsent(flow, (Long) e.getField(0));
         } else {
-          s.longFlows.remove(e[2]);
+          s.longFlows.remove(flow);
         }
       }
     }
     if (rttFlowKeys != null && !s.longFlows.isEmpty()) {
-      for (String key : rttFlowKeys.split(",")) {
+      for (String key : rttFlowKeys) {
         s.longFlows.replace(key, end);
       }
     }
