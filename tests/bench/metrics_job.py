@@ -370,9 +370,10 @@ def run_baseline(
     declare_link_windows(env, config.flink.window_ns)
     columns = (
         "link_id STRING, window_time TIMESTAMP_LTZ(3), rtt_samples BIGINT, rtt_flows INT, "
-        "rtt_inverse_sum DOUBLE, rtt_min_ns BIGINT, rtt_flow_keys STRING, "
+        "rtt_inverse_sum DOUBLE, rtt_min_ns BIGINT, rtt_flow_keys ARRAY<STRING>, "
         "`bytes` BIGINT, data_packets BIGINT, retransmissions BIGINT, "
-        "queue_delay_samples BIGINT, queue_delay_sum_ns BIGINT, flow_events STRING"
+        "queue_delay_samples BIGINT, queue_delay_sum_ns BIGINT, "
+        "flow_events ARRAY<ROW<ts_ns BIGINT, started BOOLEAN, flow STRING>>"
     )
     options = {
         "connector": "kafka",
