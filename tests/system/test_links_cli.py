@@ -1,12 +1,15 @@
 """`p4bs links apply|list`: the links topic made to say what a config's [[links]] say, new and
 changed links published, unchanged ones left, others removed only with --prune, and a config
-with a problem refused with nothing published; and a running optimizer following it."""
+with a problem refused with nothing published; and a running optimizer following it, passing
+over a record for an interface its router does not let p4bs manage."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,8 +17,9 @@ from typing import Any
 from manylinks import Windows, many_links_config
 from optimizerproc import Decisions, optimizer
 
-from p4bs.bus import read_stream
+from p4bs.bus import RecordProducer, read_stream
 from p4bs.config import load_config
+from p4bs.links import spec_record
 from p4bs_infra.stack import Stack
 
 ADT = '{ tolerance = 0.0, sample_period_ns = "100ms" }'  # a decision on every window
@@ -90,15 +94,27 @@ def test_the_optimizer_follows_the_links_topic_without_a_restart(
     changed.write_text(changed.read_text().replace(adt, 'policy = "bdp"', 1))  # eth0's
     pruned = many_links_config(tmp_path / "c.toml", bootstrap, topics, [1, 2], "adt", ADT)
     links_now = load_config(every).links
-    with Windows(bootstrap, topics, links_now, 200_000, 2), optimizer(started, "--dry-run"):
+    # A links-topic record for an interface the router does not let p4bs manage (the
+    # example's r1 lists eth*): passed over, though its windows come.
+    intruder = dataclasses.replace(links_now[2], interface="xe9")
+    entry = {**tomllib.loads(every.read_text())["links"][2], "interface": "xe9"}
+    log = tmp_path / "optimizer.log"
+    windows = Windows(bootstrap, topics, [*links_now, intruder], 200_000, 2)
+    with windows, optimizer(started, "--dry-run", log=log):
         decisions.until(lambda r: by("r1:eth0", "adt")(r) and by("r1:eth1", "adt")(r), 90)
         assert not any(r["link_id"] == "r1:eth2" for r in decisions.records)
+        producer = RecordProducer(bootstrap, topics, client_id="intruder")
+        producer.produce("links", spec_record(intruder, entry, time.time_ns()))
+        assert producer.flush(10) == 0
         assert links("apply", "--config", str(changed)).returncode == 0
         decisions.until(lambda r: by("r1:eth2", "adt")(r) and by("r1:eth0", "bdp")(r), 60)
         assert links("apply", "--config", str(pruned), "--prune").returncode == 0
         pruned_ns = time.time_ns()
         # eth0's windows keep coming; once the removal is read, nothing is decided for it.
         decisions.until(by("r1:eth2", "adt", pruned_ns + 2_000_000_000), 60)
+    assert not any(r["link_id"] == "r1:xe9" for r in decisions.records)
+    assert "link r1:xe9 from the links topic passed over" in log.read_text()
+    assert "does not let p4bs manage 'xe9'" in log.read_text()
     eth0 = [r for r in decisions.records if r["link_id"] == "r1:eth0"]
     assert max(r["ts_ns"] for r in eth0) < pruned_ns + 2_000_000_000
     switched = next(i for i, r in enumerate(eth0) if r["policy"] == "bdp")
