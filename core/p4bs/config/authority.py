@@ -88,6 +88,9 @@ def with_defaults_from_links(
     given = {str(raw.get("name")): (i, raw) for i, raw in enumerate(raw_routers)}
     out = []
     for router in routers:
+        if router.name not in given:  # its name was refused: the config is refused anyway
+            out.append(router)
+            continue
         i, raw = given[router.name]
         own = [link for link in links if link.router == router.name]
         changes: dict[str, Any] = {}
