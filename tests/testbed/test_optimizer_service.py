@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from optimizerproc import Decisions, children_of, optimizer
 from simlink import WINDOW_NS, LinkModel, SimulatedLink
-from test_agent import _kernel_limit
+from test_agent import _bind, _gnmi, _kernel_limit
 
 from p4bs import paths
 from p4bs.bus import RecordProducer
@@ -72,6 +72,15 @@ def write_config(
     path = directory / "config.toml"
     path.write_text(text)
     return path
+
+
+@pytest.fixture(scope="module", autouse=True)
+def bound_profile(testbed: Testbed) -> None:
+    """The router as p4bs leaves it after its first change, whose buffer the service reads
+    when it takes the link: the gNMI driver's profile p4bs-eth1 bound to eth1's output (on a
+    router it never changed, no profile is bound and the buffer in force cannot be read)."""
+    with _gnmi(testbed) as client:
+        _bind(client, testbed.plan.buffer_bytes)
 
 
 @pytest.fixture

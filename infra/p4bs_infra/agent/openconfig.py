@@ -202,7 +202,10 @@ class OpenConfigQos:
                 if _as_written(had.get(term_id, {})) != term:
                     updates.append((_term(interface, term_id), _term_value(term)))
         if updates or deletes:
-            self.qos.set(updates, deletes)
+            try:
+                self.qos.set(updates, deletes)
+            except AgentError as error:  # its paths are the kernel side's: say so
+                raise AgentError(error.kind, f"cannot be put in force: {error}") from error
 
 
 def _below_qos(path: PathElems) -> PathElems:
