@@ -13,7 +13,12 @@ at least `optimizer.min_change_interval` apart (a decision that comes sooner wai
 newer one replaces it); when no window has come for `optimizer.stale_after`, the link's safe
 buffer is applied (phase "fallback") until metrics return, and then the policy's buffer
 again; every change is read back from the router; `dry_run` decides and records without
-applying. A window the state already covers is a replay and skipped, so nothing is decided
+applying. Across links (guards.py): one change moves a buffer at most `max_step_ratio` (the
+rest follows in later changes), a router takes at most `max_changes_per_router_per_minute`
+(its links share a `ChangeBudget`), and while the freeze file exists nothing is written. A
+policy that raises puts its link, and only it, on the safe buffer until it decides again
+(`policy_raised`). A flow list (the interface's whole classifier) is applied only from a
+jenks link. A window the state already covers is a replay and skipped, so nothing is decided
 twice. The controller gives each window the buffer in force during it (LinkMetrics does not
 carry it): the newest it applied before the window's end, kept in the link's state
 (`buffer_changes`), so a policy knows which buffer its windows measured as soon as they come,
@@ -24,8 +29,9 @@ moves it.
 A decision is applied only once a transaction holding it committed: the controller stages its
 state with its host (`ControllerHost.stage`), and the host calls `authorize` after the commit.
 Everything the controller needs from whoever runs it (the router's driver, staging the state,
-recording a decision, the counters, a failure to report) is the `ControllerHost`, and its
-time is a `Clock`, so that a test drives it without Kafka or a router.
+recording a decision, the counters, the router's change budget, a failure to report) is the
+`ControllerHost`, and its time is a `Clock`, so that a test drives it without Kafka or a
+router.
 """
 
 from __future__ import annotations
