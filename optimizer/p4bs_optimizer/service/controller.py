@@ -291,6 +291,16 @@ class LinkController:
         The other links and the process go on."""
         self.host.stats.policy_failures += 1
         cause = f"{type(exc).__name__}: {exc}"
+        if self.policy_failure is not None:  # on the safe buffer already: one line, no trace
+            log.warning(
+                "link %s: policy %s raised %s again: %s",
+                self.link.id,
+                self.link.policy,
+                where,
+                cause,
+            )
+            self.save()
+            return
         log.error(
             "link %s: policy %s raised %s: %s; the link is on its safe buffer until the "
             "policy decides again",
@@ -300,9 +310,6 @@ class LinkController:
             cause,
             exc_info=exc,
         )
-        if self.policy_failure is not None:
-            self.save()
-            return
         self.policy_failure = cause
         reason = f"policy {self.link.policy} raised {cause}: the safe buffer"
         self.submit([Decision(self.link.safe_buffer_bytes, "fallback", reason)], from_policy=False)
