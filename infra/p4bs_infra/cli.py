@@ -9,8 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import KafkaException
+
 from p4bs import paths
+from p4bs.bus import client_settings
 from p4bs.config import ConfigError, load_config
+from p4bs_infra import kafka_acls
 from p4bs_infra.services import StackError
 from p4bs_infra.stack import Stack, StackSettings
 from p4bs_infra.testbed import Testbed, TestbedError, TestbedPlan
@@ -69,6 +73,22 @@ def cmd_stack_status(args: argparse.Namespace) -> int:
         print(f"p4bs stack status: {exc}", file=sys.stderr)
         return 1
     return 0 if _print_health(stack) else 1
+
+
+def cmd_stack_acls(args: argparse.Namespace) -> int:
+    """Prints the ACLs of each component's user; with --apply, creates them, connected as
+    the config's admin component."""
+    try:
+        config = load_config(args.config)
+        kafka, group = config.kafka, config.optimizer.group
+        print(kafka_acls.render(kafka, group), end="")
+        if args.apply:
+            admin = client_settings(kafka.for_component("admin"))
+            print(f"applied {kafka_acls.apply(admin, kafka, group)} ACLs")
+    except (ConfigError, LookupError, ValueError, KafkaException) as exc:
+        print(f"p4bs stack acls: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _testbed(args: argparse.Namespace, from_config: bool) -> Testbed:
@@ -175,6 +195,14 @@ def add_parser(sub: Any, default_config: Path) -> None:
     down.set_defaults(func=cmd_stack_down)
     status = stack_sub.add_parser("status", parents=[state], help="health; exit 1 if unhealthy")
     status.set_defaults(func=cmd_stack_status)
+    acls = stack_sub.add_parser(
+        "acls", help="the Kafka ACLs of each component's user ([kafka.users]); --apply sets them"
+    )
+    acls.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
+    acls.add_argument(
+        "--apply", action="store_true", help="create them, as the config's admin component"
+    )
+    acls.set_defaults(func=cmd_stack_acls)
 
     testbed = sub.add_parser("testbed", help="the emulated network around a Linux router")
     testbed_sub = testbed.add_subparsers(dest="action", required=True)

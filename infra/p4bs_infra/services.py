@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from p4bs import paths, retention
-from p4bs.config import InfluxConfig
+from p4bs.config import InfluxConfig, SecretRef
 from p4bs.influx import InfluxClient, InfluxError, Series
 from p4bs_infra import procs
 from p4bs_infra.pki import server_pki
@@ -114,10 +114,21 @@ class KafkaSecurity:
     (controller port, `internal_port`): they need no password, and a client without a
     certificate from the stack's CA cannot use them. SCRAM does not serve a KRaft
     controller listener (its credentials live in the metadata the controller serves).
+
+    The brokers authorize every request (KRaft's StandardAuthorizer): what no ACL allows is
+    denied, but to the super users, the brokers' own certificate and `admin`, the SCRAM
+    user that creates topics and sets ACLs.
     """
 
     mechanism: str
     internal_port: int
+    admin: SecretRef | None = None
+
+
+# The brokers' principal on their mutual-TLS listeners: their certificate's subject (Kafka's
+# default SSL principal is the whole distinguished name; pki.server_pki makes it CN=<name>).
+BROKER_NAME = "localhost"
+BROKER_PRINCIPAL = f"User:CN={BROKER_NAME}"
 
 
 # Replicas of every topic in a cluster of several brokers, and how many must have a record
@@ -181,7 +192,7 @@ class KafkaBroker(_Process):
         clients' trust in the CA stays valid."""
         if not self._keystore.exists():
             password = self._keystore_password()
-            server_pki(self.tls_dir, "p4bs stack CA", "localhost", [LOOPBACK], 365, password)
+            server_pki(self.tls_dir, "p4bs stack CA", BROKER_NAME, [LOOPBACK], 365, password)
 
     def admin_settings(self) -> dict[str, Any]:
         """librdkafka settings of the stack's own admin connection (readiness, SCRAM users):
@@ -255,6 +266,12 @@ class KafkaBroker(_Process):
                 "inter.broker.listener.name": "PLAINTEXT",
             }
         mechanism = self.security.mechanism
+        super_users = [BROKER_PRINCIPAL]
+        if self.security.admin is not None:
+            try:
+                super_users.append(f"User:{self.security.admin.resolve()}")
+            except LookupError as exc:
+                raise StackError(f"{self.name}: the admin's kafka username: {exc}") from exc
         clients = f"SASL_SSL://{LOOPBACK}:{self.port}"
         internal = f"INTERNAL://{LOOPBACK}:{self.security.internal_port}"
         password = self._keystore_password()
@@ -274,6 +291,9 @@ class KafkaBroker(_Process):
             "ssl.truststore.location": str(self.ca_file),
             "listener.name.controller.ssl.client.auth": "required",
             "listener.name.internal.ssl.client.auth": "required",
+            "authorizer.class.name": ("org.apache.kafka.metadata.authorizer.StandardAuthorizer"),
+            "allow.everyone.if.no.acl.found": "false",
+            "super.users": ";".join(super_users),
         }
 
     def _write_config(self) -> Path:

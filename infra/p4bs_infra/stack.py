@@ -8,9 +8,13 @@ stack also runs a standalone Flink cluster from PyFlink's distribution: a JobMan
 `flink.jobmanager` and its TaskManagers.
 
 With `kafka.security = "sasl_ssl"` the broker serves its clients over TLS with a SASL/SCRAM
-login: the stack makes a CA and the broker's certificate, creates the config's user with the
-config's password (both resolved from their references, kept nowhere), and writes the
-[kafka] settings its clients need to `<state>/kafka/client.toml`.
+login: the stack makes a CA and the broker's certificate, creates the config's users with the
+config's passwords ([kafka]'s, and each of [kafka.users.<component>], resolved from their
+references, kept nowhere), and writes the [kafka] settings its clients need to
+`<state>/kafka/client.toml`. Its brokers then run KRaft's StandardAuthorizer, denying what no
+ACL allows: the brokers themselves (their certificate) and the admin component's user are
+super users, and every other component's user gets the ACLs `p4bs stack acls` prints
+(p4bs_infra.kafka_acls), derived from the config's topics and optimizer group.
 
 With `--kafka-brokers N` (N >= 2) Kafka is a KRaft cluster of N nodes on consecutive ports,
 whose topics (the internal ones too) have 3 replicas (at most N) of which 2 must hold a
@@ -30,7 +34,8 @@ from typing import Any
 
 from p4bs.bus import Cluster, ensure_topics
 from p4bs.config import Config, InfluxConfig, KafkaConfig, SecretRef, config_toml
-from p4bs_infra import procs
+from p4bs.config.model import KafkaUser, OptimizerConfig
+from p4bs_infra import kafka_acls, procs
 from p4bs_infra.services import (
     CLUSTER_REPLICAS,
     LOOPBACK,
@@ -60,6 +65,9 @@ class StackSettings:
     kafka_internal_port: int = 9094
     kafka_username: SecretRef | None = None
     kafka_password: SecretRef | None = None
+    # component -> its own SCRAM login ([kafka.users.<component>]); each gets its ACLs.
+    kafka_users: dict[str, KafkaUser] = field(default_factory=dict)
+    optimizer_group: str = OptimizerConfig.group  # the ACLs name it
     # Kafka nodes (broker and controller each). Node i > 1 takes the ports of node 1 plus
     # 3·(i - 1): client, controller and internal ports in steps of three.
     kafka_brokers: int = 1
@@ -125,6 +133,8 @@ class StackSettings:
             kafka_internal_port=int(kafka_port) + 2,
             kafka_username=config.kafka.username,
             kafka_password=config.kafka.password,
+            kafka_users=dict(config.kafka.users),
+            optimizer_group=config.optimizer.group,
             influx_port=influx.port or 8086,
             influx_rpc_port=(influx.port or 8086) + 2,
             topics=dict(config.kafka.topics),
@@ -143,7 +153,12 @@ class Stack:
         s = self.settings = settings
         security = None
         if s.kafka_security == "sasl_ssl":
-            security = KafkaSecurity(s.kafka_sasl_mechanism, s.kafka_internal_port)
+            admin = s.kafka_users.get("admin")
+            security = KafkaSecurity(
+                s.kafka_sasl_mechanism,
+                s.kafka_internal_port,
+                s.kafka_username if admin is None else admin.username,
+            )
         if s.kafka_brokers < 1:
             raise StackError(f"kafka_brokers must be at least 1, not {s.kafka_brokers}")
         ports = [
@@ -197,43 +212,70 @@ class Stack:
         for name in ("kafka_username", "kafka_password"):
             if saved.get(name) is not None:
                 saved[name] = SecretRef(**saved[name])
+        saved["kafka_users"] = {
+            component: KafkaUser(SecretRef(**user["username"]), SecretRef(**user["password"]))
+            for component, user in saved.get("kafka_users", {}).items()
+        }
         return cls(StackSettings(**saved))
 
     @property
     def client(self) -> Cluster:
         """How this stack's Kafka clients connect: the bootstrap of a plaintext broker, or
-        the [kafka] settings of a secured one (its CA, the user's credential references)."""
+        the [kafka] settings of a secured one (its CA, the users' credential references,
+        the topics)."""
         s = self.settings
         if self.kafka.ca_file is None:
             return self.bootstrap
         return KafkaConfig(
             bootstrap=self.bootstrap,
+            topics=dict(s.topics),
             security="sasl_ssl",
             sasl_mechanism=s.kafka_sasl_mechanism,
             ca_file=str(self.kafka.ca_file),
             username=s.kafka_username,
             password=s.kafka_password,
+            users=dict(s.kafka_users),
         )
 
-    def _add_kafka_user(self) -> None:
-        """The SCRAM user the config names, and the settings its clients need."""
+    def client_for(self, component: str) -> Cluster:
+        """How `component`'s clients connect: as its own user on a secured broker."""
+        client = self.client
+        return client if isinstance(client, str) else client.for_component(component)
+
+    def _add_kafka_users(self) -> None:
+        """The SCRAM users the config names ([kafka]'s and each component's), their ACLs,
+        and the settings their clients need."""
         client = self.client
         assert isinstance(client, KafkaConfig)
         if client.username is None or client.password is None:
             raise StackError("a sasl_ssl broker needs kafka.username and kafka.password")
+        logins = [(client.username, client.password)]
+        logins += [(user.username, user.password) for user in client.users.values()]
         try:
-            username, password = client.username.resolve(), client.password.resolve()
+            resolved = {username.resolve(): password.resolve() for username, password in logins}
         except LookupError as exc:
             raise StackError(f"kafka credentials: {exc}") from exc
-        self.kafka.add_scram_user(username, password)
-        section = {
+        for username, password in resolved.items():
+            self.kafka.add_scram_user(username, password)
+        # Over the internal listener, as the brokers' own (super) principal.
+        kafka_acls.apply(self.kafka.admin_settings(), client, self.settings.optimizer_group)
+
+        def ref(secret: SecretRef) -> dict[str, str]:
+            return {k: v for k, v in asdict(secret).items() if v is not None}
+
+        section: dict[str, object] = {
             "bootstrap": client.bootstrap,
             "security": client.security,
             "sasl_mechanism": client.sasl_mechanism,
             "ca_file": client.ca_file,
-            "username": {k: v for k, v in asdict(client.username).items() if v is not None},
-            "password": {k: v for k, v in asdict(client.password).items() if v is not None},
+            "username": ref(client.username),
+            "password": ref(client.password),
         }
+        if client.users:
+            section["users"] = {
+                component: {"username": ref(user.username), "password": ref(user.password)}
+                for component, user in client.users.items()
+            }
         self.client_file.write_text(
             "# What a p4bs config's [kafka] needs to reach this stack's broker.\n"
             + config_toml({"kafka": section})
@@ -293,12 +335,12 @@ class Stack:
                 wait_ready(svc, deadline - time.monotonic())
                 progress(f"{svc.name} ready after {time.monotonic() - began:.1f} s")
             if self.kafka.security is not None:
-                self._add_kafka_user()
+                self._add_kafka_users()
                 progress(f"kafka clients: TLS + {s.kafka_sasl_mechanism}, see {self.client_file}")
             replicas = s.replication_factor
             if s.kafka_brokers > 1:  # a cluster is for surviving a node's failure
                 replicas = max(replicas, min(CLUSTER_REPLICAS, s.kafka_brokers))
-            created = ensure_topics(self.client, s.topics, s.partitions, replicas)
+            created = ensure_topics(self.client_for("admin"), s.topics, s.partitions, replicas)
             if created:
                 progress(
                     f"created {len(created)} topics with {s.partitions} partitions of "

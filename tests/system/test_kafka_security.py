@@ -3,8 +3,9 @@ says so: an authenticated client produces and consumes, clients without the CA, 
 password or a certificate are refused (each refusal asserted by what the client was told),
 the Rust exporter and the Flink metrics job reach it, and no file of the run holds a secret.
 
-The secured stack is this module's own (it starts in ~1 min): the session's plaintext one
-stays as fast as it was for every other test.
+The secured stack (secured_stack.py, ~1 min to start) is shared with test_kafka_acls: the
+session's plaintext one stays as fast as it was for every other test. The clients here log in
+as the [kafka] user, the admin.
 """
 
 from __future__ import annotations
@@ -12,12 +13,9 @@ from __future__ import annotations
 import logging
 import os
 import re
-import secrets
 import stat
 import subprocess
-import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,86 +24,16 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from pcapgen import write_taps
+from secured_stack import PASSWORD_VAR, USER, Secured, kafka_section
 from test_exporter import exporting, mixed_flows
 from test_jobs_cli import jobs_run_bounded
 
 from p4bs import paths
 from p4bs.bus import RecordProducer, ensure_topics, read_stream
-from p4bs.config import Config, KafkaConfig, load_config
-from p4bs_cli.main import main
+from p4bs.config import Config, load_config
 from p4bs_exporter import ExporterStats, ModelTarget, SpecError, run_spec
-from p4bs_infra.procs import free_ports, running_pid
-from p4bs_infra.stack import Stack
 from p4bs_schemas.intervals import NO_COUNTS, IntervalAssembler
 from p4bs_schemas.registry import STREAMS
-
-USER_VAR, PASSWORD_VAR = "P4BS_TEST_KAFKA_USER", "P4BS_TEST_KAFKA_PASSWORD"
-USER = "p4bs-test"
-
-
-@dataclass
-class Secured:
-    stack: Stack
-    password: str  # the SCRAM password
-    folder: Path  # everything of the run: the stack's state, configs, the parts' logs
-    started_s: float
-
-    @property
-    def client(self) -> KafkaConfig:
-        client = self.stack.client
-        assert isinstance(client, KafkaConfig)
-        return client
-
-    def secrets(self) -> dict[str, str]:
-        keystore = (self.stack.kafka.tls_dir / "keystore-password").read_text()
-        return {"SCRAM password": self.password, "keystore password": keystore}
-
-
-def _kafka_section(lines: str, text: str, topics: dict[str, str] | None = None) -> str:
-    """The example config with its [kafka] section's bootstrap line replaced by `lines`."""
-    if topics:
-        table = ", ".join(f'{s} = "{t}"' for s, t in topics.items())
-        lines += f"\ntopics = {{ {table} }}"
-    return re.sub(r"^bootstrap = .*$", lines, text, count=1, flags=re.M)
-
-
-@pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
-    # Quotes and a backslash: the password passes through a SQL string literal and a JAAS
-    # option (Flink), a librdkafka property and the broker's SCRAM exchange.
-    password = f"p'{secrets.token_urlsafe(18)}\"\\"
-    patch = pytest.MonkeyPatch()
-    patch.setenv(USER_VAR, USER)
-    patch.setenv(PASSWORD_VAR, password)
-    folder = tmp_path_factory.mktemp("secured")
-    kafka, controller, internal, influx, rpc = free_ports(5)
-    config = folder / "stack.toml"
-    config.write_text(
-        _kafka_section(
-            f'bootstrap = "127.0.0.1:{kafka}"\nsecurity = "sasl_ssl"\n'
-            f'username = {{ env = "{USER_VAR}" }}\npassword = {{ env = "{PASSWORD_VAR}" }}',
-            paths.default_config().read_text(),
-        ).replace("127.0.0.1:8086", f"127.0.0.1:{influx}")
-    )
-    state = folder / "state"
-    began = time.monotonic()
-    code = main(
-        [
-            *("stack", "up", "--config", str(config), "--state-dir", str(state)),
-            *("--kafka-controller-port", str(controller)),
-            *("--kafka-internal-port", str(internal)),
-            *("--influx-rpc-port", str(rpc), "--timeout", "180"),
-        ]
-    )
-    started_s = time.monotonic() - began
-    stack = Stack.from_state(state)
-    try:
-        assert code == 0, (state / "kafka" / "kafka.log").read_text()[-3000:]
-        yield Secured(stack, password, folder, started_s)
-    finally:
-        stack.down()
-        patch.undo()
-    assert running_pid(state / "kafka" / "kafka.pid") is None
 
 
 @pytest.fixture
@@ -222,7 +150,9 @@ def _write_client_config(secured: Secured, path: Path, topics: dict[str, str]) -
     """The example config with the [kafka] settings `stack up` wrote for its clients."""
     written = secured.stack.client_file.read_text()
     lines = written.split("[kafka]\n", 1)[1].strip()
-    text = _kafka_section(lines, paths.default_config().read_text(), topics)
+    # The [kafka] user's login only: the topics here are the test's own, outside the ACLs.
+    lines = "\n".join(line for line in lines.splitlines() if not line.startswith("users = "))
+    text = kafka_section(lines, paths.default_config().read_text(), topics)
     # Long flows from 100 packets, as the exporter tests' captures have them.
     text = re.sub(r"^long_flow_threshold = .*$", "long_flow_threshold = 100", text, flags=re.M)
     path.write_text(text)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 
 from p4bs.bus import client_settings, credentials, security_settings
 from p4bs.config import Config, SecretRef, parse_config
+from p4bs.config.model import KafkaUser
 from p4bs_exporter import run_spec
 
 PASSWORD = 'it\'s a "quoted" \\ secret'
@@ -80,24 +82,62 @@ def test_the_exporters_spec_names_the_credentials_and_holds_none(
     assert secured.kafka.password == SecretRef(file=str(tmp_path / "password"))
 
 
-def test_flink_tables_log_in_with_the_connectors_shaded_scram_module(secured: Config) -> None:
-    from p4bs_jobs.flink_env import kafka_properties, kafka_table_ddl
+def test_flink_tables_log_in_by_reference_and_the_job_holds_no_secret(
+    secured: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job (embedded, or sent to a remote JobManager over its REST API) names the
+    credentials; the Kafka client resolves them in the TaskManagers (config providers)."""
+    from p4bs_jobs.flink_env import CONFIG_PROVIDERS, kafka_properties, kafka_table_ddl
 
+    (tmp_path / "password").write_text("s3cret-no-newline")
     props = kafka_properties(secured.kafka)
     jaas = props.pop("properties.sasl.jaas.config")
+    shaded = "org.apache.flink.kafka.shaded.org.apache.kafka.common"
+    providers = f"{shaded}.config.provider"
     assert props == {
         "properties.bootstrap.servers": "127.0.0.1:9092",
         "properties.security.protocol": "SASL_SSL",
         "properties.sasl.mechanism": "SCRAM-SHA-512",
         "properties.ssl.truststore.type": "PEM",
         "properties.ssl.truststore.location": "/etc/p4bs/kafka-ca.pem",
+        "properties.config.providers": "env,dir",
+        "properties.config.providers.env.class": f"{providers}.EnvVarConfigProvider",
+        "properties.config.providers.dir.class": f"{providers}.DirectoryConfigProvider",
     }
-    # The JAAS option quotes its values: a quote or a backslash inside is escaped.
+    assert set(CONFIG_PROVIDERS) == {"env", "dir"}
     assert jaas == (
-        "org.apache.flink.kafka.shaded.org.apache.kafka.common.security.scram.ScramLoginModule "
-        'required username="scram-user-7" password="it\'s a \\"quoted\\" \\\\ secret";'
+        f"{shaded}.security.scram.ScramLoginModule required "
+        f'username="${{env:P4BS_TEST_KAFKA_USER}}" password="${{dir:{tmp_path}:password}}";'
     )
     ddl = kafka_table_ddl("t", "link_counters", "topic", secured.kafka)
-    # A SQL string literal doubles a single quote.
-    assert "password=\"it''s a" in ddl and "'properties.sasl.mechanism' = 'SCRAM-SHA-512'" in ddl
+    assert "s3cret" not in ddl and "scram-user-7" not in ddl
+    assert f'password="${{dir:{tmp_path}:password}}"' in ddl
+    # Its own user when the config gives the metrics job one.
+    monkeypatch.setenv("P4BS_TEST_JOB_USER", "job-user")
+    job = SecretRef(env="P4BS_TEST_JOB_USER")
+    kafka = replace(secured.kafka, users={"metrics_job": KafkaUser(job, job)})
+    assert (
+        'username="${env:P4BS_TEST_JOB_USER}"'
+        in kafka_properties(kafka)["properties.sasl.jaas.config"]
+    )
+
+
+def test_a_secret_the_jaas_login_cannot_hold_is_refused_naming_it(
+    secured: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from p4bs_jobs.flink_env import kafka_properties
+
+    # The fixture's password file: quotes, a backslash and a final newline.
+    with pytest.raises(ValueError, match=f"kafka credential {tmp_path}/password: .*quote"):
+        kafka_properties(secured.kafka)
+    (tmp_path / "password").write_text("fine\n")
+    with pytest.raises(ValueError, match="white space"):
+        kafka_properties(secured.kafka)
+    # Not readable here (only on the cluster): named, not checked.
+    (tmp_path / "password").unlink()
+    monkeypatch.delenv("P4BS_TEST_KAFKA_USER")
+    assert (
+        "${env:P4BS_TEST_KAFKA_USER}"
+        in kafka_properties(secured.kafka)["properties.sasl.jaas.config"]
+    )
     assert kafka_properties("127.0.0.1:9") == {"properties.bootstrap.servers": "127.0.0.1:9"}
