@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 from lxml import etree
+from namespaces import own_network_namespace
 from ncclient import manager
 from ncclient.operations.rpc import RPCError
 from netconf import error as ncerror
@@ -222,28 +223,49 @@ def agent(
     confirmed_commit_11: bool = False,
     minute_s: float = 60.0,
 ) -> Iterator[Agent]:
-    """The agent's Junos NETCONF server on a free port, in this process."""
+    """The agent's Junos NETCONF server on a free port, in this process, in a network
+    namespace of its own that the calling thread enters for the block (the server binds
+    every address)."""
     queues = MemoryQueues()
     stores = JunosDatastores(queues, yang_model("junos"), minute_s)
-    server = serve(
-        methods(stores, confirmed_commit_11=confirmed_commit_11),
-        0,
-        str(pki["ssh-host-key"]),
-        USER,
-        PASSWORD,
-    )
-    folder = pki["known_hosts"].parent
-    known = pki["known_hosts"].read_text().replace("[127.0.0.1]:0 ", f"[127.0.0.1]:{server.port} ")
-    (folder / f"known_hosts-{server.port}").write_text(known)
-    try:
-        yield Agent(stores, queues, server.port, folder)
-    finally:
-        server.close()
-        server.join()
+    with own_network_namespace("p4bs-nc"):
+        server = serve(
+            methods(stores, confirmed_commit_11=confirmed_commit_11),
+            0,
+            str(pki["ssh-host-key"]),
+            USER,
+            PASSWORD,
+        )
+        folder = pki["known_hosts"].parent
+        known = pki["known_hosts"].read_text()
+        known = known.replace("[127.0.0.1]:0 ", f"[127.0.0.1]:{server.port} ")
+        (folder / f"known_hosts-{server.port}").write_text(known)
+        try:
+            yield Agent(stores, queues, server.port, folder)
+        finally:
+            server.close()
+            server.join()
 
 
 def _agent_log(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == AGENT_LOG]
+
+
+def _listening_ports(net: str) -> set[int]:
+    """The TCP ports in LISTEN in the network namespace of `net` (/proc/<pid>/net)."""
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(net, table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            if state == "0A":
+                ports.add(int(local.rsplit(":", 1)[1], 16))
+    return ports
+
+
+def test_the_agent_listens_only_inside_the_tests_namespace(pki: dict[str, Path]) -> None:
+    with agent(pki) as router:
+        assert router.port in _listening_ports("/proc/thread-self/net")
+        assert router.port not in _listening_ports("/proc/1/net")  # the machine's namespace
 
 
 def test_the_agent_advertises_confirmed_commit_10_as_junos_does(pki: dict[str, Path]) -> None:

@@ -13,13 +13,12 @@ enter that namespace (setns) once each; they serve only this driver.
 
 from __future__ import annotations
 
-import ctypes
 import errno
-import os
 import socket
 import threading
 
 from p4bs.config import RouterConfig
+from p4bs_linux_tc import netns
 from p4bs_linux_tc.netlink import NetlinkError, QdiscStats, Rtnetlink
 from p4bs_linux_tc.queues import MIN_BUFFER_BYTES, QUEUE_CLASS_BASE
 from p4bs_optimizer.drivers.base import (
@@ -31,18 +30,7 @@ from p4bs_optimizer.drivers.base import (
 )
 
 NETNS_PREFIX = "netns:"
-NETNS_DIR = "/run/netns"
-CLONE_NEWNET = 0x40000000
 MAX_FIFO_LIMIT = 2**32 - 1  # the kernel's limit is a u32
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _setns(path: str) -> None:
-    """Moves the calling thread (only it) into the network namespace at `path`."""
-    with open(path, "rb") as namespace:
-        if _libc.setns(namespace.fileno(), CLONE_NEWNET) != 0:
-            code = ctypes.get_errno()
-            raise OSError(code, os.strerror(code), path)
 
 
 class LinuxTcDriver(RouterDriver):
@@ -68,7 +56,7 @@ class LinuxTcDriver(RouterDriver):
         if self.netns is None or getattr(self._thread, "entered", False):
             return
         try:
-            _setns(f"{NETNS_DIR}/{self.netns}")
+            netns.enter(f"{netns.NETNS_DIR}/{self.netns}")
         except FileNotFoundError:
             raise self._error(
                 ErrorKind.UNREACHABLE, f"no network namespace {self.netns!r}"
