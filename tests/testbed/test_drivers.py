@@ -562,6 +562,7 @@ def test_netconf_uses_confirmed_commit_and_cancels_it_on_a_wrong_read_back(
         ca_file=None,
         timeout_ns=2_500_000_000,
         max_concurrent_changes=1,
+        confirm_window_ns=90_500_000_000,  # the confirm-timeout goes in whole seconds, up
     )
     good = ConfirmingRouter(running=100_000)
     driver = ScriptedNetconfDriver(router, good)
@@ -572,7 +573,7 @@ def test_netconf_uses_confirmed_commit_and_cancels_it_on_a_wrong_read_back(
         "lock candidate",
         "discard-changes",
         "edit-config candidate",
-        "commit confirmed 3",
+        "commit confirmed 91",
         "commit",
         "unlock candidate",
     ]
