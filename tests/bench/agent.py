@@ -3,7 +3,8 @@
     .venv/bin/python tests/bench/agent.py [SETS]
 
 Builds a testbed, then times SETS buffer changes each way, in the same run:
-  - gNMI Set through pygnmi over TLS (what the optimizer will do), end to end;
+  - gNMI Set through pygnmi over TLS (the driver's Set: queue, profile and its binding),
+    end to end;
   - NETCONF edit-config through ncclient over SSH, end to end;
   - the reference: the `tc qdisc change` command an operator would type.
 Prints p50/p99 per way, the gNMI/tc ratio, and the agent's CPU time per Set.
@@ -26,12 +27,8 @@ from p4bs import paths
 from p4bs.config import load_config
 from p4bs_infra import procs
 from p4bs_infra.testbed import NETCONF_PORT, Testbed, TestbedPlan, run
-from p4bs_optimizer.drivers.gnmi import json_text, uint64
+from p4bs_optimizer.drivers.gnmi import buffer_updates
 
-BUFFER = (
-    "/qos/buffer-allocation-profiles/buffer-allocation-profile[name=eth1]/queues/"
-    "queue[name=q0]/config/dedicated-buffer"
-)
 OC_QOS = "http://openconfig.net/yang/qos"
 
 
@@ -78,7 +75,7 @@ def main() -> None:
                 cpu0 = cpu_seconds(pid)
                 gnmi_times = timed(
                     lambda size: gnmi.set(
-                        update=[(BUFFER, json_text(uint64(size)))], encoding="json_ietf"
+                        update=buffer_updates(plan.egress, 0, size), encoding="json_ietf"
                     ),
                     sets,
                 )
