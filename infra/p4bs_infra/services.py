@@ -291,7 +291,7 @@ class KafkaBroker(_Process):
             "ssl.truststore.location": str(self.ca_file),
             "listener.name.controller.ssl.client.auth": "required",
             "listener.name.internal.ssl.client.auth": "required",
-            "authorizer.class.name": ("org.apache.kafka.metadata.authorizer.StandardAuthorizer"),
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "allow.everyone.if.no.acl.found": "false",
             "super.users": ";".join(super_users),
         }
