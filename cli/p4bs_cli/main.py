@@ -52,7 +52,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 def cmd_links_apply(args: argparse.Namespace) -> int:
     """The links topic made to say what the config's [[links]] say (core/p4bs/links.py)."""
     try:
-        config = load_config(args.config)
+        config = load_config(args.config).for_kafka_component("links")
         problems = optimizer_cli.check_policies(config)
         if problems:
             raise ConfigError(str(args.config), problems)
@@ -85,7 +85,7 @@ def cmd_links_apply(args: argparse.Namespace) -> int:
 def cmd_links_list(args: argparse.Namespace) -> int:
     """The links the topic describes now."""
     try:
-        config = load_config(args.config)
+        config = load_config(args.config).for_kafka_component("links")
         links = published(config.kafka, dict(config.kafka.topics))
     except (ConfigError, KafkaException) as exc:
         print(f"p4bs links list: {exc}", file=sys.stderr)

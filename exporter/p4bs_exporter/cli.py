@@ -106,7 +106,7 @@ def _exporter_target(
 
 def cmd_exporter_run(args: argparse.Namespace) -> int:
     try:
-        config = load_config(args.config)
+        config = load_config(args.config).for_kafka_component("exporter")
         switch = choose_switch(config, args.switch)
         default = paths.home() / ".run" / "exporter" / switch.name / "stats.json"
         stats_path = (args.stats or default).resolve()

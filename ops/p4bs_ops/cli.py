@@ -58,9 +58,10 @@ def _parts(text: str) -> list[str]:
 
 
 def _config(args: argparse.Namespace, command: str) -> Config | None:
-    """The config `--config` names, or None once its problems are printed."""
+    """The config `--config` names, or None once its problems are printed; its Kafka
+    clients log in as the dashboard's user (read only), as status and the dashboard do."""
     try:
-        return load_config(args.config)
+        return load_config(args.config).for_kafka_component("dashboard")
     except ConfigError as exc:
         print(f"p4bs {command}: {exc}", file=sys.stderr)
         return None

@@ -31,7 +31,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from p4bs_optimizer.service import OptimizerService, summary_line
 
     try:
-        config = load_config(args.config)
+        config = load_config(args.config).for_kafka_component("optimizer")
         problems = check_policies(config)
         if problems:
             raise ConfigError(str(args.config), problems)

@@ -34,7 +34,7 @@ def cmd_influx(args: argparse.Namespace) -> int:
     from p4bs_sinks.influx_sink import InfluxSink
 
     try:
-        config = load_config(args.config)
+        config = load_config(args.config).for_kafka_component("sinks")
     except ConfigError as exc:
         print(f"p4bs sinks influx: {exc}", file=sys.stderr)
         return 2
@@ -55,7 +55,7 @@ def cmd_alerts(args: argparse.Namespace) -> int:
     from p4bs_sinks.alerts import AlertDispatcher
 
     try:
-        config = load_config(args.config)
+        config = load_config(args.config).for_kafka_component("sinks")
         dispatcher = AlertDispatcher(config.kafka, config.kafka.topics, config.alerts)
     except (ConfigError, ValueError) as exc:
         print(f"p4bs sinks alerts: {exc}", file=sys.stderr)

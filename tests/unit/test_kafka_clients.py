@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from p4bs.bus import client_settings, credentials, security_settings
-from p4bs.config import Config, SecretRef, parse_config
+from p4bs.config import Config, ConfigError, SecretRef, parse_config
 from p4bs.config.model import KafkaUser
 from p4bs_exporter import run_spec
 
@@ -141,3 +141,44 @@ def test_a_secret_the_jaas_login_cannot_hold_is_refused_naming_it(
         in kafka_properties(secured.kafka)["properties.sasl.jaas.config"]
     )
     assert kafka_properties("127.0.0.1:9") == {"properties.bootstrap.servers": "127.0.0.1:9"}
+
+
+def test_each_component_logs_in_as_its_own_user_or_the_kafka_one(
+    secured: Config, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("P4BS_TEST_OPT_USER", "p4bs-optimizer")
+    monkeypatch.setenv("P4BS_TEST_OPT_PASSWORD", "opt-secret")
+    user = {"env": "P4BS_TEST_OPT_USER"}
+    data = {"optimizer": {"username": user, "password": {"env": "P4BS_TEST_OPT_PASSWORD"}}}
+    kafka = replace(
+        secured.kafka,
+        users={"optimizer": KafkaUser(SecretRef(**user), SecretRef(env="P4BS_TEST_OPT_PASSWORD"))},
+    )
+    config = replace(secured, kafka=kafka)
+    optimizer = client_settings(config.for_kafka_component("optimizer").kafka)
+    assert (optimizer["sasl.username"], optimizer["sasl.password"]) == (
+        "p4bs-optimizer",
+        "opt-secret",
+    )
+    # Without a user of its own, a component logs in as [kafka]'s.
+    assert client_settings(config.for_kafka_component("sinks").kafka)["sasl.username"] == (
+        "scram-user-7"
+    )
+    with pytest.raises(ValueError, match="no Kafka component 'web'"):
+        config.for_kafka_component("web")
+    # The config reads [kafka.users.<component>], and names a component it does not know.
+    raw: dict[str, Any] = tomllib.loads((repo / "config" / "testbed.toml").read_text())
+    raw["kafka"] |= {
+        "security": "sasl_ssl",
+        "username": user,
+        "password": user,
+        "users": {**data, "web": data["optimizer"]},
+    }
+    with pytest.raises(ConfigError) as problems:
+        parse_config(raw)
+    assert [p for p in problems.value.problems if "users" in p] == [
+        "kafka.users.web: unknown component (known: admin, exporter, metrics_job, optimizer, "
+        "sinks, dashboard, links)"
+    ]
+    del raw["kafka"]["users"]["web"]
+    assert parse_config(raw).kafka.users == kafka.users

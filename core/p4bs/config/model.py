@@ -391,6 +391,11 @@ class Config:
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
 
+    def for_kafka_component(self, component: str) -> Config:
+        """The config as `component` (KAFKA_COMPONENTS) uses it: its clients log in as its
+        own Kafka user where [kafka.users] names one."""
+        return replace(self, kafka=self.kafka.for_component(component))
+
     def link(self, link_id: str) -> LinkConfig:
         for link in self.links:
             if link.id == link_id:
