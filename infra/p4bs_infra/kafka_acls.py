@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from p4bs.config import KafkaConfig
 from p4bs.config.model import KAFKA_COMPONENTS
@@ -161,7 +162,7 @@ def render(kafka: KafkaConfig, optimizer_group: str) -> str:
 
 
 def apply(
-    admin_settings: Mapping[str, object],
+    admin_settings: Mapping[str, Any],
     kafka: KafkaConfig,
     optimizer_group: str,
     timeout_s: float = 30.0,
