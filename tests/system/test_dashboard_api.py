@@ -149,6 +149,9 @@ def deployment(
     data = tomllib.loads(paths.default_config().read_text())
     data["kafka"] = {**data["kafka"], "bootstrap": stack.kafka.bootstrap, "topics": topics}
     data["influxdb"] = {**data["influxdb"], "url": influx.url, "database": influx.database}
+    # The router lets p4bs manage the links topic's xe<i> too (p4bs.config.authority).
+    (router,) = data["routers"]
+    router["interfaces"] = [*router.get("interfaces", []), "xe*"]
     config_path = tmp_path / "config.toml"
     config_path.write_text(config_toml(data))
     config = load_config(config_path)
