@@ -97,8 +97,14 @@ class Ownership:
         self, consumer: RecordConsumer, loop: asyncio.AbstractEventLoop, given: list[Partition]
     ) -> None:
         numbers = sorted(p for t, p in given if t == self.metrics_topic)
+        # Each saved state is held against the link it claims (its bounds, jenks-only flow
+        # lists) as this process knows the link now.
         states = changelog.restore(
-            self.config.kafka, self.config.kafka.topics, numbers, RESTORE_TIMEOUT_S
+            self.config.kafka,
+            self.config.kafka.topics,
+            numbers,
+            RESTORE_TIMEOUT_S,
+            links=self.holder.links,
         )
         offsets = consumer.committed(given)
         log.info(

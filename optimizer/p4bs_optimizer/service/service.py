@@ -198,21 +198,22 @@ class OptimizerService:
         return controller
 
     def _restore(self, policy: Policy, saved: LinkState) -> bool:
-        """Resumes `policy` from a saved state of its own; False (logged, counted) when the
-        policy refuses it: the link goes on, its policy afresh."""
+        """Resumes `policy` from a saved state of its own; False (counted) when the policy
+        refuses it (`Policy.restore` logs why): the link goes on, its policy afresh."""
         try:
-            policy.restore(saved.policy_state)
-        except Exception as exc:
-            self.stats.restore_failures += 1
+            refused = policy.restore(saved.policy_state)
+        except Exception as exc:  # a policy's own load that raises past restore's checks
+            refused = f"{type(exc).__name__}: {exc}"
             log.error(
-                "link %s: its saved %s state was refused (%s: %s); the policy starts afresh",
+                "link %s: its saved %s state was refused (%s)",
                 policy.link.id,
                 saved.policy,
-                type(exc).__name__,
-                exc,
+                refused,
             )
-            return False
-        return True
+        if refused is None:
+            return True
+        self.stats.restore_failures += 1
+        return False
 
     # ---- the loop ----------------------------------------------------------------------
     def _streams(self) -> list[str]:
