@@ -535,9 +535,11 @@ def test_a_router_s_change_budget_holds_its_links_changes_for_the_minute() -> No
     second = Link(guards, beside=first, interface="eth2")
 
     async def scenario() -> None:
+        # One after the other: the links share the host, so a commit with both decisions
+        # staged would let either take the minute's one change first.
         await first.window(decide=200_000)
-        await second.window(decide=300_000)
         await first.commit()
+        await second.window(decide=300_000)
         await second.commit()
         assert first.clock.sleeps == [pytest.approx(60.0)], "eth2 did not wait for the budget"
         first.clock.advance(60 * SECOND_NS - 1)
