@@ -9,9 +9,11 @@ import java.util.HexFormat;
 /**
  * Runs the metrics job's record readers (LinkSpecReader, IntervalReader in the functions jar) on
  * the records of stdin, one a line: "spec KEY VALUE" (a links-topic record: its key's UTF-8 and
- * its value's bytes, each in hex, "-" for none) or "interval VALUE". Prints per record "ok" and what
- * was read (a spec's ts_ns, removed, capacity_bps, weights, max_loss, max_queue_delay_ns; an
- * interval's ts_ns, samples and events) or "malformed" and the reason. In the readers' package,
+ * its value's bytes, each in hex, "-" for none), "interval VALUE" or "time VALUE NOW_MS" (the
+ * event time IntervalTime gives the record when this host's clock reads NOW_MS). Prints per
+ * record "ok" and what was read (a spec's ts_ns, removed, capacity_bps, weights, max_loss,
+ * max_queue_delay_ns; an interval's ts_ns, samples and events; an event time in ms) or
+ * "malformed" and the reason. In the readers' package,
  * which they are private to; tests/unit/test_flink_readers.py compiles it against the jar.
  */
 public final class RecordCheck {
@@ -44,6 +46,9 @@ public final class RecordCheck {
               .append(s.maxLoss)
               .append(' ')
               .append(s.maxQueueDelayNs);
+        } else if (f[0].equals("time")) {
+          long timeMs = IntervalTime.eventTimeMs(intervals, bytes(f[1]), Long.parseLong(f[2]));
+          out.append("ok ").append(timeMs);
         } else {
           intervals.read(bytes(f[1]));
           out.append("ok ")

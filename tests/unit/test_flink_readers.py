@@ -78,10 +78,10 @@ def _check(lines: list[str], tmp_path: Path) -> list[str]:
     jar = paths.flink_functions_jar()
     if not jar.is_file():
         pytest.fail(f"{jar} is missing: run make build")
-    javac = ["javac", "-Xlint:all", "-Werror", "--release", "17", "-cp", str(jar)]
-    subprocess.run([*javac, "-d", str(tmp_path), str(HARNESS)], check=True)
-    # The readers use Flink's Row and metrics and slf4j: PyFlink's jars.
+    # The readers use Flink's Row, functions and metrics and slf4j: PyFlink's jars.
     flink = Path(pyflink.__file__).parent / "lib" / "*"
+    javac = ["javac", "-Xlint:all", "-Werror", "--release", "17", "-cp", f"{jar}:{flink}"]
+    subprocess.run([*javac, "-d", str(tmp_path), str(HARNESS)], check=True)
     ran = subprocess.run(
         ["java", "-cp", f"{jar}:{tmp_path}:{flink}", "io.p4bs.flink.RecordCheck"],
         input="".join(line + "\n" for line in lines),
@@ -145,6 +145,25 @@ def test_an_interval_record_with_separators_or_negative_numbers_is_refused(
         (_interval(rtt_ns=[1000, -5]), "malformed a negative RTT sample"),
     ]
     got = _check([f"interval {_hex(_avro('link_counters', r))}" for r, _ in cases], tmp_path)
+    assert len(got) == len(cases)
+    wrong = [
+        (want, out) for (_, want), out in zip(cases, got, strict=True) if not out.startswith(want)
+    ]
+    assert not wrong
+
+
+def test_an_interval_far_ahead_of_the_clock_gets_no_event_time(tmp_path: Path) -> None:
+    """One record dated ahead would move its partition's event time past the windows of every
+    other link there: beyond a minute after the job's clock it is refused, not timed."""
+    end_ms = (TS_NS - 1) // 1_000_000
+    record = _hex(_avro("link_counters", _interval()))
+    cases = [
+        (end_ms, f"ok {end_ms}"),  # the clock at the interval's end
+        (end_ms - 60_000, f"ok {end_ms}"),  # a minute ahead: clocks that differ
+        (end_ms - 60_001, "malformed its interval ends 60001 ms after this host's clock"),
+        (end_ms - 30 * 86_400_000, "malformed its interval ends 2592000000 ms after"),
+    ]
+    got = _check([f"time {record} {now_ms}" for now_ms, _ in cases], tmp_path)
     assert len(got) == len(cases)
     wrong = [
         (want, out) for (_, want), out in zip(cases, got, strict=True) if not out.startswith(want)

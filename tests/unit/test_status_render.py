@@ -253,7 +253,7 @@ def test_the_groups_and_streams_it_looks_at_are_the_parts_own() -> None:
     metrics = (paths.home() / "streaming-jobs" / "p4bs_jobs" / "metrics.py").read_text()
     assert '("metrics_out", "link_metrics")' in metrics
     assert '"intervals_in",\n            "link_counters"' in metrics
-    assert '("links_in", "links"' in metrics
+    assert '"links_in",\n            "links"' in metrics
     assert status.METRICS_STREAMS == ("link_counters", "links")
     config = load_config(paths.default_config())
     groups = status.group_streams(config, StatusOptions())
