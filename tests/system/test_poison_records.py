@@ -8,14 +8,13 @@ afresh, while a good one resumes."""
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import math
 import time
 from typing import Any
 
 from confluent_kafka import Producer
-from fastavro import parse_schema, schemaless_writer
+from poison import metrics_window, raw_avro
 
 from p4bs import paths
 from p4bs.bus import RecordConsumer, RecordProducer, read_stream
@@ -23,28 +22,8 @@ from p4bs.config import load_config
 from p4bs_infra.stack import Stack
 from p4bs_optimizer import changelog
 from p4bs_optimizer.changelog import LinkState
-from p4bs_schemas.registry import current_schema
 
 T0 = 1_800_000_000_000_000_000
-
-
-def _window(link_id: str, end_ns: int, f: float) -> dict[str, Any]:
-    return {
-        "link_id": link_id, "window_start_ns": end_ns - 500_000_000, "window_end_ns": end_ns,
-        "rtt_samples": 10, "rtt_flows": 2, "rtt_hmean_ns": 20_000_000, "srtt_ns": 20_000_000,
-        "rtt_min_ns": 19_000_000, "long_flows": 2, "data_packets": 100, "retransmissions": 0,
-        "loss_rate": 0.0, "loss_rate_ewma": 0.0, "queue_delay_samples": 10,
-        "queue_delay_ns": 1_000_000, "queue_delay_ewma_ns": 1_000_000,
-        "throughput_bps": 90_000_000, "utilisation": 0.9, "offered_bps": 90_000_000,
-        "offered_utilisation": 0.9, "f": f, "zscore": 0.0, "change": False,
-    }  # fmt: skip
-
-
-def _raw_avro(name: str, record: dict[str, Any]) -> bytes:
-    """The record as any Avro writer (Flink, a stranger) writes it: no p4bs checks."""
-    out = io.BytesIO()
-    schemaless_writer(out, parse_schema(current_schema(name)), record)
-    return out.getvalue()
 
 
 def test_a_nan_window_is_dead_lettered_with_its_reason_and_the_next_window_comes(
@@ -53,12 +32,12 @@ def test_a_nan_window_is_dead_lettered_with_its_reason_and_the_next_window_comes
     cluster = stack.kafka.bootstrap
     raw = Producer({"bootstrap.servers": cluster})
     link_id = "r1:eth1"
-    good = [_window(link_id, T0 + i * 500_000_000, -0.1) for i in range(3)]
-    poison = _window(link_id, T0 + 700_000_000, math.nan)
+    good = [metrics_window(link_id, T0 + i * 500_000_000, -0.1) for i in range(3)]
+    poison = metrics_window(link_id, T0 + 700_000_000, math.nan)
     for record in (good[0], poison, good[1]):
-        raw.produce(topics["link_metrics"], _raw_avro("LinkMetrics", record), link_id.encode())
+        raw.produce(topics["link_metrics"], raw_avro("LinkMetrics", record), link_id.encode())
     raw.produce(topics["link_metrics"], b"\x00not avro at all", link_id.encode())
-    raw.produce(topics["link_metrics"], _raw_avro("LinkMetrics", good[2]), link_id.encode())
+    raw.produce(topics["link_metrics"], raw_avro("LinkMetrics", good[2]), link_id.encode())
     assert raw.flush(30) == 0
     consumer = RecordConsumer(cluster, "poison-test", ["link_metrics"], topics)
     got: list[dict[str, Any]] = []
@@ -105,7 +84,7 @@ def test_a_saved_state_that_cannot_be_resumed_is_refused_and_counted(
     garbage["policy_state"] = "[1, 2"
     raw.produce(
         topics["optimizer_state"],
-        _raw_avro("OptimizerLinkState", garbage),
+        raw_avro("OptimizerLinkState", garbage),
         links["garbage"].id.encode(),
     )
     assert producer.flush(30) == 0 and raw.flush(30) == 0

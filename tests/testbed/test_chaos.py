@@ -7,7 +7,6 @@ metrics stop falls back."""
 from __future__ import annotations
 
 import dataclasses
-import io
 import math
 import threading
 import time
@@ -19,7 +18,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from fastavro import parse_schema, schemaless_writer
+from poison import metrics_window, raw_avro
 from test_closed_loop import cubic_testbed
 
 from p4bs import paths
@@ -31,7 +30,6 @@ from p4bs_infra.traffic import Scenario, TrafficRun
 from p4bs_loop.chaos import FAULTS, ChaosPlan, chaos_run, failed_checks, summary
 from p4bs_loop.closed_loop import ClosedLoop
 from p4bs_schemas.intervals import NO_COUNTS
-from p4bs_schemas.registry import current_schema
 
 
 def test_the_loop_through_a_fault_of_each_part_loses_and_doubles_nothing(
@@ -69,25 +67,6 @@ class PoisonRun:
 
 def _raw(loop: ClosedLoop) -> Producer:
     return Producer(client_settings(loop.config.kafka))
-
-
-def _avro(name: str, record: dict[str, Any]) -> bytes:
-    """What any Avro writer (Flink, a stranger) writes: none of the p4bs codec's checks."""
-    out = io.BytesIO()
-    schemaless_writer(out, parse_schema(current_schema(name)), record)
-    return out.getvalue()
-
-
-def _window(link_id: str, end_ns: int, f: float) -> dict[str, Any]:
-    return {
-        "link_id": link_id, "window_start_ns": end_ns - 500_000_000, "window_end_ns": end_ns,
-        "rtt_samples": 10, "rtt_flows": 2, "rtt_hmean_ns": 20_000_000, "srtt_ns": 20_000_000,
-        "rtt_min_ns": 19_000_000, "long_flows": 2, "data_packets": 100, "retransmissions": 0,
-        "loss_rate": 0.0, "loss_rate_ewma": 0.0, "queue_delay_samples": 10,
-        "queue_delay_ns": 1_000_000, "queue_delay_ewma_ns": 1_000_000,
-        "throughput_bps": 90_000_000, "utilisation": 0.9, "offered_bps": 90_000_000,
-        "offered_utilisation": 0.9, "f": f, "zscore": 0.0, "change": False,
-    }  # fmt: skip
 
 
 def _decided(run: PoisonRun, phase: str, buffer: int, since_ns: int) -> dict[str, Any] | None:
@@ -167,11 +146,11 @@ def test_a_poison_record_in_each_topic_halts_nothing_and_a_stale_link_falls_back
     raw, key = _raw(loop), run.link_id.encode()
     counters = {**COUNTERS, "ts_ns": run.injected_ns, "packets": -5}
     poison: dict[str, list[bytes]] = {
-        "link_counters": [b"\x00\xffnot avro", _avro("LinkCounters", counters)],
+        "link_counters": [b"\x00\xffnot avro", raw_avro("LinkCounters", counters)],
         "link_metrics": [
             b"\x00\xffnot avro",
-            _avro("LinkMetrics", _window(run.link_id, run.injected_ns, math.nan)),
-            _avro("LinkMetrics", _window(UNKNOWN_LINK, run.injected_ns, -0.1)),
+            raw_avro("LinkMetrics", metrics_window(run.link_id, run.injected_ns, math.nan)),
+            raw_avro("LinkMetrics", metrics_window(UNKNOWN_LINK, run.injected_ns, -0.1)),
         ],
         "optimizer_state": [b"\x00\xffnot avro"],  # read when the optimizer takes a link
     }
@@ -206,13 +185,6 @@ def test_a_poison_record_in_each_topic_halts_nothing_and_a_stale_link_falls_back
     assert fallback is not None, f"no fallback: {loop.log_tail('optimizer')}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the metrics job reads the links topic with Flink's avro format: bytes that are "
-    "not Avro fail the job; and one interval record dated months ahead (of a link nobody "
-    "has) moves its partition's event time past every other link's windows there, which "
-    "stop (helper 'java')",
-)
 def test_the_links_topic_s_poison_and_an_interval_far_ahead_halt_nothing(
     poison_run: PoisonRun,
 ) -> None:
@@ -223,10 +195,10 @@ def test_the_links_topic_s_poison_and_an_interval_far_ahead_halt_nothing(
     loop = poison_run.loop
     raw, key = _raw(loop), poison_run.link_id.encode()
     spec = {**SPEC, "link_id": poison_run.link_id, "ts_ns": time.time_ns(), "max_loss": 0.0}
-    for value in (b"\x00\xffnot avro", _avro("LinkSpec", spec)):
+    for value in (b"\x00\xffnot avro", raw_avro("LinkSpec", spec)):
         raw.produce(loop.topics["links"], value, key)
     ahead = {**COUNTERS, "ts_ns": time.time_ns() + 30 * 86_400 * 10**9}
-    raw.produce(loop.topics["link_counters"], _avro("LinkCounters", ahead), key)
+    raw.produce(loop.topics["link_counters"], raw_avro("LinkCounters", ahead), key)
     assert raw.flush(30) == 0
     injected_ns = time.time_ns()
     loop.restart("exporter")

@@ -233,11 +233,7 @@ class RouterQos:
 
     def get(self, path: PathElems, config_only: bool = False) -> list[tuple[PathElems, Any]]:
         """Every node matching `path` (keys may be omitted or '*': wildcards) with its value."""
-        elems = _strip_root(path)
-        matches = list(select({"qos": self.tree(config_only)}, [("qos", {}), *elems], []))
-        if not matches:
-            raise AgentError(AgentError.NOT_FOUND, f"{format_path(path)}: no such node")
-        return matches
+        return nodes_at(self.tree(config_only), _strip_root(path), path)
 
     # ---- writing ---------------------------------------------------------------------------
     def set(self, updates: list[tuple[PathElems, Any]], deletes: list[PathElems]) -> None:
@@ -619,6 +615,15 @@ def _strip_root(path: PathElems) -> PathElems:
     if path and path[0][0].split(":")[-1] == "qos":
         return path[1:]
     return path
+
+
+def nodes_at(qos: dict[str, Any], below: PathElems, path: PathElems) -> list[tuple[PathElems, Any]]:
+    """Every node of the QoS tree `qos` at `below` (its path under /qos) with its value;
+    NOT_FOUND, naming `path` as asked, when there is none."""
+    matches = list(select({"qos": qos}, [("qos", {}), *below], []))
+    if not matches:
+        raise AgentError(AgentError.NOT_FOUND, f"{format_path(path)}: no such node")
+    return matches
 
 
 def select(node: Any, path: PathElems, seen: PathElems) -> Iterator[tuple[PathElems, Any]]:

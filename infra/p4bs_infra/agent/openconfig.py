@@ -40,7 +40,7 @@ from p4bs_infra.agent.datastore import (
     PathElems,
     RouterQos,
     format_path,
-    select,
+    nodes_at,
 )
 
 MODULE = "openconfig-qos"
@@ -82,11 +82,7 @@ class OpenConfigQos:
 
     def get(self, path: PathElems, config_only: bool = False) -> list[tuple[PathElems, Any]]:
         """Every node matching `path` (keys may be omitted or '*': wildcards) with its value."""
-        elems = _below_qos(path)
-        matches = list(select({"qos": self.tree(config_only)}, [("qos", {}), *elems], []))
-        if not matches:
-            raise AgentError(AgentError.NOT_FOUND, f"{format_path(path)}: no such node")
-        return matches
+        return nodes_at(self.tree(config_only), _below_qos(path), path)
 
     def _add_state(self, qos: dict[str, Any]) -> None:
         queues = self.qos.queues()
