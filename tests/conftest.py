@@ -1,4 +1,7 @@
-"""Fixtures that start the real Kafka broker and InfluxDB with the project's own stack code."""
+"""Fixtures that start the real Kafka broker and InfluxDB with the project's own stack code;
+`secured` (secured_stack.py), the TLS + SCRAM broker with a user per component, is shared
+from here by the system tests that need it (one conftest for all of tests/: a second one
+named conftest in a folder would shadow this one for the modules that import from it)."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from secured_stack import secured
 
 from p4bs import paths
 from p4bs.bus import ensure_topics
@@ -98,3 +102,6 @@ def testbed(unique_plan: Callable[..., TestbedPlan]) -> Iterator[Testbed]:
     built.up()
     yield built
     built.down()
+
+
+__all__ = ["secured"]
