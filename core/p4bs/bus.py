@@ -153,7 +153,10 @@ class RecordProducer:
 
 
 Partition = tuple[str, int]  # topic, partition
-COMMIT_ATTEMPTS = 3  # of a transaction's commit that timed out (a retriable error)
+# How long a transaction's commit or abort that timed out (a retriable error) is resumed:
+# librdkafka resumes the same call, and a broker back within it lets the transaction end one
+# way or the other (given up sooner, whether the commit happened is not known).
+END_TRANSACTION_S = 60.0
 # How long a producer asks for its transactional id. A cluster just started loads its
 # transaction coordinators first (the __transaction_state partitions): until then every
 # broker answers "not coordinator" or "coordinator load in progress", for longer than one
@@ -239,26 +242,34 @@ class TransactionalProducer(RecordProducer):
                     group_metadata,
                     self.timeout_s,
                 )
-            for attempt in range(COMMIT_ATTEMPTS):
-                try:
-                    self._producer.commit_transaction(self.timeout_s)
-                    break
-                except KafkaException as exc:  # retriable: the same call may be made again
-                    if not exc.args[0].retriable() or attempt == COMMIT_ATTEMPTS - 1:
-                        raise
+            self._resumed(self._producer.commit_transaction)
         except KafkaException as exc:
             error = exc.args[0]
             if error.fatal():
                 self._renew()
             else:
                 try:
-                    self._producer.abort_transaction(self.timeout_s)
-                except KafkaException as abort_failed:
-                    if not abort_failed.args[0].fatal():
-                        raise
+                    self._resumed(self._producer.abort_transaction)
+                except KafkaException:
+                    # Not aborted (the broker still out of reach, or the commit it follows
+                    # still on its way): a new producer under the same id fences this one,
+                    # and the coordinator ends what it left open. Raised, the process
+                    # stopped (seen in CI's chaos run, the broker killed mid-commit).
                     self._renew()
             raise TransactionAborted(str(error)) from exc
         self.committed += 1
+
+    def _resumed(self, end: Callable[[float], None]) -> None:
+        """`end(timeout)`, a transaction's commit or abort, made again while it times out
+        (a retriable error: librdkafka resumes the call) for up to END_TRANSACTION_S."""
+        deadline = time.monotonic() + END_TRANSACTION_S
+        while True:
+            try:
+                end(self.timeout_s)
+                return
+            except KafkaException as exc:
+                if not exc.args[0].retriable() or time.monotonic() >= deadline:
+                    raise
 
     def _renew(self) -> None:
         """A producer fenced for good is made again (its unsent records are dropped: they

@@ -78,3 +78,75 @@ def test_the_asking_stops_at_its_deadline(monkeypatch: pytest.MonkeyPatch) -> No
     with pytest.raises(KafkaException):
         start(monkeypatch, KafkaError(KafkaError.NOT_COORDINATOR), None)
     assert len(ScriptedProducer.made) == 1
+
+
+class EndingProducer:
+    """A producer whose transactions end as the test says: `commits` and `aborts` are the
+    answers of successive commit_transaction and abort_transaction calls (an error to raise,
+    or None to succeed), shared by every producer made."""
+
+    commits: list[KafkaError | None]
+    aborts: list[KafkaError | None]
+    made: list[EndingProducer]
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.made.append(self)
+
+    def init_transactions(self, timeout_s: float) -> None:
+        pass
+
+    def begin_transaction(self) -> None:
+        pass
+
+    def commit_transaction(self, timeout_s: float) -> None:
+        self._answer(self.commits)
+
+    def abort_transaction(self, timeout_s: float) -> None:
+        self._answer(self.aborts)
+
+    @staticmethod
+    def _answer(answers: list[KafkaError | None]) -> None:
+        answer = answers.pop(0)
+        if answer is not None:
+            raise KafkaException(answer)
+
+
+TIMED_OUT = KafkaError(KafkaError._TIMED_OUT, retriable=True)
+
+
+def ending(
+    monkeypatch: pytest.MonkeyPatch,
+    commits: list[KafkaError | None],
+    aborts: list[KafkaError | None],
+) -> bus.TransactionalProducer:
+    EndingProducer.commits, EndingProducer.aborts, EndingProducer.made = commits, aborts, []
+    monkeypatch.setattr(bus, "Producer", EndingProducer)
+    return bus.TransactionalProducer("127.0.0.1:9", TOPICS, "optimizer-0", 6_000)
+
+
+def test_a_commit_that_times_out_is_resumed_until_it_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    producer = ending(monkeypatch, [TIMED_OUT, TIMED_OUT, TIMED_OUT, None], [])
+    producer.commit([], {}, None)
+    assert producer.committed == 1 and len(EndingProducer.made) == 1
+
+
+def test_an_abort_that_times_out_is_resumed(monkeypatch: pytest.MonkeyPatch) -> None:
+    refused = KafkaError(KafkaError.INVALID_PRODUCER_EPOCH)
+    producer = ending(monkeypatch, [refused], [TIMED_OUT, None])
+    with pytest.raises(bus.TransactionAborted):
+        producer.commit([], {}, None)
+    assert len(EndingProducer.made) == 1  # aborted by the same producer
+
+
+def test_an_abort_that_cannot_end_renews_the_producer_instead_of_raising(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The broker killed mid-commit: the commit times out past its time, the abort conflicts
+    with the commit still on its way. A new producer under the same id takes over (it fences
+    the old one): the transaction is reported aborted and the process goes on."""
+    monkeypatch.setattr(bus, "END_TRANSACTION_S", 0.0)
+    conflict = KafkaError(KafkaError._CONFLICT)
+    producer = ending(monkeypatch, [TIMED_OUT], [conflict])
+    with pytest.raises(bus.TransactionAborted):
+        producer.commit([], {}, None)
+    assert len(EndingProducer.made) == 2 and producer.renewed == 1
