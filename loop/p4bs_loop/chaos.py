@@ -344,6 +344,7 @@ def chaos_run(
     faults: Faults | None = None
     report: dict[str, Any] = {"plan": dataclasses.asdict(plan)}
     service_pids: set[int] = set()
+    watchers: list[Arrivals] = []
     try:
         progress("stack: 3 Kafka nodes, Flink JobManager + 2 TaskManagers")
         stack.up(timeout_s=240, progress=progress)
@@ -363,6 +364,7 @@ def chaos_run(
         loop.start(progress=progress)
         faults = Faults(stack, testbed, loop)
         windows, decisions = Arrivals(loop, "link_metrics"), Arrivals(loop, "buffer_decisions")
+        watchers += [windows, decisions]
         windows.start()
         decisions.start()
         traffic = Scenario(duration_s=plan.duration_s)
@@ -442,6 +444,11 @@ def chaos_run(
             },
         }
     finally:
+        # A run that raised still closes its readers: left polling, they outlived the test
+        # and their consumers kept the pytest process from exiting (seen in CI).
+        for watcher in watchers:
+            if not watcher.stopping.is_set():
+                watcher.stop()
         if loop is not None:
             loop.stop()
         testbed.down()
