@@ -190,13 +190,7 @@ class RouterQos:
             if not config_only:
                 output["state"] = {"buffer-allocation-profile": interface}
                 for entry, q in zip(out_queues, mine, strict=True):
-                    entry["state"] = {
-                        "name": q.name,
-                        "transmit-pkts": str(q.transmit_pkts),
-                        "transmit-octets": str(q.transmit_octets),
-                        "dropped-pkts": str(q.dropped_pkts),
-                        "current-queue-len": str(q.backlog_bytes),
-                    }
+                    entry["state"] = queue_state(q)
             profiles.append(profile)
             interfaces.append(
                 {"interface-id": interface, "config": {"interface-id": interface}, "output": output}
@@ -615,6 +609,17 @@ def _strip_root(path: PathElems) -> PathElems:
     if path and path[0][0].split(":")[-1] == "qos":
         return path[1:]
     return path
+
+
+def queue_state(q: Queue) -> dict[str, str]:
+    """An interface output queue's state as OpenConfig has it (counter64s as strings)."""
+    return {
+        "name": q.name,
+        "transmit-pkts": str(q.transmit_pkts),
+        "transmit-octets": str(q.transmit_octets),
+        "dropped-pkts": str(q.dropped_pkts),
+        "current-queue-len": str(q.backlog_bytes),
+    }
 
 
 def nodes_at(qos: dict[str, Any], below: PathElems, path: PathElems) -> list[tuple[PathElems, Any]]:

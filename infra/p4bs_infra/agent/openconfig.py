@@ -41,6 +41,7 @@ from p4bs_infra.agent.datastore import (
     RouterQos,
     format_path,
     nodes_at,
+    queue_state,
 )
 
 MODULE = "openconfig-qos"
@@ -104,13 +105,7 @@ class OpenConfigQos:
                 if entry is None:
                     entry = {"name": q.name}
                     entries.append(entry)
-                entry["state"] = {
-                    "name": q.name,
-                    "transmit-pkts": str(q.transmit_pkts),
-                    "transmit-octets": str(q.transmit_octets),
-                    "dropped-pkts": str(q.dropped_pkts),
-                    "current-queue-len": str(q.backlog_bytes),
-                }
+                entry["state"] = queue_state(q)
         in_force = {(q.interface, q.name): q for q in queues}
         for entry in _entries(qos, "buffer-allocation-profiles", "buffer-allocation-profile"):
             entry["state"] = dict(entry.get("config", {}))
