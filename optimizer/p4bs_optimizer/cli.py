@@ -67,17 +67,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _freeze_file(args: argparse.Namespace, command: str) -> Path | None:
+    """The config's freeze file, or None (said on stderr) when the config does not load."""
+    try:
+        return Path(load_config(args.config).optimizer.freeze_file)
+    except ConfigError as exc:
+        print(f"p4bs optimizer {command}: {exc}", file=sys.stderr)
+        return None
+
+
 def cmd_freeze(args: argparse.Namespace) -> int:
     """Writes the config's freeze file: no optimizer using it writes to a router until
     `unfreeze` (each checks it before every change)."""
     from p4bs_optimizer.service.guards import freeze
 
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        print(f"p4bs optimizer freeze: {exc}", file=sys.stderr)
+    path = _freeze_file(args, "freeze")
+    if path is None:
         return 2
-    path = Path(config.optimizer.freeze_file)
     print(f"{path}: {freeze(path, args.reason)}; no change reaches a router until unfreeze")
     return 0
 
@@ -85,12 +91,9 @@ def cmd_freeze(args: argparse.Namespace) -> int:
 def cmd_unfreeze(args: argparse.Namespace) -> int:
     from p4bs_optimizer.service.guards import unfreeze
 
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        print(f"p4bs optimizer unfreeze: {exc}", file=sys.stderr)
+    path = _freeze_file(args, "unfreeze")
+    if path is None:
         return 2
-    path = Path(config.optimizer.freeze_file)
     if unfreeze(path):
         print(f"{path}: removed; changes are applied again")
     else:
