@@ -9,12 +9,13 @@ eval/results (never raw captures):
 - live evaluations, a folder's `results.jsonl` with its `scenario.json` (as `p4bs eval run`
   writes them): per point, policy and repeat, the run's figures.
 
-The claims, per cell (a point of a CCA x N sweep):
-- `p4bs-highest-f` (P4BS Fig. 11): P4BS's whole-run mean f against the best static rule's,
-  paired; `reproduced` when the interval of the difference excludes 0 in P4BS's favour,
-  `not reproduced` when it excludes 0 against it, `tied` otherwise.
-- `ours-best-or-tied` (issue 17's target for this project's policy, loss-delay-fit): against
-  the best of the static rules and P4BS; `met` when best or tied.
+The claims, per cell (a point of a CCA x N sweep), each paired claim with the verdict of
+stats.py (`best`, `equivalent` within the margin, `inconclusive`, `worse`), its p-values
+before and after Holm's adjustment across its family, its effect size and interval:
+- `p4bs-highest-f` (P4BS Fig. 11): P4BS's whole-run mean f against the best static rule's;
+  the paper's claim is reproduced where `best`.
+- `ours-best-or-equivalent` (this project's policy, loss-delay-fit): against the best of
+  the static rules and P4BS; met when `best` or `equivalent` (an inconclusive one never).
 - offline only: `ours-near-oracle`, its mean f after settling within 5% of the oracle's
   (the best measured fixed buffer), and `ours-search-time`, its median search time (first
   decision to settled) at most 20 s.
@@ -23,7 +24,14 @@ The claims, per cell (a point of a CCA x N sweep):
   simulator can be trusted, cell by cell).
 - live, where the runs had short flows: `p4bs-lowest-fct` (P4BS Fig. 14), P4BS's median
   short-flow FCT against the static rules' (lower is better), and `ours-fct` the same for
-  loss-delay-fit, which optimises f, not FCT (`not measured` until a summary has them).
+  loss-delay-fit, which optimises f, not FCT (met when `best`).
+- live, where the scenario ran fixed-buffer oracle policies (`fixed:<ms>ms`): the dynamic
+  claims of claims_dynamic.py.
+
+The Holm families: `target` (every claim on loss-delay-fit with a test: what the project
+claims of its policy, across the whole suite of one claims.json), `paper` (P4BS's claims) and
+`other` (the dynamic claims on the other policies). Given a registration (registration.py),
+rows of a registered scenario made at other policy code are refused and listed as `flagged`.
 """
 
 from __future__ import annotations
@@ -34,16 +42,21 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from p4bs_eval.claim_rows import interval_row, p_shown, paired_row
+from p4bs_eval.claims_dynamic import TARGET, captured_verdict, dynamic_claims
 from p4bs_eval.offline_report import surface_variances
+from p4bs_eval.registration import Registration, screen_rows
 from p4bs_eval.report import load_results
 from p4bs_eval.stats import (
+    ALPHA,
     BEST,
-    TIED,
-    WORSE,
+    EQUIVALENT,
+    MARGIN_FRACTION,
+    VERDICTS,
     KnownVariance,
+    decide,
+    holm,
     mean_ci,
-    paired_difference,
-    verdict,
 )
 
 STATIC_RULES = ("bdp", "stanford", "tiny", "bloated", "bscl", "adt")
@@ -51,8 +64,9 @@ P4BS = "p4bs"
 OURS = "loss-delay-fit"
 ORACLE_TOLERANCE = 0.05  # ours' f after settling within 5% of the oracle's
 SEARCH_BUDGET_S = 20.0
-PAPER_VERDICT = {BEST: "reproduced", TIED: "tied", WORSE: "not reproduced"}
-TARGET_VERDICT = {BEST: "met", TIED: "met", WORSE: "not met"}
+# What a target claim needs to be met: only these verdicts (never `inconclusive`).
+TARGETS = {"best": (BEST,), "best-or-equivalent": (BEST, EQUIVALENT)}
+PAPER = "paper"  # the Holm family of P4BS's claims (the others: claims_dynamic.py)
 
 
 def versus(
@@ -61,42 +75,35 @@ def versus(
     rivals: Sequence[str],
     higher_is_better: bool = True,
     known_variance: KnownVariance | None = None,
+    margin_fraction: float = MARGIN_FRACTION,
 ) -> dict[str, Any] | None:
     """`policy` against the best of `rivals` by mean, paired by seed: the difference
-    (policy - rival) and the verdict; None when either side is missing."""
+    (policy - rival), its tests and its verdict alone (`settle_verdicts` decides it again
+    in its family); None when either side is missing."""
     present = [r for r in rivals if by_policy.get(r)]
     if not by_policy.get(policy) or not present:
         return None
     pick = max if higher_is_better else min
     rival = pick(present, key=lambda r: statistics.fmean(by_policy[r].values()))
-    extra = known_variance(policy, rival) if known_variance else 0.0
-    difference = paired_difference(by_policy[policy], by_policy[rival], known_variance=extra)
-    return {
-        "policy": policy,
-        "against": rival,
-        "n": difference.n,
-        "difference": _interval(difference.mean, difference.low, difference.high),
-        "verdict": verdict(difference, higher_is_better),
-    }
+    return paired_row(
+        by_policy[policy],
+        by_policy[rival],
+        rival,
+        higher_is_better,
+        known_variance(policy, rival) if known_variance else 0.0,
+        margin_fraction,
+    )
 
 
-def _interval(mean: float, low: float, high: float) -> dict[str, float | None]:
-    finite = [v if abs(v) != float("inf") else None for v in (low, high)]
-    return {"mean": round(mean, 6), "low": _rounded(finite[0]), "high": _rounded(finite[1])}
-
-
-def _rounded(value: float | None) -> float | None:
-    return None if value is None else round(value, 6)
-
-
-# Paired claims: name, policy, its rivals, what its verdict means.
-F_CLAIMS = (
-    ("p4bs-highest-f", P4BS, STATIC_RULES, PAPER_VERDICT),
-    ("ours-best-or-tied", OURS, (*STATIC_RULES, P4BS), TARGET_VERDICT),
+# Paired claims: name, policy, its rivals, its Holm family, its target (None: the paper's).
+ClaimSpec = tuple[str, str, Sequence[str], str, str | None]
+F_CLAIMS: tuple[ClaimSpec, ...] = (
+    ("p4bs-highest-f", P4BS, STATIC_RULES, PAPER, None),
+    ("ours-best-or-equivalent", OURS, (*STATIC_RULES, P4BS), TARGET, "best-or-equivalent"),
 )
-FCT_CLAIMS = (
-    ("p4bs-lowest-fct", P4BS, STATIC_RULES, PAPER_VERDICT),
-    ("ours-fct", OURS, (*STATIC_RULES, P4BS), TARGET_VERDICT),
+FCT_CLAIMS: tuple[ClaimSpec, ...] = (
+    ("p4bs-lowest-fct", P4BS, STATIC_RULES, PAPER, None),
+    ("ours-fct", OURS, (*STATIC_RULES, P4BS), TARGET, "best"),
 )
 
 
@@ -104,15 +111,18 @@ def paired_claims(
     source: str,
     cell: str,
     by_policy: Mapping[str, Mapping[int, float]],
-    claims: Sequence[tuple[str, str, Sequence[str], Mapping[str, str]]],
+    claims: Sequence[ClaimSpec],
     metric: str,
     higher_is_better: bool = True,
     known_variance: KnownVariance | None = None,
+    margin_fraction: float = MARGIN_FRACTION,
 ) -> list[dict[str, Any]]:
     """Each claim's policy against the best of its rivals on `metric` in one cell."""
     found = []
-    for name, policy, rivals, verdicts in claims:
-        compared = versus(by_policy, policy, rivals, higher_is_better, known_variance)
+    for name, policy, rivals, family, target in claims:
+        compared = versus(
+            by_policy, policy, rivals, higher_is_better, known_variance, margin_fraction
+        )
         if compared is not None:
             found.append(
                 {
@@ -120,8 +130,10 @@ def paired_claims(
                     "source": source,
                     "cell": cell,
                     "metric": metric,
+                    "policy": policy,
                     **compared,
-                    "verdict": verdicts[compared["verdict"]],
+                    "family": family,
+                    **({"target": target} if target else {}),
                 }
             )
     return found
@@ -198,15 +210,19 @@ def _per_cell(
     return cells
 
 
-def live_claims(run_dir: Path) -> list[dict[str, Any]]:
-    """Claims from one live run folder's results (keyed by point, then policy and seed)."""
-    _, rows = load_results(run_dir)
-    source = str(run_dir / "results.jsonl")
+def live_claims(
+    source: str, rows: Sequence[Mapping[str, Any]], margin_fraction: float = MARGIN_FRACTION
+) -> list[dict[str, Any]]:
+    """Claims from one live run folder's rows (keyed by point, then policy and seed)."""
     found = []
     for cell, by_policy in _per_cell(rows, "f_mean").items():
-        found += paired_claims(source, cell, by_policy, F_CLAIMS, "f_mean")
+        found += paired_claims(
+            source, cell, by_policy, F_CLAIMS, "f_mean", margin_fraction=margin_fraction
+        )
     for cell, by_policy in _per_cell(rows, "fct_p50_ms").items():
-        found += paired_claims(source, cell, by_policy, FCT_CLAIMS, "fct_p50_ms", False)
+        found += paired_claims(
+            source, cell, by_policy, FCT_CLAIMS, "fct_p50_ms", False, None, margin_fraction
+        )
     return found
 
 
@@ -235,23 +251,78 @@ def simulator_checks(
                     "policy": policy,
                     "n": measured.n,
                     "offline_f": round(simulated, 6),
-                    "live_f": _interval(measured.mean, measured.low, measured.high),
+                    "live_f": interval_row(measured.mean, measured.low, measured.high),
                     "verdict": "inside" if inside else "outside",
                 }
             )
     return found
 
 
-def build(results_dir: Path, root: Path) -> dict[str, Any]:
-    """Every claim from the summaries under `results_dir` (paths shown relative to `root`)."""
+def settle_verdicts(claims: Sequence[dict[str, Any]], alpha: float = ALPHA) -> dict[str, int]:
+    """Holm's adjustment within each family over every p-value its claims hold (a paired
+    claim's p of a difference and of equivalence, a captured fraction's p), then each
+    claim's verdict from its adjusted p-values, and `met` for a target claim: only its
+    target's verdicts. Returns each family's number of hypotheses."""
+    sizes = {}
+    for family in sorted({c["family"] for c in claims if "family" in c}):
+        members = [c for c in claims if c.get("family") == family]
+        keyed = [(c, key) for c in members for key in ("p_value", "p_equivalence") if key in c]
+        adjusted = holm([c[key] for c, key in keyed])
+        for (claim, key), p in zip(keyed, adjusted, strict=True):
+            claim[key.replace("p_value", "p") + "_adjusted"] = p_shown(p)
+        for claim in members:
+            if "p_equivalence" in claim:  # a paired comparison
+                claim["verdict"] = decide(
+                    claim["difference"]["mean"],
+                    claim["p_adjusted"],
+                    claim["p_equivalence_adjusted"],
+                    alpha,
+                    claim["higher_is_better"],
+                )
+                if "target" in claim:
+                    claim["met"] = claim["verdict"] in TARGETS[claim["target"]]
+            else:  # a captured fraction against its bar
+                claim["verdict"] = captured_verdict(claim, alpha)
+                if "target" in claim:
+                    claim["met"] = claim["verdict"] == "met"
+        sizes[family] = len(keyed)
+    return sizes
+
+
+def summarise(claims: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per claim, how many of each verdict: a paired claim's four kinds all shown (zeros
+    too), and for a target claim how many are met."""
+    counts: dict[str, dict[str, int]] = {}
+    for claim in claims:
+        by_verdict = counts.setdefault(claim["claim"], {})
+        if "p_equivalence" in claim:
+            for kind in VERDICTS:
+                by_verdict.setdefault(kind, 0)
+        by_verdict[claim["verdict"]] = by_verdict.get(claim["verdict"], 0) + 1
+        if "met" in claim and "p_equivalence" in claim:
+            by_verdict["met"] = by_verdict.get("met", 0) + claim["met"]
+    return counts
+
+
+def build(
+    results_dir: Path, root: Path, registration: Registration | None = None
+) -> dict[str, Any]:
+    """Every claim from the summaries under `results_dir` (paths shown relative to `root`);
+    with a registration, a registered scenario's rows screened against it (`screen_rows`)
+    and its margin and alpha in force."""
+    margin_fraction = registration.margin if registration else MARGIN_FRACTION
+    alpha = registration.alpha if registration else ALPHA
     claims: list[dict[str, Any]] = []
+    flagged: list[dict[str, Any]] = []
+    oracles: list[dict[str, Any]] = []
     # By source: cell -> policy -> seed -> whole-run mean f.
     offline: dict[str, dict[str, dict[str, dict[int, float]]]] = {}
     live: dict[str, dict[str, dict[str, dict[int, float]]]] = {}
     for folder in sorted(p for p in results_dir.iterdir() if p.is_dir()):
         for path in sorted(folder.glob("*offline.json")):
             summary = json.loads(path.read_text())
-            claims += offline_claims(_shown(path, root), summary)
+            found = offline_claims(_shown(path, root), summary)
+            claims += [{**claim, "registered": False} for claim in found]
             cells = {
                 cell: {
                     p: {int(seed): f for seed, f in v["f_mean"].items()}
@@ -261,11 +332,15 @@ def build(results_dir: Path, root: Path) -> dict[str, Any]:
             }
             offline[str(_shown(path, root))] = cells
         if (folder / "results.jsonl").exists() and (folder / "scenario.json").exists():
-            for claim in live_claims(folder):
-                claim["source"] = str(_shown(Path(claim["source"]), root))
-                claims.append(claim)
+            scenario, all_rows = load_results(folder)
             source = str(_shown(folder / "results.jsonl", root))
-            live[source] = _per_cell(load_results(folder)[1], "f_mean")
+            rows, refused, registered = screen_rows(source, scenario, all_rows, registration)
+            flagged += refused
+            found = live_claims(source, rows, margin_fraction)
+            dynamic, cell_oracles = dynamic_claims(source, rows, margin_fraction)
+            oracles += cell_oracles
+            claims += [{**claim, "registered": registered} for claim in found + dynamic]
+            live[source] = _per_cell(rows, "f_mean")
     for off_source, off_cells in offline.items():
         for live_source, live_cells in live.items():
             claims += simulator_checks(off_cells, live_cells, (off_source, live_source))
@@ -280,13 +355,16 @@ def build(results_dir: Path, root: Path) -> dict[str, Any]:
                     "eval/scenarios/p4bs-fig14.toml, >= 600 short flows per point)",
                 }
             )
-    counts: dict[str, dict[str, int]] = {}
-    for claim in claims:
-        by_verdict = counts.setdefault(claim["claim"], {})
-        by_verdict[claim["verdict"]] = by_verdict.get(claim["verdict"], 0) + 1
+    families = settle_verdicts(claims, alpha)
     return {
         "made_by": "p4bs eval claims",
-        "confidence": 0.95,
-        "summary": counts,
+        "registration": registration.identity() if registration else None,
+        "confidence": 1 - alpha,
+        "alpha": alpha,
+        "margin_fraction": margin_fraction,
+        "holm_families": families,
+        "summary": summarise(claims),
+        "flagged": flagged,
+        "oracles": oracles,
         "claims": claims,
     }

@@ -1,4 +1,5 @@
-"""`p4bs eval run SCENARIO` and `p4bs eval report RUN_DIR`."""
+"""`p4bs eval run SCENARIO`, `report RUN_DIR`, `claims`, `register` and the other `p4bs eval`
+subcommands."""
 
 from __future__ import annotations
 
@@ -249,18 +250,52 @@ def cmd_offline(args: argparse.Namespace) -> int:
 
 
 def cmd_claims(args: argparse.Namespace) -> int:
-    """eval/claims.json from the committed summaries (claims.py)."""
+    """eval/claims.json from the committed summaries (claims.py), with a registration's rows
+    screened against it (registration.py)."""
     from p4bs_eval.claims import build
+    from p4bs_eval.registration import RegistrationError, load_registration
 
     if not args.results.is_dir():
         print(f"p4bs eval claims: no folder {args.results}", file=sys.stderr)
         return 2
-    data = build(args.results, paths.home())
+    registration = None
+    if args.registration:
+        shown = args.registration.resolve()
+        if shown.is_relative_to(paths.home()):
+            shown = shown.relative_to(paths.home())
+        try:
+            registration = load_registration(args.registration, str(shown))
+        except RegistrationError as exc:
+            print(f"p4bs eval claims: {exc}", file=sys.stderr)
+            return 2
+    data = build(args.results, paths.home(), registration)
     args.out.write_text(json.dumps(data, indent=1) + "\n")
     for claim, verdicts in data["summary"].items():
-        shown = ", ".join(f"{v} {n}" for v, n in sorted(verdicts.items()))
-        print(f"{claim}: {shown}")
+        shown_counts = ", ".join(f"{v} {n}" for v, n in verdicts.items())
+        print(f"{claim}: {shown_counts}")
+    if data["flagged"]:
+        print(f"flagged (refused): {len(data['flagged'])} rows, reasons in {args.out}")
     print(f"claims: {args.out}")
+    return 0
+
+
+def cmd_register(args: argparse.Namespace) -> int:
+    """eval/registrations/<name>.json: the suite's scenarios and plan at the policy code's
+    commit, before its first run (registration.py)."""
+    from p4bs_eval.registration import RegistrationError, register
+
+    scenarios = [
+        path
+        if path.exists() or not (SCENARIOS / f"{path}.toml").exists()
+        else SCENARIOS / f"{path}.toml"
+        for path in args.scenarios
+    ]
+    try:
+        out = register(scenarios, args.plan, paths.home(), args.out_dir)
+    except RegistrationError as exc:
+        print(f"p4bs eval register: {exc}", file=sys.stderr)
+        return 2
+    print(f"registration: {out} (commit it before the first run)")
     return 0
 
 
@@ -379,7 +414,37 @@ def add_parser(sub: Any, default_config: Path) -> None:
     claims.add_argument(
         "--out", type=Path, default=RESULTS.parent / "claims.json", help="default: %(default)s"
     )
+    claims.add_argument(
+        "--registration",
+        type=Path,
+        help="a registration (eval/registrations/NAME.json): its scenarios' rows made at "
+        "other policy code, or in another scenario, are refused and listed as flagged",
+    )
     claims.set_defaults(func=cmd_claims)
+    register = eval_sub.add_parser(
+        "register",
+        help="pre-register a suite: its scenarios and analysis plan at the policy code's commit",
+    )
+    register.add_argument(
+        "scenarios",
+        type=Path,
+        nargs="+",
+        metavar="SCENARIO",
+        help=f"files, or names in {SCENARIOS}",
+    )
+    register.add_argument(
+        "--plan",
+        type=Path,
+        required=True,
+        help="PLAN.toml: policies, metric, repeats, margin, alpha, holm_family (eval/README.md)",
+    )
+    register.add_argument(
+        "--out-dir",
+        type=Path,
+        default=SCENARIOS.parent / "registrations",
+        help="default: %(default)s",
+    )
+    register.set_defaults(func=cmd_register)
     export = eval_sub.add_parser(
         "surfaces", help="a buffer sweep's measured surfaces as one compact file (to commit)"
     )

@@ -126,7 +126,8 @@ COMPARED = (
 def paired_comparisons(scenario: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
     """Per point and compared figure, once a policy has two repeats: each policy's mean with
     its 95% interval, and its paired difference to the best other policy (the same repeat
-    saw the same traffic) with the verdict (stats.py)."""
+    saw the same traffic) with its p-values and the verdict (stats.py: best, equivalent
+    within 2% of the rival's mean, inconclusive or worse, Holm-adjusted within the table)."""
     lines = []
     for point in scenario["points"]:
         for key, heading, higher, fmt in COMPARED:
@@ -141,8 +142,9 @@ def paired_comparisons(scenario: dict[str, Any], rows: list[dict[str, Any]]) -> 
                 "",
                 f"{point}, {heading} ({'higher' if higher else 'lower'} is better):",
                 "",
-                "| policy | n | mean [95% CI] | against | paired difference [95% CI] | verdict |",
-                "|---|---|---|---|---|---|",
+                "| policy | n | mean [95% CI] | against | paired difference [95% CI] | "
+                "p (difference; equivalence) | verdict |",
+                "|---|---|---|---|---|---|---|",
             ]
             compared = {c.policy: c for c in compare_in_cell(by_policy, higher)}
             for policy, values in by_policy.items():
@@ -151,7 +153,8 @@ def paired_comparisons(scenario: dict[str, Any], rows: list[dict[str, Any]]) -> 
                 d = c.difference
                 lines.append(
                     f"| {policy} | {ci.n} | {ci.shown(fmt)} | {c.against} | "
-                    f"{d.shown('+' + fmt)} (n {d.n}) | {c.verdict} |"
+                    f"{d.shown('+' + fmt)} (n {d.n}) | {c.test.p_difference:.2g}; "
+                    f"{c.test.p_equivalence:.2g} | {c.verdict} |"
                 )
     return lines
 
@@ -181,7 +184,16 @@ def write_report(run_dir: Path) -> Path:
         lines += ["", "Claims, per point:", "", *found]
     paired = paired_comparisons(scenario, rows)
     if paired:
-        lines += ["", "## Paired comparisons", *paired]
+        lines += [
+            "",
+            "## Paired comparisons",
+            "",
+            "Verdicts (eval/README.md): `best` or `worse` when the paired difference is shown "
+            "(t-test over the repeats), `equivalent` when shown within 2% of the rival's mean "
+            "(two one-sided tests), `inconclusive` otherwise; p-values unadjusted, the verdicts "
+            "Holm-adjusted within each table (`p4bs eval claims` adjusts across the suite).",
+            *paired,
+        ]
     pooled = pooled_fcts(run_dir, scenario, rows)
     if pooled:
         lines += ["", "## Short-flow FCT, pooled over the repeats", *pooled]

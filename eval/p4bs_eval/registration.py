@@ -1,0 +1,256 @@
+"""Pre-registration (issue 39): `p4bs eval register SCENARIO... --plan PLAN.toml` fixes,
+before the first run of a suite, what its verdicts will be made of, in
+eval/registrations/<name>.json:
+
+- the commit (HEAD) and the policy code's git tree (`git rev-parse
+  HEAD:optimizer/p4bs_optimizer/policies`); refused while that folder, a scenario file or
+  the plan has uncommitted changes (a registration names committed code);
+- each scenario file's path, sha256 and the scenario.json `p4bs eval run` writes of it;
+- the plan (PLAN.toml): the policies compared, the metric, the repeats (at least
+  MIN_REPEATS), the equivalence margin (a fraction of |the rival's mean|), alpha and the
+  Holm family.
+
+`p4bs eval claims --registration FILE` then uses, of a registered scenario's run folder, only
+the rows made at the registered policy tree with no uncommitted policy code, of the plan's
+policies (and the fixed:* oracle policies), in a folder whose scenario.json is the
+registered one (`screen_rows`); the others are refused and listed as flagged with the reason.
+A change to any policy is a new policy tree: every policy runs again, under a new
+registration.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import time
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from p4bs_eval.stats import ALPHA, MARGIN_FRACTION
+
+POLICY_DIR = "optimizer/p4bs_optimizer/policies"
+MIN_REPEATS = 10
+METRICS = ("f_mean",)  # what the dynamic claims compare
+# "suite": every target verdict of one claims.json in one family (claims.py).
+HOLM_FAMILIES = ("suite",)
+FIXED_PREFIX = "fixed:"
+# scenario.json keys a run may change without leaving the registration: it may run a few
+# of the scenario's policies at a time (`--policies`) and more repeats (`--repeat`).
+FREE_KEYS = ("policies", "repeat")
+
+
+class RegistrationError(ValueError):
+    """A plan or registration that cannot be used; the message names the file and why."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    policies: tuple[str, ...]
+    metric: str = "f_mean"
+    repeats: int = MIN_REPEATS
+    margin: float = MARGIN_FRACTION
+    alpha: float = ALPHA
+    holm_family: str = "suite"
+
+
+def load_plan(path: Path) -> Plan:
+    """The analysis plan: `policies` (required), `name` (default the file's stem),
+    `metric`, `repeats`, `margin`, `alpha`, `holm_family` (defaults: Plan's)."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise RegistrationError(f"{path}: {exc}") from None
+    known = set(Plan.__dataclass_fields__)
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise RegistrationError(f"{path}: unknown keys {unknown}; known: {sorted(known)}")
+    policies = data.get("policies")
+    if (
+        not isinstance(policies, list)
+        or not policies
+        or not all(isinstance(p, str) and p for p in policies)
+    ):
+        raise RegistrationError(f"{path}: policies must be a non-empty list of policy names")
+    plan = Plan(**{**data, "name": data.get("name", path.stem), "policies": tuple(policies)})
+    if plan.metric not in METRICS:
+        raise RegistrationError(f"{path}: metric {plan.metric!r}; the claims compare {METRICS}")
+    if not isinstance(plan.repeats, int) or plan.repeats < MIN_REPEATS:
+        raise RegistrationError(
+            f"{path}: repeats {plan.repeats!r}; at least {MIN_REPEATS} paired repeats"
+        )
+    if not 0 < plan.margin < 1:
+        raise RegistrationError(f"{path}: margin {plan.margin!r}: a fraction in (0, 1)")
+    if not 0 < plan.alpha < 0.5:
+        raise RegistrationError(f"{path}: alpha {plan.alpha!r}: in (0, 0.5)")
+    if plan.holm_family not in HOLM_FAMILIES:
+        raise RegistrationError(f"{path}: holm_family {plan.holm_family!r}; known: {HOLM_FAMILIES}")
+    return plan
+
+
+def _git(repo: Path, *args: str) -> str:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
+        )
+    except subprocess.CalledProcessError as exc:
+        raise RegistrationError(f"git {' '.join(args)} in {repo}: {exc.stderr.strip()}") from None
+    return done.stdout.strip()
+
+
+def _in_repo(path: Path, repo: Path) -> str:
+    resolved = path.resolve()
+    if not resolved.is_relative_to(repo.resolve()):
+        raise RegistrationError(f"{path} is outside the repository {repo}: commit it there")
+    return str(resolved.relative_to(repo.resolve()))
+
+
+def register(scenario_paths: Sequence[Path], plan_path: Path, repo: Path, out_dir: Path) -> Path:
+    """Writes out_dir/<plan name>.json; refuses uncommitted policy code, scenario files or
+    plan, a plan policy a scenario does not run, and an existing registration of the name."""
+    from p4bs_eval.runner import describe
+    from p4bs_eval.scenario import ScenarioError, load_scenario
+
+    plan = load_plan(plan_path)
+    files = [_in_repo(p, repo) for p in (*scenario_paths, plan_path)]
+    dirty = _git(repo, "status", "--porcelain", "--", POLICY_DIR, *files)
+    if dirty:
+        raise RegistrationError(
+            "uncommitted changes (a registration names committed code and files): "
+            + "; ".join(dirty.splitlines())
+        )
+    scenarios = []
+    for path, shown in zip(scenario_paths, files, strict=False):
+        try:
+            scenario = load_scenario(path)
+        except ScenarioError as exc:
+            raise RegistrationError(str(exc)) from None
+        missing = [p for p in plan.policies if p not in scenario.policies]
+        if missing:
+            raise RegistrationError(f"{path}: does not run the plan's policies {missing}")
+        scenarios.append(
+            {
+                "name": scenario.name,
+                "path": shown,
+                "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                "described": describe(scenario, scenario.policies),
+            }
+        )
+    out = out_dir / f"{plan.name}.json"
+    if out.exists():
+        raise RegistrationError(
+            f"{out} exists: a registration is never rewritten; a new one takes a new name"
+        )
+    data = {
+        "made_by": "p4bs eval register",
+        "name": plan.name,
+        "registered_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "code_commit": _git(repo, "rev-parse", "HEAD"),
+        "policy_tree": _git(repo, "rev-parse", f"HEAD:{POLICY_DIR}"),
+        "plan_file": files[-1],
+        "plan": asdict(plan) | {"policies": list(plan.policies)},
+        "scenarios": scenarios,
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=1) + "\n")
+    return out
+
+
+@dataclass(frozen=True)
+class Registration:
+    path: str
+    name: str
+    code_commit: str
+    policy_tree: str
+    plan: Plan
+    scenarios: Mapping[str, Mapping[str, Any]]  # by scenario name
+
+    @property
+    def margin(self) -> float:
+        return self.plan.margin
+
+    @property
+    def alpha(self) -> float:
+        return self.plan.alpha
+
+    def identity(self) -> dict[str, Any]:
+        """What claims.json records of the registration its verdicts come from."""
+        return {
+            "file": self.path,
+            "name": self.name,
+            "code_commit": self.code_commit,
+            "policy_tree": self.policy_tree,
+            "plan": asdict(self.plan) | {"policies": list(self.plan.policies)},
+        }
+
+
+def load_registration(path: Path, shown: str | None = None) -> Registration:
+    try:
+        data = json.loads(path.read_text())
+        plan = data["plan"]
+        return Registration(
+            path=shown or str(path),
+            name=data["name"],
+            code_commit=data["code_commit"],
+            policy_tree=data["policy_tree"],
+            plan=Plan(**{**plan, "policies": tuple(plan["policies"])}),
+            scenarios={s["name"]: s for s in data["scenarios"]},
+        )
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RegistrationError(f"{path}: not a registration ({exc!r})") from None
+
+
+def screen_rows(
+    source: str,
+    scenario: Mapping[str, Any],
+    rows: Sequence[Mapping[str, Any]],
+    registration: Registration | None,
+) -> tuple[list[Mapping[str, Any]], list[dict[str, Any]], bool]:
+    """The rows a folder's claims may use, those refused (each with the reason), and
+    whether the claims are registered. A folder of a scenario the registration does not
+    name (or without one) is used whole, unregistered."""
+    if registration is None or scenario.get("name") not in registration.scenarios:
+        return list(rows), [], False
+    registered = registration.scenarios[scenario["name"]]
+    described = registered["described"]
+    differs = [
+        key for key in described if key not in FREE_KEYS and scenario.get(key) != described[key]
+    ]
+    used, flagged = [], []
+    for row in rows:
+        reason = _refusal(row, registration, registered["path"], differs)
+        if reason is None:
+            used.append(row)
+        else:
+            flagged.append(
+                {
+                    "source": source,
+                    "point": row.get("point"),
+                    "policy": row.get("policy"),
+                    "repeat": row.get("repeat"),
+                    "reason": reason,
+                }
+            )
+    return used, flagged, True
+
+
+def _refusal(
+    row: Mapping[str, Any], registration: Registration, path: str, differs: Sequence[str]
+) -> str | None:
+    if differs:
+        return f"scenario.json differs from the registered {path} in {', '.join(differs)}"
+    policy = row.get("policy", "")
+    if policy not in registration.plan.policies and not policy.startswith(FIXED_PREFIX):
+        return f"policy {policy!r} is not in the plan"
+    tree = row.get("policy_tree")
+    if tree is None:
+        return "no policy_tree: made without the code identity a registration checks"
+    if tree != registration.policy_tree:
+        return f"policy_tree {tree}, registered {registration.policy_tree}"
+    if row.get("policy_code_dirty") is not False:
+        return "made with uncommitted changes to the policy code"
+    return None
