@@ -13,7 +13,7 @@ from typing import Any
 from p4bs_infra.traffic import jain_index
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.open() if line.strip()]
@@ -24,7 +24,7 @@ def flow_throughputs(traffic_dir: Path, steady_from_ns: int) -> dict[tuple[str, 
     (flows that moved under 1 MB there are iperf3's control connections)."""
     first: dict[tuple[str, int], tuple[int, int]] = {}
     last: dict[tuple[str, int], tuple[int, int]] = {}
-    for r in _jsonl(traffic_dir / "ss.jsonl"):
+    for r in read_jsonl(traffic_dir / "ss.jsonl"):
         if r["ts_ns"] < steady_from_ns or "bytes_acked" not in r:
             continue
         flow = (r["src"], r["sport"])

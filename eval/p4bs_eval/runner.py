@@ -6,7 +6,8 @@ plane model on the taps, the metrics job, the InfluxDB sink and, unless the poli
 `none`, the optimizer with the policy driving the router agent over gNMI), and the
 scenario's traffic. Its folder keeps the traffic's raw files and summary, the link metrics
 and decisions read back from Kafka, and the loop's logs; `results.jsonl` gets one line of
-figures per run (`figures.run_figures`). A run that fails is recorded with its error and the
+figures per run (`figures.run_figures`, and per phase of the traffic `phases.py`) with the
+code it ran (`code_identity`). A run that fails is recorded with its error and the
 evaluation goes on.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import threading
 import time
 import tomllib
@@ -21,12 +23,14 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from p4bs import paths
 from p4bs.bus import read_stream
 from p4bs.config import load_config
 from p4bs.progress import Progress
-from p4bs_eval.figures import run_figures
+from p4bs_eval.figures import read_jsonl, run_figures
+from p4bs_eval.phases import fct_summary, phase_figures
 from p4bs_eval.report import load_results, run_key
-from p4bs_eval.scenario import NO_POLICY, EvalScenario, Point
+from p4bs_eval.scenario import NO_POLICY, EvalScenario, Point, fixed_buffer_ms
 from p4bs_infra.stack import Stack
 from p4bs_infra.testbed import Testbed
 from p4bs_infra.traffic import Scenario, TrafficRun
@@ -35,6 +39,40 @@ from p4bs_loop.closed_loop import ClosedLoop, own_stack, own_testbed_plan
 # A run's time on top of its traffic, for the time-left estimate until one run has been
 # measured: the testbed up, the metrics job from cold, the topics read back.
 OVERHEAD_GUESS_S = 40.0
+# The policies' code, whose git tree a row records: a verdict holds for the code it ran.
+POLICY_CODE = "optimizer/p4bs_optimizer/policies"
+
+
+def _git(repo: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, check=False
+        )
+    except OSError:
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def code_identity(repo: Path) -> dict[str, Any]:
+    """What code a run ran, as it starts: `code_commit` (HEAD), `policy_tree` (the git tree of
+    the policies' folder at HEAD) and `policy_code_dirty` (changes not committed there,
+    untracked files included; when dirty the tree does not name the code that ran). None
+    each outside a git checkout."""
+    status = _git(repo, "status", "--porcelain", "--", POLICY_CODE)
+    return {
+        "code_commit": _git(repo, "rev-parse", "HEAD"),
+        "policy_tree": _git(repo, "rev-parse", f"HEAD:{POLICY_CODE}"),
+        "policy_code_dirty": None if status is None else bool(status),
+    }
+
+
+def run_setup(scenario: EvalScenario, point: Point, policy: str) -> tuple[bool, float]:
+    """Whether the run has an optimizer, and the router's initial buffer (ms of line rate):
+    `none` and the oracle's `fixed:<ms>ms` run without one, the latter at its own buffer."""
+    fixed_ms = fixed_buffer_ms(policy)
+    if fixed_ms is not None:
+        return False, fixed_ms
+    return policy != NO_POLICY, scenario.buffer_ms_at(point)
 
 
 class PhaseClock:
@@ -71,14 +109,14 @@ def run_one(
     progress: Progress,
 ) -> dict[str, Any]:
     """One run; returns its figures."""
+    code = code_identity(paths.home())
     config = load_config(base_config)
     groups = scenario.groups_at(point)
+    optimizer, buffer_ms = run_setup(scenario, point, policy)
     # Repeat r's traffic under every policy: the same short-flow arrivals and sizes and the
     # same per-flow extra delays, so that the policies' difference in a repeat is paired.
     seed = repeat
-    plan = own_testbed_plan(
-        config, run_dir / "testbed", "ev", groups, scenario.buffer_ms_at(point), delay_seed=seed
-    )
+    plan = own_testbed_plan(config, run_dir / "testbed", "ev", groups, buffer_ms, delay_seed=seed)
     testbed = Testbed(plan)
     loop: ClosedLoop | None = None
     label = f"{point.label} | {policy} | #{repeat}"
@@ -93,14 +131,14 @@ def run_one(
             run_dir / "loop",
             bootstrap=stack.kafka.bootstrap,
             # Without a policy the loop still measures; its config names one it never runs.
-            policy="static" if policy == NO_POLICY else policy,
+            policy=policy if optimizer else "static",
             policy_options=scenario.policy_options.get(policy, {}),
             influx_url=stack.influxdb.url,
             sections=scenario.loop_sections,
             link_settings=scenario.link_settings,
         )
         loop.start(
-            optimizer=policy != NO_POLICY,
+            optimizer=optimizer,
             progress=lambda line: progress.show(f"{label} | {line}"),
         )
         phases.mark("loop_start")
@@ -110,6 +148,8 @@ def run_one(
             short_flows=scenario.short_flows,
             voip=scenario.voip,
             seed=seed,
+            stops_s={g.name: g.stop_ns / 1e9 for g in groups if g.stop_ns is not None},
+            short_flow_rate_changes=scenario.short_flow_rate_changes(),
         )
         result: dict[str, Any] = {}
         failure: list[BaseException] = []
@@ -145,12 +185,28 @@ def run_one(
     figures = run_figures(
         result, run_dir / "traffic", windows, decisions, groups_by_address, plan.rate_bps
     )
-    return figures | {"seed": seed, "phases_s": phases.took}
+    spans = scenario.phase_spans()
+    start_ns = result["timeline"]["traffic_start_ns"]
+    flows = read_jsonl(run_dir / "traffic" / "fct.jsonl")
+    extra: dict[str, Any] = {
+        "seed": seed,
+        "phases_s": phases.took,
+        "phases": phase_figures(spans, scenario.settle_s, windows, start_ns),
+        **code,
+    }
+    if flows:
+        extra["fct"] = fct_summary(spans, flows, start_ns)
+    if fixed_buffer_ms(policy) is not None:
+        extra["fixed_buffer_bytes"] = plan.buffer_bytes
+    return figures | extra
 
 
 # What a run folder's scenario.json must still say for `--resume` to add runs to it; the
-# number of repeats may grow.
-RESUME_KEYS = ("name", "duration_s", "warmup_s", "buffer_ms", "points", "sweep_keys")
+# number of repeats may grow. A folder from before phases existed has none.
+RESUME_KEYS = (
+    "name", "duration_s", "warmup_s", "buffer_ms", "points", "sweep_keys", "phases", "settle_s",
+)  # fmt: skip
+RESUME_DEFAULTS: dict[str, Any] = {"phases": [], "settle_s": 0.0}
 
 
 class ResumeError(ValueError):
@@ -171,6 +227,14 @@ def describe(scenario: EvalScenario, policies: tuple[str, ...]) -> dict[str, Any
         "points": [p.label for p in scenario.points()],
         "sweep_keys": [key for key, _ in scenario.sweep],
         "link_settings": dict(scenario.link_settings),
+        # Each phase with its end (s from the traffic's start): what a per-phase oracle
+        # stitches; none without [[phases]].
+        "phases": [
+            {"name": p.name, "start_s": p.start_s, "end_s": span.end_s}
+            for p, span in zip(scenario.phases, scenario.phase_spans(), strict=False)
+        ],
+        "settle_s": scenario.settle_s,
+        "oracle_buffers_ms": list(scenario.oracle_buffers_ms),
     }
 
 
@@ -182,10 +246,11 @@ def finished_runs(out: Path, described: dict[str, Any]) -> set[tuple[str, str, i
     if not (out / "scenario.json").exists() or not (out / "results.jsonl").exists():
         raise ResumeError(f"{out}: no scenario.json and results.jsonl to resume")
     before, rows = load_results(out)
+    there = {key: before.get(key, RESUME_DEFAULTS.get(key)) for key in RESUME_KEYS}
     changed = [
-        f"{key}: {before.get(key)!r} there, {described[key]!r} now"
+        f"{key}: {there[key]!r} there, {described[key]!r} now"
         for key in RESUME_KEYS
-        if before.get(key) != described[key]
+        if there[key] != described[key]
     ]
     dropped = [p for p in before.get("policies", []) if p not in described["policies"]]
     if dropped:

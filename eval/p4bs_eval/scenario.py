@@ -4,13 +4,19 @@ policies, and which reports are made of it (a TOML file, see eval/README.md).
 A scenario may sweep: each `[sweep]` key lists values that replace that field in every flow
 group (`flows`, `cca`, `rtt`) or the router's initial buffer (`buffer`), and every
 combination of them is a point. Each point runs under each policy, `repeat` times.
+
+Traffic that changes: groups start and `stop` (flows that leave), and `[[phases]]` name the
+parts of a run (each from its `start` to the next one's), where the short-flow rate may
+change; each phase's figures are reported apart. `oracle_buffers` adds a fixed-buffer policy
+per buffer (`fixed:<ms>ms`): the sweep the oracles are read from.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -18,6 +24,7 @@ from typing import Any
 from p4bs.config import Config, FlowGroup, load_config, parse_config
 from p4bs.units import UnitError, parse_duration_ns
 from p4bs_infra.traffic import ShortFlows, Voip
+from p4bs_infra.trafficgen import LOG_UNIFORM, SIZE_CDFS
 from p4bs_optimizer.policies import POLICIES
 
 # Runs the data plane and the metrics job but no optimizer: the router keeps its initial
@@ -29,6 +36,27 @@ SWEEPABLE = ("flows", "cca", "rtt", "buffer")
 # and weights of f: P4BS searches up to C * d-hat, and f is normalised by them).
 LINK_SETTINGS = ("sla", "weights")
 CCAS = ("cubic", "bbr", "reno")
+# The oracle's policies: no optimizer, the router's initial buffer this many ms of line rate.
+FIXED_PREFIX = "fixed:"
+# A scenario without [[phases]] has this one, from the warm-up's end to the run's end.
+WHOLE_RUN = "all"
+
+
+def fixed_policy(buffer_ms: float) -> str:
+    """The oracle policy that keeps `buffer_ms` (ms of line rate): 'fixed:12.5ms'."""
+    return f"{FIXED_PREFIX}{buffer_ms:g}ms"
+
+
+def fixed_buffer_ms(policy: str) -> float | None:
+    """The buffer (ms of line rate) a `fixed:<ms>ms` policy keeps; None for other policies
+    or a malformed number."""
+    if not (policy.startswith(FIXED_PREFIX) and policy.endswith("ms")):
+        return None
+    try:
+        ms = float(policy[len(FIXED_PREFIX) : -2])
+    except ValueError:
+        return None
+    return ms if ms > 0 and math.isfinite(ms) else None
 
 
 class ScenarioError(ValueError):
@@ -57,6 +85,24 @@ class Point:
 
 
 @dataclass(frozen=True)
+class Phase:
+    """A named part of a run, from `start_s` after the traffic starts to the next phase's start
+    (the last to the run's end); from it on the short flows arrive at
+    `short_flows_rate_per_s` when set."""
+
+    name: str
+    start_s: float
+    short_flows_rate_per_s: float | None = None
+
+
+@dataclass(frozen=True)
+class PhaseSpan:
+    name: str
+    start_s: float
+    end_s: float
+
+
+@dataclass(frozen=True)
 class EvalScenario:
     name: str
     title: str
@@ -73,6 +119,26 @@ class EvalScenario:
     reports: tuple[str, ...] = ()
     loop_sections: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     link_settings: Mapping[str, Any] = field(default_factory=dict)
+    phases: tuple[Phase, ...] = ()
+    # A phase's first seconds, left out of its figures (the traffic's change settling).
+    settle_s: float = 0.0
+    oracle_buffers_ms: tuple[float, ...] = ()
+
+    def phase_spans(self) -> list[PhaseSpan]:
+        """The phases with their ends, s after the traffic starts; without [[phases]] one,
+        "all", from the warm-up's end to the run's end."""
+        if not self.phases:
+            return [PhaseSpan(WHOLE_RUN, self.warmup_s, self.duration_s)]
+        ends = [p.start_s for p in self.phases[1:]] + [self.duration_s]
+        return [PhaseSpan(p.name, p.start_s, end) for p, end in zip(self.phases, ends, strict=True)]
+
+    def short_flow_rate_changes(self) -> tuple[tuple[float, float], ...]:
+        """(from_s, rate): where a phase sets the short flows' rate."""
+        return tuple(
+            (p.start_s, p.short_flows_rate_per_s)
+            for p in self.phases
+            if p.short_flows_rate_per_s is not None
+        )
 
     def points(self) -> list[Point]:
         keys = [key for key, _ in self.sweep]
@@ -93,11 +159,13 @@ class EvalScenario:
         return self.buffer_ms if buffer_ns is None else buffer_ns / 1e6
 
     def runs(self, policies: tuple[str, ...] | None = None) -> Iterator[tuple[Point, str, int]]:
-        """Point by point, repeat by repeat, every policy in turn: a repeat's policies run
-        back to back, so what drifts on the machine over hours weighs on all of them alike
-        (their paired difference is what the report compares)."""
-        for point in self.points():
-            for repeat in range(1, self.repeat + 1):
+        """Repeat by repeat, and within a repeat point by point, every policy in turn (the
+        oracle's fixed buffers too): repeat r of every point and policy runs before repeat
+        r + 1, so what drifts on the machine over hours weighs on all of them alike (their
+        paired difference is what the report compares), and a stopped evaluation has whole
+        repeats."""
+        for repeat in range(1, self.repeat + 1):
+            for point in self.points():
                 for policy in policies or self.policies:
                     yield point, policy, repeat
 
@@ -115,10 +183,10 @@ def config_with_link_settings(config_path: Path, link_settings: Mapping[str, Any
 
 def check_policies(policies: tuple[str, ...], where: str) -> None:
     for policy in policies:
-        if policy != NO_POLICY and policy not in POLICIES:
+        if policy != NO_POLICY and policy not in POLICIES and fixed_buffer_ms(policy) is None:
             raise ScenarioError(
                 f"{where}: policy {policy!r} unknown; known: {NO_POLICY}, "
-                f"{', '.join(sorted(POLICIES))}"
+                f"{FIXED_PREFIX}<ms>ms (a fixed buffer), {', '.join(sorted(POLICIES))}"
             )
 
 
@@ -137,6 +205,7 @@ def parse_scenario(data: Mapping[str, Any], name: str, where: str) -> EvalScenar
     known = {
         "title", "duration", "warmup", "buffer", "groups", "policies", "repeat",
         "policy_options", "sweep", "short_flows", "voip", "reports", "loop", "link",
+        "phases", "settle", "oracle_buffers",
     }  # fmt: skip
     unknown = sorted(set(data) - known)
     if unknown:
@@ -159,7 +228,7 @@ def parse_scenario(data: Mapping[str, Any], name: str, where: str) -> EvalScenar
 
     groups = []
     for i, g in enumerate(data.get("groups", [])):
-        extra = sorted(set(g) - {"name", "flows", "cca", "rtt", "start"})
+        extra = sorted(set(g) - {"name", "flows", "cca", "rtt", "start", "stop"})
         if extra:
             raise fail(f"groups[{i}]: unknown field(s) {', '.join(extra)}")
         flows, cca = g.get("flows"), g.get("cca", "cubic")
@@ -168,20 +237,46 @@ def parse_scenario(data: Mapping[str, Any], name: str, where: str) -> EvalScenar
         if cca not in CCAS:
             raise fail(f"groups[{i}].cca: one of {', '.join(CCAS)}, got {cca!r}")
         rtt = g.get("rtt")
+        start = duration_s(f"groups[{i}].start", g.get("start", "0s"), zero=True)
+        if start >= duration:
+            raise fail(
+                f"groups[{i}].start ({start:g} s) must be before the run's end ({duration:g} s)"
+            )
+        stop = None if "stop" not in g else duration_s(f"groups[{i}].stop", g["stop"])
+        if stop is not None and not start < stop <= duration:
+            raise fail(
+                f"groups[{i}].stop ({stop:g} s) must be after the group's start ({start:g} s) "
+                f"and at most the run's end ({duration:g} s)"
+            )
         groups.append(
             FlowGroup(
                 str(g.get("name", f"g{i}")),
                 flows,
                 cca,
-                round(duration_s(f"groups[{i}].start", g.get("start", "0s"), zero=True) * 1e9),
+                round(start * 1e9),
                 None if rtt is None else round(duration_s(f"groups[{i}].rtt", rtt) * 1e9),
+                None if stop is None else round(stop * 1e9),
             )
         )
     if not groups:
         raise fail("no [[groups]] of long flows")
+    names = [g.name for g in groups]
+    if len(set(names)) != len(names):
+        raise fail(f"groups: names must be unique, got {', '.join(names)}")
 
     policies = tuple(data.get("policies", [NO_POLICY]))
     check_policies(policies, where)
+    oracle = data.get("oracle_buffers", [])
+    if not isinstance(oracle, list):
+        raise fail(f"oracle_buffers: a list of buffers (time of line rate), got {oracle!r}")
+    oracle_ms = tuple(
+        duration_s(f"oracle_buffers[{i}]", value) * 1000 for i, value in enumerate(oracle)
+    )
+    fixed = tuple(fixed_policy(ms) for ms in oracle_ms)
+    repeated = sorted({p for p in fixed if fixed.count(p) > 1} | (set(fixed) & set(policies)))
+    if repeated:
+        raise fail(f"oracle_buffers: {', '.join(repeated)} listed twice")
+    policies += fixed
     repeat = data.get("repeat", 1)
     if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 1:
         raise fail(f"repeat: a whole number >= 1, got {repeat!r}")
@@ -217,7 +312,10 @@ def parse_scenario(data: Mapping[str, Any], name: str, where: str) -> EvalScenar
         voip_stream = None if voip is None else Voip(**voip)
     except TypeError as exc:
         raise fail(f"short_flows/voip: {exc}") from None
-    return EvalScenario(
+    if short_flows is not None:
+        check_short_flows(short_flows, fail)
+    phases = parse_phases(data.get("phases", []), duration, short_flows is not None, fail)
+    scenario = EvalScenario(
         name=name,
         title=str(data.get("title", name)),
         duration_s=duration,
@@ -233,4 +331,75 @@ def parse_scenario(data: Mapping[str, Any], name: str, where: str) -> EvalScenar
         reports=reports,
         loop_sections=data.get("loop", {}),
         link_settings=link,
+        phases=phases,
+        settle_s=duration_s("settle", data.get("settle", "0s"), zero=True),
+        oracle_buffers_ms=oracle_ms,
     )
+    shortest = min(span.end_s - span.start_s for span in scenario.phase_spans())
+    if scenario.settle_s >= shortest:
+        raise fail(
+            f"settle ({scenario.settle_s:g} s) must be shorter than the shortest phase "
+            f"({shortest:g} s)"
+        )
+    return scenario
+
+
+def check_short_flows(short: ShortFlows, fail: Callable[[str], ScenarioError]) -> None:
+    if not isinstance(short.rate_per_s, int | float) or short.rate_per_s < 0:
+        raise fail(f"short_flows.rate_per_s: a number >= 0, got {short.rate_per_s!r}")
+    if not 1 <= short.min_size_bytes <= short.max_size_bytes:
+        raise fail(
+            "short_flows: 1 <= min_size_bytes <= max_size_bytes, got "
+            f"{short.min_size_bytes!r} and {short.max_size_bytes!r}"
+        )
+    if short.sizes not in (LOG_UNIFORM, *SIZE_CDFS):
+        raise fail(
+            f"short_flows.sizes: one of {', '.join((LOG_UNIFORM, *SIZE_CDFS))}, got {short.sizes!r}"
+        )
+
+
+def parse_phases(
+    tables: Any, duration: float, has_short_flows: bool, fail: Callable[[str], ScenarioError]
+) -> tuple[Phase, ...]:
+    """[[phases]]: named, in time order, each starting inside the run; a phase that sets the
+    short flows' rate needs [short_flows] (their sizes)."""
+    if not isinstance(tables, list):
+        raise fail(f"phases: a list of [[phases]] tables, got {tables!r}")
+    phases: list[Phase] = []
+    for i, table in enumerate(tables):
+        where = f"phases[{i}]"
+        if not isinstance(table, dict):
+            raise fail(f"{where}: a table, got {table!r}")
+        extra = sorted(set(table) - {"name", "start", "short_flows_rate_per_s"})
+        if extra:
+            raise fail(f"{where}: unknown field(s) {', '.join(extra)}")
+        name = table.get("name")
+        if not isinstance(name, str) or not name:
+            raise fail(f"{where}.name: a name is required, got {name!r}")
+        if "start" not in table:
+            raise fail(f"{where}.start: required (time after the traffic starts)")
+        try:
+            start_ns = parse_duration_ns(table["start"])
+        except UnitError as exc:
+            raise fail(f"{where}.start: {exc}") from None
+        start = start_ns / 1e9
+        if not 0 <= start < duration:
+            raise fail(f"{where}.start ({start:g} s) must be inside the run (0 to {duration:g} s)")
+        if phases and start <= phases[-1].start_s:
+            raise fail(
+                f"{where}.start ({start:g} s) must be after phase {phases[-1].name!r}'s "
+                f"({phases[-1].start_s:g} s): phases in time order"
+            )
+        if name in (p.name for p in phases):
+            raise fail(f"{where}.name: {name!r} used twice")
+        rate = table.get("short_flows_rate_per_s")
+        if rate is not None:
+            if isinstance(rate, bool) or not isinstance(rate, int | float) or rate < 0:
+                raise fail(f"{where}.short_flows_rate_per_s: a number >= 0, got {rate!r}")
+            if not has_short_flows:
+                raise fail(
+                    f"{where}.short_flows_rate_per_s: needs a [short_flows] table (the sizes)"
+                )
+            rate = float(rate)
+        phases.append(Phase(name, start, rate))
+    return tuple(phases)

@@ -4,8 +4,10 @@
 `qdisc_hz` over netlink, the senders' per-flow TCP state with `ss` at `ss_hz`, a ping probe
 at `ping_hz` whose first `idle_pings` samples precede all traffic), the long-flow
 groups (iperf3, each group from its own address with its congestion control, joining at its
-start time), optional short flows (Poisson arrivals, FCT per flow) and an optional VoIP-like
-UDP stream, waits for the scenario's duration, stops everything it started and writes
+start time and, with a stop time, leaving then: iperf3 sends for that long and ends its test),
+optional short flows (Poisson arrivals, at a rate that may change at given times; FCT per
+flow) and an optional VoIP-like UDP stream, waits for the scenario's duration, stops
+everything it started and writes
 `summary.json` next to the raw files:
 
     qdisc.jsonl  ss.jsonl  ping.jsonl  iperf3-<group>-<k>.json  fct.jsonl  voip-*.jsonl
@@ -23,14 +25,15 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from p4bs_infra import procs
-from p4bs_infra.testbed import SENDER_NET, Testbed, TestbedError, in_ns
+from p4bs_infra.testbed import SENDER_NET, SenderGroup, Testbed, TestbedError, in_ns
+from p4bs_infra.trafficgen import LOG_UNIFORM
 
 IPERF_BASE_PORT = 5201
 IPERF_MAX_PARALLEL = 100
@@ -44,6 +47,9 @@ class ShortFlows:
     rate_per_s: float = 5.0
     min_size_bytes: int = 15_000
     max_size_bytes: int = 2_500_000
+    # "log-uniform" between the bounds, or a flow-size CDF of trafficgen.SIZE_CDFS
+    # ("websearch"), which has bounds of its own.
+    sizes: str = LOG_UNIFORM
 
 
 @dataclass
@@ -71,6 +77,45 @@ class Scenario:
     tail_s: float = 0.0
     # The short flows' arrivals and sizes: runs with one seed get the same ones.
     seed: int = 1
+    # When a long-flow group's senders stop (by group name), s after the traffic starts;
+    # a group not listed sends to the end.
+    stops_s: dict[str, float] = field(default_factory=dict)
+    # (from_s, flows per second): the short flows' rate from then on (0 pauses them).
+    short_flow_rate_changes: tuple[tuple[float, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class LongFlowBatch:
+    """One iperf3 client: up to IPERF_MAX_PARALLEL of a group's flows, on a port of its own,
+    sending from `start_s` to `stop_s` after the traffic starts."""
+
+    name: str
+    port: int
+    group: SenderGroup
+    flows: int
+    start_s: float
+    stop_s: float
+
+
+def long_flow_schedule(
+    groups: list[SenderGroup], duration_s: float, stops_s: dict[str, float]
+) -> list[LongFlowBatch]:
+    """Every group's batches in the order they start; a group sends from its start to its
+    stop (the traffic's end if it has none or a later one)."""
+    batches = []
+    port = IPERF_BASE_PORT
+    for group in groups:
+        remaining, k = group.flows, 0
+        stop_s = min(stops_s.get(group.name, duration_s), duration_s)
+        while remaining > 0:
+            flows = min(remaining, IPERF_MAX_PARALLEL)
+            batches.append(
+                LongFlowBatch(f"{group.name}-{k}", port, group, flows, group.start_ns / 1e9, stop_s)
+            )
+            remaining -= flows
+            port += 1
+            k += 1
+    return sorted(batches, key=lambda b: b.start_s)
 
 
 @dataclass
@@ -112,17 +157,6 @@ class TrafficRun:
 
         if not procs.wait_until(listening, 15):
             raise TestbedError(f"nothing listens on receiver port {port}; see {self.run_dir}/logs")
-
-    def _long_flow_batches(self) -> Iterator[tuple[str, int, Any]]:
-        port = IPERF_BASE_PORT
-        for group in self.testbed.plan.groups:
-            remaining, k = group.flows, 0
-            while remaining > 0:
-                batch = min(remaining, IPERF_MAX_PARALLEL)
-                yield f"{group.name}-{k}", port, (group, batch)
-                remaining -= batch
-                port += 1
-                k += 1
 
     def run(self, progress: Callable[[str], None] = print) -> dict[str, Any]:
         """Runs the scenario to its end; always stops what it started."""
@@ -168,9 +202,13 @@ class TrafficRun:
             )
             if s.capture_snaplen is not None:
                 self._start_captures(s.capture_snaplen)
-            batches = list(self._long_flow_batches()) if s.long_flows else []
-            for name, port, _ in batches:
-                self._start("rcv", f"iperf3-server-{name}", ["iperf3", "-s", "-1", "-p", str(port)])
+            batches = long_flow_schedule(p.groups, s.duration_s, s.stops_s) if s.long_flows else []
+            for batch in batches:
+                self._start(
+                    "rcv",
+                    f"iperf3-server-{batch.name}",
+                    ["iperf3", "-s", "-1", "-p", str(batch.port)],
+                )
             if s.short_flows:
                 self._start("rcv", "fct-server", self._tool("fct-server", "--port", str(FCT_PORT)))
             if s.voip:
@@ -185,8 +223,8 @@ class TrafficRun:
                         str(self.run_dir / "voip-recv.jsonl"),
                     ),
                 )
-            for _, port, _ in batches:
-                self._wait_listening(port)
+            for batch in batches:
+                self._wait_listening(batch.port)
             if s.short_flows:
                 self._wait_listening(FCT_PORT)
             if s.voip:
@@ -198,42 +236,40 @@ class TrafficRun:
 
             began = time.monotonic()
             self._write_timeline(time.time_ns())
-            pending = sorted(batches, key=lambda b: b[2][0].start_ns)
             self._start_side_traffic(began)
-            while pending:
-                name, port, (group, flows) = pending[0]
-                at = began + group.start_ns / 1e9
-                if at >= began + s.duration_s:
-                    progress(f"group {group.name} starts after the scenario's end: skipped")
-                    pending.pop(0)
+            for batch in batches:
+                group = batch.group
+                if batch.start_s >= min(s.duration_s, batch.stop_s):
+                    progress(f"group {group.name} starts after its stop or the end: skipped")
                     continue
-                time.sleep(max(0.0, at - time.monotonic()))  # the scenario's own schedule
-                pending.pop(0)
-                left = began + s.duration_s - time.monotonic()
+                # The scenario's own schedule.
+                time.sleep(max(0.0, began + batch.start_s - time.monotonic()))
+                # Sends until its stop, however late it started; iperf3 then ends its test.
+                left = began + batch.stop_s - time.monotonic()
                 progress(
-                    f"t={time.monotonic() - began:5.1f}s: {flows} {group.cca} flows of "
+                    f"t={time.monotonic() - began:5.1f}s: {batch.flows} {group.cca} flows of "
                     f"group {group.name} start for {left:.1f}s"
                 )
                 self._start(
                     "snd",
-                    f"iperf3-{name}",
+                    f"iperf3-{batch.name}",
                     [
                         "iperf3",
                         "-c",
                         p.receiver,
                         "-p",
-                        str(port),
+                        str(batch.port),
                         "-B",
                         group.address,
                         "-P",
-                        str(flows),
+                        str(batch.flows),
                         "-C",
                         group.cca,
                         "-t",
                         f"{max(1.0, left):.1f}",
                         "-J",
                         "--logfile",
-                        str(self.run_dir / f"iperf3-{name}.json"),
+                        str(self.run_dir / f"iperf3-{batch.name}.json"),
                     ],
                     waits=True,
                 )
@@ -295,6 +331,10 @@ class TrafficRun:
                     str(s.duration_s),
                     "--seed",
                     str(s.seed),
+                    "--sizes",
+                    s.short_flows.sizes,
+                    "--rate-changes",
+                    ",".join(f"{t:g}:{rate:g}" for t, rate in s.short_flow_rate_changes),
                     "--out",
                     str(self.run_dir / "fct.jsonl"),
                 ),

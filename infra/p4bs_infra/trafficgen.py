@@ -2,7 +2,8 @@
 
     python -m p4bs_infra.trafficgen fct-server --port P
     python -m p4bs_infra.trafficgen fct-client --server IP --port P --bind IP --rate FLOWS_PER_S
-        --min-size B --max-size B --duration S --out FILE [--seed N]
+        --min-size B --max-size B --duration S --out FILE [--seed N] [--sizes websearch]
+        [--rate-changes FROM_S:FLOWS_PER_S,...]
     python -m p4bs_infra.trafficgen voip-recv --port P --out FILE
     python -m p4bs_infra.trafficgen voip-send --dst IP --port P --bind IP --pps N --size B
         --duration S --out FILE
@@ -12,7 +13,9 @@
 
 Short flows: the client asks the server for SIZE bytes (8-byte request) and times the flow
 from connect() to the server's close: the flow completion time. Sizes are log-uniform between
-the bounds (web-like: many small, some large); arrivals are Poisson. VoIP: constant-rate UDP
+the bounds (web-like: many small, some large), or with `--sizes websearch` from the web search
+flow-size CDF (SIZE_CDFS); arrivals are Poisson, at a rate `--rate-changes` may change at given
+times (0 pauses them). VoIP: constant-rate UDP
 datagrams carrying their sequence number and send time; sender and receiver share this host's
 clock, so one-way delay is exact. Every program writes JSON lines and stops cleanly on SIGTERM.
 """
@@ -21,7 +24,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
+import math
 import random
 import re
 import signal
@@ -96,20 +101,107 @@ async def _one_flow(args: argparse.Namespace, size: int, out: IO[str]) -> None:
     _emit(out, record)
 
 
+# Flow-size CDFs (bytes, cumulative probability), sampled with linear interpolation between
+# the points. "websearch": the web search workload of DCTCP (Alizadeh et al., SIGCOMM 2010,
+# Fig. 4), as pFabric (SIGCOMM 2013) and later work tabulate it (the DCTCP_CDF file of
+# github.com/datacenter/empirical-traffic-gen): mean 1.71 MB, half the flows under 80 kB,
+# 30% of them 1-30 MB carrying ~95% of the bytes.
+SIZE_CDFS: dict[str, tuple[tuple[int, float], ...]] = {
+    "websearch": (
+        (0, 0.0), (10_000, 0.15), (20_000, 0.2), (30_000, 0.3), (50_000, 0.4),
+        (80_000, 0.53), (200_000, 0.6), (1_000_000, 0.7), (2_000_000, 0.8),
+        (5_000_000, 0.9), (10_000_000, 0.97), (30_000_000, 1.0),
+    ),
+}  # fmt: skip
+LOG_UNIFORM = "log-uniform"
+
+
+def size_from_cdf(cdf: tuple[tuple[int, float], ...], u: float) -> int:
+    """The size at cumulative probability `u` (inverse CDF, linear between the points), at
+    least 1 byte."""
+    for (size_a, p_a), (size_b, p_b) in itertools.pairwise(cdf):
+        if u <= p_b and p_b > p_a:
+            return max(1, round(size_a + (size_b - size_a) * (u - p_a) / (p_b - p_a)))
+    return cdf[-1][0]
+
+
+def short_flow_schedule(
+    seed: int,
+    rate_per_s: float,
+    duration_s: float,
+    min_size: int,
+    max_size: int,
+    sizes: str = LOG_UNIFORM,
+    rate_changes: tuple[tuple[float, float], ...] = (),
+) -> list[tuple[float, int]]:
+    """Every short flow of a run: (start, s after the client starts; size, bytes). Arrivals
+    are Poisson at `rate_per_s`, and from each (from_s, rate) of `rate_changes` (in time
+    order) at that rate; a gap that would cross a change is drawn again from the change (the
+    process is memoryless), and a rate of 0 has no arrivals. One seed gives the same flows;
+    without changes they are those the client drew before rate changes existed: a flow at 0,
+    then the gaps."""
+    rng = random.Random(seed)
+    rates = [(0.0, rate_per_s), *rate_changes]
+
+    def segment(t: float) -> tuple[float, float]:
+        """The rate in force at t and when it ends."""
+        k = max(i for i, (from_s, _) in enumerate(rates) if from_s <= t)
+        end = rates[k + 1][0] if k + 1 < len(rates) else duration_s
+        return rates[k][1], min(end, duration_s)
+
+    def next_arrival(t: float) -> float | None:
+        while t < duration_s:
+            rate, end = segment(t)
+            if rate > 0:
+                candidate = t + rng.expovariate(rate)
+                if candidate < end:
+                    return candidate
+            t = end
+        return None
+
+    def size() -> int:
+        u = rng.random()
+        if sizes == LOG_UNIFORM:
+            return round(min_size * math.pow(max_size / min_size, u))
+        return size_from_cdf(SIZE_CDFS[sizes], u)
+
+    flows = []
+    at = 0.0 if rate_per_s > 0 else next_arrival(0.0)
+    while at is not None:
+        flows.append((at, size()))
+        at = next_arrival(at)
+    return flows
+
+
+def parse_rate_changes(text: str) -> tuple[tuple[float, float], ...]:
+    """'40:0,70:2.5' -> ((40.0, 0.0), (70.0, 2.5)): from 40 s no short flows, from 70 s 2.5/s."""
+    changes = []
+    for item in filter(None, text.split(",")):
+        from_s, _, rate = item.partition(":")
+        changes.append((float(from_s), float(rate)))
+    return tuple(changes)
+
+
 async def fct_client(args: argparse.Namespace) -> None:
-    rng = random.Random(args.seed)
+    schedule = short_flow_schedule(
+        args.seed,
+        args.rate,
+        args.duration,
+        args.min_size,
+        args.max_size,
+        args.sizes,
+        parse_rate_changes(args.rate_changes),
+    )
     out = _writer(args.out)
     flows: set[asyncio.Task[None]] = set()
-    end = time.monotonic() + args.duration
-    next_start = time.monotonic()
-    while not stop.is_set() and next_start < end:
-        await asyncio.sleep(max(0.0, next_start - time.monotonic()))
-        low, high = args.min_size, args.max_size
-        size = round(low * (high / low) ** rng.random())
+    began = time.monotonic()
+    for at, size in schedule:
+        await asyncio.sleep(max(0.0, began + at - time.monotonic()))
+        if stop.is_set():
+            break
         task = asyncio.create_task(_one_flow(args, size, out))
         flows.add(task)
         task.add_done_callback(flows.discard)
-        next_start += rng.expovariate(args.rate)
     if flows:
         await asyncio.wait(flows, timeout=60)
 
@@ -287,6 +379,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--duration", type=float, required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--sizes", choices=(LOG_UNIFORM, *SIZE_CDFS), default=LOG_UNIFORM)
+    p.add_argument(
+        "--rate-changes",
+        default="",
+        help="FROM_S:FLOWS_PER_S,...: the arrival rate from those times on (0 pauses them)",
+    )
     p = sub.add_parser("voip-recv")
     p.add_argument("--bind", default="0.0.0.0")
     p.add_argument("--port", type=int, required=True)

@@ -363,6 +363,9 @@ class FlowGroup:
     cca: str
     start_ns: int  # after the traffic starts
     rtt_ns: int | None  # fixed base RTT of the group; None: testbed base + per-flow extra
+    # When its senders stop, after the traffic starts; None: at the traffic's end. Set by
+    # eval scenarios (flows that leave); the config's [testbed] groups run to the end.
+    stop_ns: int | None = None
 
 
 @dataclass(frozen=True)
