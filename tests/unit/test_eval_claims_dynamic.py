@@ -1,0 +1,133 @@
+"""The dynamic scenarios' claims (eval/p4bs_eval/claims_dynamic.py, issue 39): the best fixed
+buffer in hindsight, the per-phase oracle and each policy's captured fraction, on a small
+run folder written here with two phases of unequal length, checked against the arithmetic
+written out by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from p4bs_eval.claims import build
+from p4bs_eval.claims_dynamic import captured_fraction, phase_weighted_f
+
+REPEATS = range(1, 13)
+# Phase f per policy: "calm" 40 s, then "busy" 80 s. fixed:5ms is best in calm, fixed:50ms
+# in busy and over the run: best fixed (40 * -1.0 + 80 * -1.2) / 120 = -1.1333, per-phase
+# oracle (40 * -0.5 + 80 * -1.2) / 120 = -0.9667, the oracle's margin 0.1667.
+PHASE_F = {
+    "fixed:5ms": (-0.5, -2.0),
+    "fixed:50ms": (-1.0, -1.2),
+    # (40 * -0.6 + 80 * -1.25) / 120 = -1.0333: captures (-1.0333 + 1.1333) / 0.1667 = 0.6
+    "loss-delay-fit": (-0.6, -1.25),
+    # -1.1: captures 0.2
+    "bdp": (-0.9, -1.2),
+    "bloated": (-1.1, -1.3),
+    # the best fixed buffer's phases again: equivalent to it
+    "p4bs": (-1.0, -1.2),
+}
+CALM, BUSY = (0.0, 40.0), (40.0, 120.0)
+
+
+def _noise(policy: str, repeat: int) -> float:
+    """What a policy's run adds to the repeat's traffic: +-0.004, zero over the repeats."""
+    return 0.004 * (1 if (repeat + len(policy)) % 2 else -1)
+
+
+def _row(policy: str, repeat: int) -> dict[str, Any]:
+    traffic = 0.1 * math.sin(repeat)  # the repeat's traffic, the same for every policy
+    calm, busy = (f + traffic + _noise(policy, repeat) for f in PHASE_F[policy])
+    phases = [
+        {"name": "calm", "start_s": CALM[0], "end_s": CALM[1], "f_mean": calm, "windows": 80},
+        {"name": "busy", "start_s": BUSY[0], "end_s": BUSY[1], "f_mean": busy, "windows": 160},
+    ]
+    return {
+        "point": "base",
+        "policy": policy,
+        "repeat": repeat,
+        "seed": repeat,
+        "f_mean": (40 * calm + 80 * busy) / 120,
+        "phases": phases,
+    }
+
+
+def _folder(results: Path) -> None:
+    folder = results / "dynamic"
+    folder.mkdir(parents=True)
+    (folder / "scenario.json").write_text(json.dumps({"name": "dynamic", "policies": []}))
+    rows = [_row(p, r) for r in REPEATS for p in PHASE_F]
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+# --- issue 39: two oracles and the captured fraction ---------------------------------------
+
+
+def test_the_oracles_and_the_captured_fraction(tmp_path: Path) -> None:
+    results = tmp_path / "eval" / "results"
+    _folder(results)
+    data = build(results, tmp_path)
+    (oracles,) = data["oracles"]
+    mean_traffic = sum(0.1 * math.sin(r) for r in REPEATS) / 12
+    assert oracles["best_fixed"] == "fixed:50ms" and oracles["n"] == 12
+    assert oracles["best_fixed_f"]["mean"] == pytest.approx(-1.1333333 + mean_traffic, abs=1e-6)
+    assert [(p["phase"], p["policy"]) for p in oracles["per_phase"]] == [
+        ("calm", "fixed:5ms"),
+        ("busy", "fixed:50ms"),
+    ]
+    oracle = oracles["per_phase_oracle_f"]
+    assert oracle["mean"] == pytest.approx(-0.9666667 + mean_traffic, abs=1e-6)
+    by = {(c["claim"], c.get("policy"), c.get("against")): c for c in data["claims"]}
+    assert not any(c.get("policy", "").startswith("fixed:") for c in data["claims"])
+    ours = by[("captured-half", "loss-delay-fit", None)]
+    assert ours["captured"]["mean"] == pytest.approx(0.6, abs=1e-6)
+    assert ours["oracle_margin"] == pytest.approx(0.1666667, abs=1e-6)
+    assert ours["captured"]["low"] < 0.6 < ours["captured"]["high"]
+    assert (ours["verdict"], ours["met"]) == ("met", True)
+    assert ours["bootstrap"] == {"samples": 10_000, "seed": 39}
+    bdp = by[("captured-half", "bdp", None)]
+    assert bdp["captured"]["mean"] == pytest.approx(0.2, abs=1e-6)
+    assert bdp["verdict"] == "not met" and "met" not in bdp  # not a target claim
+    above = by[("above-best-fixed", "loss-delay-fit", "fixed:50ms")]
+    assert above["difference"]["mean"] == pytest.approx(0.1, abs=1e-6)
+    assert (above["verdict"], above["met"], above["family"]) == ("best", True, "target")
+    assert by[("above-best-fixed", "p4bs", "fixed:50ms")]["verdict"] == "equivalent"
+    assert by[("above-best-fixed", "bloated", "fixed:50ms")]["verdict"] == "worse"
+    below = by[("not-below-rule", "loss-delay-fit", "bloated")]
+    assert (below["verdict"], below["met"]) == ("best", True)
+    assert by[("not-below-rule", "loss-delay-fit", "bdp")]["met"] is True
+    # loss-delay-fit's target family: above-best-fixed, not-below-rule x 2 and
+    # ours-best-or-equivalent (2 p each: difference, equivalence), captured-half (1 p)
+    assert data["holm_families"]["target"] == 9
+    # bdp is above the best fixed buffer too (-1.1), though it captures only 0.2
+    assert data["summary"]["above-best-fixed"] == {
+        "best": 2,
+        "equivalent": 1,
+        "inconclusive": 0,
+        "worse": 1,
+        "met": 1,
+    }
+
+
+def test_a_captured_fraction_of_noise_is_inconclusive() -> None:
+    """An oracle no better than the best fixed buffer leaves nothing to capture; a margin
+    the repeats do not show leaves the interval unbounded, and the claim undecided."""
+    flat = captured_fraction({1: 0.1, 2: 0.2}, {1: 0.0, 2: 0.0}, {1: 0.0, 2: -0.01})
+    assert flat["captured"] is None and flat["p_value"] == 1.0
+    policy = {r: 0.02 for r in REPEATS}
+    best = {r: 0.0 for r in REPEATS}
+    oracle = {r: (0.5 if r % 2 else -0.45) for r in REPEATS}  # mean 0.025, sd 0.5
+    noisy = captured_fraction(policy, best, oracle)
+    assert noisy["captured"]["mean"] == pytest.approx(0.8)
+    assert noisy["captured"]["low"] is None and noisy["p_value"] > 0.05
+
+
+def test_phase_weighted_f_needs_every_phase() -> None:
+    row = _row("bdp", 1)
+    assert phase_weighted_f(row) == pytest.approx(row["f_mean"])
+    row["phases"][1]["f_mean"] = None
+    assert phase_weighted_f(row) is None
+    assert phase_weighted_f({"f_mean": -1.0}) is None

@@ -1,0 +1,205 @@
+"""Pre-registration (eval/p4bs_eval/registration.py, issue 39): `p4bs eval register` records
+the commit, the policy code's tree and the scenario files in a git repository made here (not
+the project's), refuses uncommitted policy code, and `p4bs eval claims --registration` refuses
+the rows made at another policy tree."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from p4bs_cli.main import main
+from p4bs_eval.claims import build
+from p4bs_eval.registration import (
+    RegistrationError,
+    load_plan,
+    load_registration,
+    register,
+    screen_rows,
+)
+
+SCENARIO = """title = "N 10 -> 100 -> 10"
+duration = "60s"
+warmup = "10s"
+buffer = "200ms"
+policies = ["loss-delay-fit", "bdp"]
+repeat = 10
+
+[[groups]]
+flows = 10
+cca = "cubic"
+rtt = "20ms"
+"""
+PLAN = """policies = ["loss-delay-fit", "bdp"]
+repeats = 10
+margin = 0.02
+alpha = 0.05
+"""
+
+
+def _git(repo: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A repository with policy code, a scenario and a plan, all committed."""
+    root = tmp_path / "repo"
+    policies = root / "optimizer" / "p4bs_optimizer" / "policies"
+    policies.mkdir(parents=True)
+    (policies / "fit.py").write_text("CLOSE_ENOUGH = 0.01\n")
+    (root / "eval" / "scenarios").mkdir(parents=True)
+    (root / "eval" / "scenarios" / "dyn.toml").write_text(SCENARIO)
+    (root / "eval" / "suite.toml").write_text(PLAN)
+    _git(root, "init", "-q")
+    _git(root, "add", ".")
+    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "suite")
+    return root
+
+
+def _register(repo: Path) -> Path:
+    return register(
+        [repo / "eval" / "scenarios" / "dyn.toml"],
+        repo / "eval" / "suite.toml",
+        repo,
+        repo / "eval" / "registrations",
+    )
+
+
+# --- issue 39: pre-registration ------------------------------------------------------------
+
+
+def test_register_records_the_commit_the_policy_tree_and_the_files(repo: Path) -> None:
+    out = _register(repo)
+    assert out == repo / "eval" / "registrations" / "suite.json"
+    data = json.loads(out.read_text())
+    assert data["code_commit"] == _git(repo, "rev-parse", "HEAD")
+    assert data["policy_tree"] == _git(repo, "rev-parse", "HEAD:optimizer/p4bs_optimizer/policies")
+    (scenario,) = data["scenarios"]
+    assert (scenario["name"], scenario["path"]) == ("dyn", "eval/scenarios/dyn.toml")
+    scenario_bytes = (repo / "eval" / "scenarios" / "dyn.toml").read_bytes()
+    assert scenario["sha256"] == hashlib.sha256(scenario_bytes).hexdigest()
+    assert scenario["described"]["duration_s"] == 60.0
+    assert data["plan"] == {
+        "name": "suite",
+        "policies": ["loss-delay-fit", "bdp"],
+        "metric": "f_mean",
+        "repeats": 10,
+        "margin": 0.02,
+        "alpha": 0.05,
+        "holm_family": "suite",
+    }
+    with pytest.raises(RegistrationError, match="never rewritten"):
+        _register(repo)
+
+
+def test_register_refuses_a_dirty_policy_tree(repo: Path) -> None:
+    policy = repo / "optimizer" / "p4bs_optimizer" / "policies" / "fit.py"
+    policy.write_text("CLOSE_ENOUGH = 0.02\n")
+    with pytest.raises(RegistrationError, match=r"uncommitted changes.*policies/fit\.py"):
+        _register(repo)
+    policy.write_text("CLOSE_ENOUGH = 0.01\n")  # as committed again
+    (policy.parent / "new.py").write_text("")  # an untracked policy file counts too
+    with pytest.raises(RegistrationError, match=r"policies/new\.py"):
+        _register(repo)
+    assert not (repo / "eval" / "registrations").exists()
+
+
+def test_the_command_refuses_an_uncommitted_scenario(
+    repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("P4BS_HOME", str(repo))
+    (repo / "eval" / "scenarios" / "dyn.toml").write_text(SCENARIO.replace("60s", "90s"))
+    args = ["eval", "register", str(repo / "eval" / "scenarios" / "dyn.toml")]
+    assert main([*args, "--plan", str(repo / "eval" / "suite.toml")]) == 2
+    assert "eval/scenarios/dyn.toml" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("policies = []", "non-empty"),
+        ('policies = ["bdp"]\nrepeats = 3', "at least 10"),
+        ('policies = ["bdp"]\nmargin = 2.0', "margin"),
+        ('policies = ["bdp"]\nmetric = "rtt"', "metric"),
+        ('policies = ["bdp"]\nfamily = "x"', "unknown keys"),
+    ],
+)
+def test_a_plan_names_its_problem(tmp_path: Path, text: str, problem: str) -> None:
+    path = tmp_path / "plan.toml"
+    path.write_text(text)
+    with pytest.raises(RegistrationError, match=problem):
+        load_plan(path)
+
+
+def _rows(tree: str, dirty: bool = False) -> list[dict[str, Any]]:
+    f = {"loss-delay-fit": -1.0, "bdp": -1.3}
+    return [
+        {
+            "point": "base",
+            "policy": policy,
+            "repeat": r,
+            "seed": r,
+            "f_mean": value + 0.01 * (r % 3),
+            "policy_tree": tree,
+            "policy_code_dirty": dirty,
+        }
+        for r in range(1, 11)
+        for policy, value in f.items()
+    ]
+
+
+def test_claims_refuse_rows_of_another_policy_tree(repo: Path, tmp_path: Path) -> None:
+    registration = load_registration(_register(repo))
+    described = registration.scenarios["dyn"]["described"]
+    results = tmp_path / "results"
+    folder = results / "dyn"
+    folder.mkdir(parents=True)
+    (folder / "scenario.json").write_text(json.dumps(described))
+    rows = _rows(registration.policy_tree)
+    for row in rows[:4]:  # repeats 1 and 2 at other policy code
+        row["policy_tree"] = "0" * 40
+    rows[4]["policy_code_dirty"] = True  # repeat 3's loss-delay-fit with uncommitted code
+    del rows[6]["policy_tree"]  # repeat 4's from before the code fields
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = build(results, tmp_path, registration)
+    assert data["registration"]["policy_tree"] == registration.policy_tree
+    reasons = [(f["policy"], f["repeat"], f["reason"]) for f in data["flagged"]]
+    assert len(reasons) == 6
+    assert reasons[0] == (
+        "loss-delay-fit",
+        1,
+        f"policy_tree {'0' * 40}, registered {registration.policy_tree}",
+    )
+    assert "uncommitted" in reasons[4][2] and "no policy_tree" in reasons[5][2]
+    (ours,) = [c for c in data["claims"] if c["claim"] == "ours-best-or-equivalent"]
+    assert ours["n"] == 6 and ours["registered"] is True  # repeats 5-10 only
+    # The same rows without the registration: all used, unregistered.
+    (plain,) = [
+        c for c in build(results, tmp_path)["claims"] if c["claim"] == "ours-best-or-equivalent"
+    ]
+    assert plain["n"] == 10 and plain["registered"] is False
+
+
+def test_a_folder_of_another_scenario_file_is_refused_whole(repo: Path) -> None:
+    registration = load_registration(_register(repo))
+    described = dict(registration.scenarios["dyn"]["described"])
+    rows = _rows(registration.policy_tree)
+    used, flagged, registered = screen_rows("x", described | {"repeat": 20}, rows, registration)
+    assert (len(used), flagged, registered) == (20, [], True)  # more repeats: the same scenario
+    used, flagged, _ = screen_rows("x", described | {"duration_s": 90.0}, rows, registration)
+    assert (
+        used == []
+        and "differs from the registered eval/scenarios/dyn.toml in duration_s"
+        in flagged[0]["reason"]
+    )
+    other = described | {"name": "other"}
+    assert screen_rows("x", other, rows, registration)[2] is False  # not registered: used whole
