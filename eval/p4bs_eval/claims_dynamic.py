@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 
 from p4bs_eval.claim_rows import interval_row, p_shown, paired_row, rounded
+from p4bs_eval.scenario import FIXED_PREFIX
 from p4bs_eval.stats import mean_ci
 
-FIXED_PREFIX = "fixed:"
 OURS = "loss-delay-fit"
 RULES_NOT_BELOW = ("bloated", "bdp")
 CAPTURED_BAR = 0.5
@@ -39,10 +39,6 @@ TARGET, OTHER = "target", "other"  # Holm families (claims.py)
 
 # point -> policy -> repeat -> its row
 Cells = dict[str, dict[str, dict[int, Mapping[str, Any]]]]
-
-
-def fixed_policies(policies: Sequence[str]) -> list[str]:
-    return [p for p in policies if p.startswith(FIXED_PREFIX)]
 
 
 def phase_weighted_f(row: Mapping[str, Any]) -> float | None:

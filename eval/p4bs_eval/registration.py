@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from p4bs_eval.scenario import FIXED_PREFIX, ScenarioError, load_scenario
 from p4bs_eval.stats import ALPHA, MARGIN_FRACTION
 
 POLICY_DIR = "optimizer/p4bs_optimizer/policies"
@@ -37,7 +38,6 @@ MIN_REPEATS = 10
 METRICS = ("f_mean",)  # what the dynamic claims compare
 # "suite": every target verdict of one claims.json in one family (claims.py).
 HOLM_FAMILIES = ("suite",)
-FIXED_PREFIX = "fixed:"
 # scenario.json keys a run may change without leaving the registration: it may run a few
 # of the scenario's policies at a time (`--policies`) and more repeats (`--repeat`).
 FREE_KEYS = ("policies", "repeat")
@@ -112,8 +112,7 @@ def _in_repo(path: Path, repo: Path) -> str:
 def register(scenario_paths: Sequence[Path], plan_path: Path, repo: Path, out_dir: Path) -> Path:
     """Writes out_dir/<plan name>.json; refuses uncommitted policy code, scenario files or
     plan, a plan policy a scenario does not run, and an existing registration of the name."""
-    from p4bs_eval.runner import describe
-    from p4bs_eval.scenario import ScenarioError, load_scenario
+    from p4bs_eval.runner import describe  # the testbed and the loop: only when registering
 
     plan = load_plan(plan_path)
     files = [_in_repo(p, repo) for p in (*scenario_paths, plan_path)]
@@ -251,6 +250,9 @@ def _refusal(
         return "no policy_tree: made without the code identity a registration checks"
     if tree != registration.policy_tree:
         return f"policy_tree {tree}, registered {registration.policy_tree}"
-    if row.get("policy_code_dirty") is not False:
+    dirty = row.get("policy_code_dirty")
+    if dirty is None:
+        return "the policy code's state unknown (git status failed when the run started)"
+    if dirty:
         return "made with uncommitted changes to the policy code"
     return None
