@@ -170,7 +170,7 @@ fn symmetric_key(f: Flow) -> (u64, u64, u8) {
 }
 
 /// splitmix64's finaliser: spreads neighbouring inputs over the whole range.
-fn mix(mut x: u64) -> u64 {
+pub fn mix(mut x: u64) -> u64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d049bb133111eb);
     x ^ (x >> 31)

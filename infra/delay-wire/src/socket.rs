@@ -28,3 +28,18 @@ pub fn open(interface: &str) -> io::Result<PacketSocket> {
     sock.set_promiscuous()?;
     Ok(sock)
 }
+
+/// A socket that only sends out of `interface` (the AQM's copies to the tap): deaf to what it
+/// sends, 16 MiB of send buffer.
+pub fn open_sender(interface: &str) -> io::Result<PacketSocket> {
+    let sock = PacketSocket::open_nonblocking(interface)?;
+    sock.ignore_outgoing()?;
+    sock.set_option(
+        libc::SOL_SOCKET,
+        libc::SO_SNDBUF,
+        &(16 << 20i32),
+        "SO_SNDBUF",
+    )?;
+    sock.bind()?;
+    Ok(sock)
+}
