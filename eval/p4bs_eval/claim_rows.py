@@ -36,6 +36,9 @@ def paired_row(
         "p_value": p_shown(test.p_difference),
         "p_equivalence": p_shown(test.p_equivalence),
         "verdict": decide(d.mean, test.p_difference, test.p_equivalence, ALPHA, higher_is_better),
+        # No spread to test: the tests are decided by the sign alone (e.g. the policy kept
+        # its rival's buffer in every run, and is equivalent to it by construction).
+        **({"note": "the same difference in every repeat"} if d.n > 1 and test.sd == 0 else {}),
     }
 
 

@@ -166,3 +166,13 @@ def test_each_policy_is_compared_with_the_best_other() -> None:
     fct = {"a": {1: 100.0, 2: 110.0}, "b": {1: 120.0, 2: 150.0}, "c": {1: 300.0, 2: 200.0}}
     low = {c.policy: c for c in compare_in_cell(fct, higher_is_better=False)}
     assert low["a"].against == "b" and low["c"].against == "a"
+
+
+def test_the_same_difference_in_every_repeat_is_decided_by_its_size() -> None:
+    """No spread (a policy on its rival's buffer in every run): equivalent when 0 lies
+    within the margin; a constant non-zero difference is shown."""
+    same = paired_test({1: -0.5, 2: -0.6, 3: -0.7}, {1: -0.5, 2: -0.6, 3: -0.7}, margin=0.01)
+    assert (same.p_difference, same.p_equivalence, same.effect_size) == (1.0, 0.0, None)
+    assert decide(0.0, same.p_difference, same.p_equivalence) == EQUIVALENT
+    shifted = paired_test({1: 1.0, 2: 2.0}, {1: 0.5, 2: 1.5}, margin=0.01)
+    assert (shifted.p_difference, shifted.p_equivalence) == (0.0, 1.0)
