@@ -4,6 +4,7 @@ emulated network around a Linux router)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ from p4bs.config import ConfigError, load_config
 from p4bs_infra import kafka_acls
 from p4bs_infra.services import StackError
 from p4bs_infra.stack import Stack, StackSettings
-from p4bs_infra.testbed import Testbed, TestbedError, TestbedPlan
+from p4bs_infra.testbed import Aqm, Testbed, TestbedError, TestbedPlan
 from p4bs_infra.traffic import Scenario, ShortFlows, TrafficRun, Voip
 
 
@@ -93,7 +94,10 @@ def cmd_stack_acls(args: argparse.Namespace) -> int:
 
 def _testbed(args: argparse.Namespace, from_config: bool) -> Testbed:
     if from_config:
-        return Testbed(TestbedPlan.from_config(load_config(args.config), args.state_dir))
+        plan = TestbedPlan.from_config(load_config(args.config), args.state_dir)
+        if args.aqm:
+            plan = dataclasses.replace(plan, aqm=Aqm(kind=args.aqm))
+        return Testbed(plan)
     state = args.state_dir or paths.home() / ".run" / "testbed" / args.name
     return Testbed(TestbedPlan.load(state))
 
@@ -108,6 +112,8 @@ def cmd_testbed_up(args: argparse.Namespace) -> int:
     p = testbed.plan
     print(f"testbed {p.name} up in {took:.1f} s (state in {p.state_dir})")
     print(f"  router {p.link_id}: {p.rate_bps / 1e6:g} Mbit/s, buffer {p.buffer_bytes} B")
+    if p.aqm is not None:
+        print(f"  bottleneck: the delay wire's {p.aqm.kind} queue on that buffer ({p.aqm})")
     print(
         f"  RTT {p.base_rtt_ns / 1e6:g} ms + per-flow extra up to {p.extra_delay_max_ns / 1e6:g} ms"
     )
@@ -212,6 +218,11 @@ def add_parser(sub: Any, default_config: Path) -> None:
     named.add_argument("--name", default="p4bs", help="the testbed's name (default: %(default)s)")
     up = testbed_sub.add_parser("up", parents=[where], help="build it from the config's [testbed]")
     up.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
+    up.add_argument(
+        "--aqm",
+        choices=("red", "codel"),
+        help="the bottleneck is the delay wire's RED or CoDel queue (defaults: infra/README.md)",
+    )
     up.set_defaults(func=cmd_testbed_up)
     down = testbed_sub.add_parser("down", parents=[named], help="remove namespaces and processes")
     down.set_defaults(func=cmd_testbed_down)

@@ -13,6 +13,10 @@ interface) and `<after>` copies of what left it (data direction: mirrored at the
 ingress, i.e. after the bottleneck queue and before the delay; ACK direction: the clsact egress
 hook on rin, which has no queue). Each copy arrives with the kernel's nanosecond receive
 timestamp at the tap.
+With an `Aqm` in the plan the wire is the bottleneck instead: it serves the data direction at
+the link rate through RED or CoDel on a buffer of the plan's `buffer_bytes`, before the delay;
+the router's htb runs well above line rate (no queue builds there), and the data direction's
+"after" copy is what leaves the wire's queue (the wire sends it to the tap itself).
 All addresses live only inside these namespaces.
 """
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
+import math
 import os
 import shutil
 import signal
@@ -30,6 +35,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 from p4bs import paths
 from p4bs.config import Config, FlowGroup, SecretRef
@@ -55,10 +61,95 @@ RPS_ALL_CPUS = format((1 << (os.cpu_count() or 1)) - 1, "x")
 # in clumps. With the real-time class (it sleeps in ppoll between frames) 30 Cubic flows used
 # 94-96% of the link with a BDP/sqrt(N) buffer, against 74-87% without it.
 WIRE_SCHEDULING = ("chrt", "--fifo", "20")
+# With an AQM the router's htb runs at this multiple of the link rate: the wire's queue is the
+# bottleneck, and nothing may queue in front of it.
+AQM_ROUTER_RATE_FACTOR = 10
+# How often the wire samples its AQM queue: the router recorder's default (Scenario.qdisc_hz).
+AQM_SAMPLE_HZ = 50
 
 
 class TestbedError(RuntimeError):
     pass
+
+
+@dataclass(frozen=True)
+class Aqm:
+    """Active queue management at the bottleneck, run by the delay wire (the kernel here has
+    no RED or CoDel qdisc). Sources of the defaults: infra/README.md, "AQM mode".
+
+    RED: Floyd and Jacobson 1993 with the gentle variant (Floyd 2000); the queue and the
+    thresholds in bytes, a drop decision per packet whatever its size (packet mode, as Linux's
+    sch_red). The thresholds are in ns of line rate, so they scale with the link: min_th
+    2.5 ms, max_th = 3 min_th (Adaptive RED, Floyd, Gummadi and Shenker 2001: min_th =
+    max(5 packets, target delay x C / 2) for a 5 ms target). `red_w_q` None: ARED's
+    1 - exp(-1/C), C the link's packets per second of `red_mean_packet_bytes` (a one-second
+    time constant).
+    CoDel: RFC 8289's target 5 ms and interval 100 ms; no drop while the queue holds at most
+    one MTU frame.
+    """
+
+    kind: Literal["red", "codel"]
+    red_min_th_ns: int = 2_500_000
+    red_max_th_ns: int = 7_500_000
+    red_max_p: float = 0.1
+    red_w_q: float | None = None
+    red_mean_packet_bytes: int = 1500
+    red_gentle: bool = True
+    codel_target_ns: int = 5_000_000
+    codel_interval_ns: int = 100_000_000
+    codel_mtu_bytes: int = 1514
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("red", "codel"):
+            raise TestbedError(f"aqm kind must be red or codel, got {self.kind!r}")
+        if not 0 < self.red_min_th_ns < self.red_max_th_ns:
+            raise TestbedError(
+                f"aqm red_min_th_ns ({self.red_min_th_ns}) must be > 0 and below "
+                f"red_max_th_ns ({self.red_max_th_ns})"
+            )
+        if not 0 < self.red_max_p <= 1:
+            raise TestbedError(f"aqm red_max_p must be in (0, 1], got {self.red_max_p}")
+        if self.red_w_q is not None and not 0 < self.red_w_q < 1:
+            raise TestbedError(f"aqm red_w_q must be in (0, 1), got {self.red_w_q}")
+        if self.red_mean_packet_bytes <= 0 or self.codel_mtu_bytes <= 0:
+            raise TestbedError("aqm red_mean_packet_bytes and codel_mtu_bytes must be > 0")
+        if not 0 < self.codel_target_ns < self.codel_interval_ns:
+            raise TestbedError(
+                f"aqm codel_target_ns ({self.codel_target_ns}) must be > 0 and below "
+                f"codel_interval_ns ({self.codel_interval_ns})"
+            )
+
+    def w_q(self, rate_bps: int) -> float:
+        """RED's EWMA weight on a link of `rate_bps`."""
+        if self.red_w_q is not None:
+            return self.red_w_q
+        packets_per_s = rate_bps / (8 * self.red_mean_packet_bytes)
+        return -math.expm1(-1 / packets_per_s)
+
+    def wire_args(self, rate_bps: int, limit_bytes: int, seed: int) -> list[str]:
+        """The delay wire's flags for this AQM on a link of `rate_bps`, `limit_bytes` buffer."""
+
+        # ARED's floor: min_th at least 5 packets (on slow links ms of line rate are few).
+        min_th = max(5 * self.red_mean_packet_bytes, round(rate_bps * self.red_min_th_ns / 8e9))
+        max_th = round(min_th * self.red_max_th_ns / self.red_min_th_ns)
+        link = ["--rate-bps", str(rate_bps), "--limit-bytes", str(limit_bytes)]
+        if self.kind == "red":
+            return [
+                "--aqm", "red", *link,
+                "--aqm-seed", str(seed),
+                "--red-min-th-bytes", str(min_th),
+                "--red-max-th-bytes", str(max_th),
+                "--red-max-p", repr(self.red_max_p),
+                "--red-w-q", repr(self.w_q(rate_bps)),
+                "--red-mean-packet-bytes", str(self.red_mean_packet_bytes),
+                "--red-gentle", "true" if self.red_gentle else "false",
+            ]  # fmt: skip
+        return [
+            "--aqm", "codel", *link,
+            "--codel-target-ns", str(self.codel_target_ns),
+            "--codel-interval-ns", str(self.codel_interval_ns),
+            "--codel-mtu-bytes", str(self.codel_mtu_bytes),
+        ]  # fmt: skip
 
 
 @dataclass
@@ -102,6 +193,9 @@ class TestbedPlan:
     # whatever its ports: runs of the same traffic under one seed give each flow the same RTT.
     # None: the extra comes from the flow's 5-tuple (its ephemeral port), new every run.
     delay_seed: int | None = None
+    # With an AQM the delay wire's queue (RED or CoDel on buffer_bytes, at rate_bps) is the
+    # bottleneck, and the router's htb runs well above line rate. None: the router's bfifo.
+    aqm: Aqm | None = None
 
     @property
     def namespaces(self) -> dict[str, str]:
@@ -177,6 +271,8 @@ class TestbedPlan:
         data["groups"] = [SenderGroup(**g) for g in data["groups"]]
         data["username"] = SecretRef(**data["username"])
         data["password"] = SecretRef(**data["password"])
+        if data.get("aqm") is not None:
+            data["aqm"] = Aqm(**data["aqm"])
         return cls(**data)
 
 
@@ -230,6 +326,8 @@ class Testbed:
         self.wire_pidfile = plan.state_dir / "delay-wire.pid"
         self.wire_stats = plan.state_dir / "delay-wire.json"
         self.wire_log = plan.state_dir / "delay-wire.log"
+        # The wire's AQM queue, sampled AQM_SAMPLE_HZ times a second (JSON lines, appended).
+        self.aqm_log = plan.state_dir / "aqm.jsonl"
         self.agent_pidfile = plan.state_dir / "agent.pid"
         self.agent_log = plan.state_dir / "agent.log"
         self.pki = plan.state_dir / "pki"
@@ -345,8 +443,11 @@ class Testbed:
         self._ip("rcv", f"route add default via {RECEIVER_NET}.1")
 
     def _bottleneck(self) -> None:
-        """htb at the link rate over one default queue: a bfifo holding `buffer_bytes`."""
+        """htb at the link rate over one default queue: a bfifo holding `buffer_bytes`. With
+        an AQM the htb runs well above line rate and the wire's queue is the bottleneck."""
         dev, rate = self.plan.egress, self.plan.rate_bps
+        if self.plan.aqm is not None:
+            rate *= AQM_ROUTER_RATE_FACTOR
         shaping = htb_shaping(rate, rate)
         self._tc(
             "rtr", f"qdisc add dev {dev} root handle {HTB_ROOT} htb default {QUEUE_CLASS_BASE:x}"
@@ -382,7 +483,9 @@ class Testbed:
         self._mirror("rtr", ROUTER_INGRESS, "ingress", "tb")  # before: data direction
         self._mirror("rtr", p.egress, "ingress", "tb")  # before: ACK direction
         self._mirror("rtr", ROUTER_INGRESS, "egress", "ta")  # after: ACKs (no queue there)
-        self._mirror("wire", "wl", "ingress", "ta")  # after: data, past the queue
+        if p.aqm is None:
+            self._mirror("wire", "wl", "ingress", "ta")  # after: data, past the queue
+        # With an AQM the wire sends what leaves its queue to `ta` itself (_start_wire).
         for dev in ("af-fwd", "af-rev"):  # both after-copies arrive on one tap interface
             self._mirror("tap", dev, "ingress", "af-in", action="redirect")
 
@@ -451,7 +554,8 @@ class Testbed:
         if not procs.wait_until(serving, max(0.0, deadline - time.monotonic())):
             raise TestbedError(f"the router agent is not serving: {procs.log_tail(self.agent_log)}")
 
-    def _start_wire(self, deadline: float) -> None:
+    def wire_argv(self) -> list[str]:
+        """The delay wire's command line (run in the wire namespace, real-time class)."""
         p = self.plan
         argv = [
             *WIRE_SCHEDULING,
@@ -471,11 +575,21 @@ class Testbed:
         ]
         if p.delay_seed is not None:
             argv += ["--seed", str(p.delay_seed)]
+        if p.aqm is not None:
+            argv += p.aqm.wire_args(p.rate_bps, p.buffer_bytes, seed=p.delay_seed or 0)
+            argv += ["--aqm-tap", "ta", "--aqm-log", str(self.aqm_log)]
+            argv += ["--aqm-sample-hz", str(AQM_SAMPLE_HZ)]
         for g in p.groups:
             if g.rtt_ns is not None:
                 argv += ["--group", f"{g.address}/32={g.rtt_ns}"]
+        return argv
+
+    def _start_wire(self, deadline: float) -> None:
         self.wire_stats.unlink(missing_ok=True)
-        procs.start_detached(in_ns(self.ns["wire"], *argv), self.wire_pidfile, self.wire_log)
+        self.aqm_log.unlink(missing_ok=True)
+        procs.start_detached(
+            in_ns(self.ns["wire"], *self.wire_argv()), self.wire_pidfile, self.wire_log
+        )
 
         def started() -> bool:
             if procs.running_pid(self.wire_pidfile) is None:

@@ -11,7 +11,10 @@ everything it started and writes
 `summary.json` next to the raw files:
 
     qdisc.jsonl  ss.jsonl  ping.jsonl  iperf3-<group>-<k>.json  fct.jsonl  voip-*.jsonl
-    delay-wire.json  summary.json  [tap-before.pcap  tap-after.pcap]
+    delay-wire.json  summary.json  [tap-before.pcap  tap-after.pcap]  [aqm.jsonl]
+
+With an AQM (the testbed plan's `aqm`) the bottleneck is the delay wire's queue: its samples
+over the run are in aqm.jsonl, and the summary's router figures describe that queue.
 """
 
 from __future__ import annotations
@@ -165,6 +168,7 @@ class TrafficRun:
             raise TestbedError(f"run directory {self.run_dir} is not empty")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "scenario.json").write_text(json.dumps(asdict(s), indent=2))
+        recording_from_ns = time.time_ns()
         try:
             self._start(
                 "rtr",
@@ -280,6 +284,13 @@ class TrafficRun:
                 procs.stop(started.pidfile, timeout_s=5)
             if self.testbed.wire_stats.exists():
                 shutil.copy(self.testbed.wire_stats, self.run_dir / "delay-wire.json")
+            if p.aqm is not None:
+                _copy_samples(
+                    self.testbed.aqm_log,
+                    self.run_dir / "aqm.jsonl",
+                    recording_from_ns,
+                    time.time_ns(),
+                )
         summary = summarise(self.run_dir, p.rate_bps)
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         return summary
@@ -384,6 +395,13 @@ def _count_lines(path: Path) -> int:
         return 0
 
 
+def _copy_samples(source: Path, target: Path, from_ns: int, to_ns: int) -> None:
+    """The JSON lines of `source` stamped in [from_ns, to_ns]: the run's share of a log the
+    wire keeps for the testbed's lifetime."""
+    rows = [r for r in _jsonl(source) if from_ns <= r["ts_ns"] <= to_ns]
+    target.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
 def _jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
@@ -443,6 +461,37 @@ def _router_figures(qdisc: list[dict[str, Any]], rate_bps: int) -> dict[str, Any
     }
 
 
+def _aqm_figures(
+    aqm: list[dict[str, Any]], qdisc: list[dict[str, Any]], rate_bps: int
+) -> dict[str, Any] | None:
+    """The router figures of a run whose bottleneck is the wire's AQM queue, from its samples
+    (the shape of the FIFO's, the queue named "aqm"), plus its drops split into the AQM's and
+    the byte limit's, its mean sojourn, and the router FIFO in front ("router_fifo", which
+    should hold nothing: its htb runs above line rate)."""
+    router = _router_figures(aqm, rate_bps)
+    if router is None:
+        return None
+    first, last = aqm[0], aqm[-1]
+    sent = last["sent_packets"] - first["sent_packets"]
+    router["queues"] = {"aqm": router["queues"].pop("0:")}
+    router["aqm"] = {
+        "kind": last["kind"],
+        "aqm_drops": last["aqm_drops"] - first["aqm_drops"],
+        "overflow_drops": last["overflow_drops"] - first["overflow_drops"],
+        "sojourn_mean_ns": (last["sojourn_sum_ns"] - first["sojourn_sum_ns"]) / sent
+        if sent
+        else None,
+    }
+    fifo = _router_figures(qdisc, rate_bps)
+    if fifo:
+        router["router_fifo"] = {
+            "drops": fifo["drops"],
+            "backlog_mean_bytes": fifo["backlog_mean_bytes"],
+            "backlog_max_bytes": max(q["backlog_bytes"] for q in qdisc),
+        }
+    return router
+
+
 def summarise(run_dir: Path, rate_bps: int) -> dict[str, Any]:
     """The scenario's steady-state figures from its raw files: what tests and reports read.
 
@@ -453,7 +502,8 @@ def summarise(run_dir: Path, rate_bps: int) -> dict[str, Any]:
     steady = timeline["steady_from_ns"]
     out: dict[str, Any] = {"timeline": timeline}
     qdisc = [q for q in _jsonl(run_dir / "qdisc.jsonl") if q["ts_ns"] >= steady]
-    router = _router_figures(qdisc, rate_bps)
+    aqm = [q for q in _jsonl(run_dir / "aqm.jsonl") if q["ts_ns"] >= steady]
+    router = _aqm_figures(aqm, qdisc, rate_bps) if aqm else _router_figures(qdisc, rate_bps)
     if router:
         out["router"] = router
     ss = [r for r in _jsonl(run_dir / "ss.jsonl") if r["ts_ns"] >= steady]

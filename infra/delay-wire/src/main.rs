@@ -602,3 +602,44 @@ fn main() {
     }
     write_samples();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn aqm(kind: &str) -> AqmArgs {
+        AqmArgs {
+            kind: kind.into(),
+            rate_bps: 100_000_000,
+            limit_bytes: 2_500_000,
+            ..AqmArgs::defaults()
+        }
+    }
+
+    #[test]
+    fn aqm_settings_make_their_bottleneck() {
+        let red = aqm("red").bottleneck().unwrap();
+        let Aqm::Red(r) = &red.aqm else { panic!() };
+        // One 1500-byte packet at 100 Mbit/s: the idle-time correction's unit.
+        assert_eq!(r.params.idle_packet_ns, 120_000);
+        assert_eq!(red.limit_bytes, 2_500_000);
+        assert_eq!(aqm("codel").bottleneck().unwrap().aqm.kind(), "codel");
+    }
+
+    #[test]
+    fn bad_aqm_settings_are_named() {
+        let error = |a: AqmArgs| a.bottleneck().err().unwrap();
+        assert!(error(aqm("pie")).contains("neither red nor codel"));
+        assert!(error(AqmArgs {
+            rate_bps: 0,
+            ..aqm("red")
+        })
+        .contains("--rate-bps"));
+        let mut inverted = aqm("red");
+        inverted.red.min_th_bytes = 1e6;
+        assert!(error(inverted).contains("min_th"));
+        let mut slow = aqm("codel");
+        slow.codel.target_ns = slow.codel.interval_ns;
+        assert!(error(slow).contains("target"));
+    }
+}
