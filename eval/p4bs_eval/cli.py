@@ -291,7 +291,8 @@ def cmd_register(args: argparse.Namespace) -> int:
         for path in args.scenarios
     ]
     try:
-        out = register(scenarios, args.plan, paths.home(), args.out_dir)
+        out_dir = args.out_dir or paths.home() / "eval" / "registrations"
+        out = register(scenarios, args.plan, paths.home(), out_dir)
     except RegistrationError as exc:
         print(f"p4bs eval register: {exc}", file=sys.stderr)
         return 2
@@ -439,10 +440,7 @@ def add_parser(sub: Any, default_config: Path) -> None:
         help="PLAN.toml: policies, metric, repeats, margin, alpha, holm_family (eval/README.md)",
     )
     register.add_argument(
-        "--out-dir",
-        type=Path,
-        default=SCENARIOS.parent / "registrations",
-        help="default: %(default)s",
+        "--out-dir", type=Path, help="default: eval/registrations of the checkout (P4BS_HOME)"
     )
     register.set_defaults(func=cmd_register)
     export = eval_sub.add_parser(

@@ -179,8 +179,10 @@ def compare_in_cell(
 ) -> list[Comparison]:
     """Each policy of a cell (metric per repeat) against the best other policy by mean, the
     equivalence margin `margin_fraction` of |its mean|; the verdicts Holm-adjusted across
-    the cell's comparisons (a family of their p-values of difference and of equivalence)."""
+    the cell's pairs (a family of their p-values of difference and of equivalence; the best
+    and the second are each other's rival: one pair, tested once, its difference mirrored)."""
     means = {policy: statistics.fmean(v.values()) for policy, v in by_policy.items() if v}
+    tested: dict[frozenset[str], PairedTest] = {}
     pairs = []
     for policy in means:
         others = [p for p in means if p != policy]
@@ -188,21 +190,35 @@ def compare_in_cell(
             continue
         pick = max if higher_is_better else min
         rival = pick(others, key=lambda p: means[p])
-        extra = known_variance(policy, rival) if known_variance else 0.0
-        margin = margin_fraction * abs(means[rival])
-        pairs.append(
-            (policy, rival, paired_test(by_policy[policy], by_policy[rival], margin, extra))
+        key = frozenset((policy, rival))
+        if key not in tested:
+            extra = known_variance(policy, rival) if known_variance else 0.0
+            margin = margin_fraction * abs(means[rival])
+            tested[key] = paired_test(by_policy[policy], by_policy[rival], margin, extra)
+            pairs.append((policy, rival, tested[key]))
+        else:
+            pairs.append((policy, rival, _mirrored(tested[key])))
+    keys = list(tested)
+    adjusted = holm(
+        [tested[k].p_difference for k in keys] + [tested[k].p_equivalence for k in keys]
+    )
+    found = []
+    for policy, rival, test in pairs:
+        i = keys.index(frozenset((policy, rival)))
+        verdict = decide(
+            test.difference.mean, adjusted[i], adjusted[len(keys) + i], ALPHA, higher_is_better
         )
-    tests = [test for _, _, test in pairs]
-    adjusted = holm([t.p_difference for t in tests] + [t.p_equivalence for t in tests])
-    return [
-        Comparison(
-            policy,
-            rival,
-            test,
-            decide(
-                test.difference.mean, adjusted[i], adjusted[len(tests) + i], ALPHA, higher_is_better
-            ),
-        )
-        for i, (policy, rival, test) in enumerate(pairs)
-    ]
+        found.append(Comparison(policy, rival, test, verdict))
+    return found
+
+
+def _mirrored(test: PairedTest) -> PairedTest:
+    """theirs - ours: the same tests of the same pair, the difference's sign turned."""
+    d = test.difference
+    return PairedTest(
+        Interval(-d.mean, -d.high, -d.low, d.n),
+        test.sd,
+        test.margin,
+        test.p_difference,
+        test.p_equivalence,
+    )

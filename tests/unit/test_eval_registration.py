@@ -119,8 +119,13 @@ def test_the_command_refuses_an_uncommitted_scenario(
     monkeypatch.setenv("P4BS_HOME", str(repo))
     (repo / "eval" / "scenarios" / "dyn.toml").write_text(SCENARIO.replace("60s", "90s"))
     args = ["eval", "register", str(repo / "eval" / "scenarios" / "dyn.toml")]
-    assert main([*args, "--plan", str(repo / "eval" / "suite.toml")]) == 2
+    args += ["--plan", str(repo / "eval" / "suite.toml"), "--out-dir", str(repo / "out")]
+    assert main(args) == 2
     assert "eval/scenarios/dyn.toml" in capsys.readouterr().err
+    assert not (repo / "out").exists()
+    (repo / "eval" / "scenarios" / "dyn.toml").write_text(SCENARIO)  # as committed
+    assert main(args[:-2]) == 0  # the default folder: the checkout's (P4BS_HOME)
+    assert (repo / "eval" / "registrations" / "suite.json").exists()
 
 
 @pytest.mark.parametrize(
