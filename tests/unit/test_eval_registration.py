@@ -113,6 +113,13 @@ def test_register_refuses_a_dirty_policy_tree(repo: Path) -> None:
     assert not (repo / "eval" / "registrations").exists()
 
 
+def test_register_refuses_an_unknown_policy(repo: Path) -> None:
+    (repo / "eval" / "suite.toml").write_text(PLAN.replace('"bdp"', '"bdpp"'))
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "typo")
+    with pytest.raises(RegistrationError, match="policy 'bdpp' unknown"):
+        _register(repo)
+
+
 def test_the_command_refuses_an_uncommitted_scenario(
     repo: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
