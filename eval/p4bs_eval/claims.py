@@ -339,7 +339,12 @@ def build(
             found = live_claims(source, rows, margin_fraction)
             dynamic, cell_oracles = dynamic_claims(source, rows, margin_fraction)
             oracles += cell_oracles
-            claims += [{**claim, "registered": registered} for claim in found + dynamic]
+            planned = registration.plan.repeats if registered and registration else 0
+            claims += [
+                {**claim, "registered": registered}
+                | ({"planned_repeats": planned} if claim.get("n", planned) < planned else {})
+                for claim in found + dynamic
+            ]
             live[source] = _per_cell(rows, "f_mean")
     for off_source, off_cells in offline.items():
         for live_source, live_cells in live.items():

@@ -75,7 +75,8 @@ def per_phase_oracle(
     """Per phase the fixed policy with the highest mean phase f over the repeats, and per
     repeat the stitched f (phases weighted by duration); repeats where a chosen policy's
     phase has no f are left out."""
-    names = [p["name"] for p in next(iter(next(iter(fixed.values())).values()))["phases"]]
+    phased = [r["phases"] for runs in fixed.values() for r in runs.values() if r.get("phases")]
+    names = [p["name"] for p in phased[0]] if phased else []
     chosen = []
     for i, name in enumerate(names):
         means = {}
@@ -88,8 +89,10 @@ def per_phase_oracle(
     repeats = set.intersection(*(set(fixed[c["policy"]]) for c in chosen))
     stitched = {}
     for repeat in sorted(repeats):
-        phases = [fixed[c["policy"]][repeat]["phases"][i] for i, c in enumerate(chosen)]
-        if (f := _weighted(phases)) is not None:
+        picked = [fixed[c["policy"]][repeat] for c in chosen]
+        if not all(_phase_f(run, i) for i, run in enumerate(picked)):
+            continue  # a chosen buffer's run of this repeat has no f in its phase
+        if (f := _weighted([run["phases"][i] for i, run in enumerate(picked)])) is not None:
             stitched[repeat] = f
     return chosen, stitched
 

@@ -132,3 +132,43 @@ def test_phase_weighted_f_needs_every_phase() -> None:
     row["phases"][1]["f_mean"] = None
     assert phase_weighted_f(row) is None
     assert phase_weighted_f({"f_mean": -1.0}) is None
+
+
+def _rewrite(results: Path, change: Any) -> None:
+    path = results / "dynamic" / "results.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for row in rows:
+        if row["policy"].startswith("fixed:"):
+            change(row)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_runs_without_phases_leave_their_repeat_or_the_oracle_out(tmp_path: Path) -> None:
+    """Fixed-buffer rows without per-phase figures in repeat 1: the oracle pairs over the
+    other 11. A phase without f in every fixed run: no per-phase oracle, the captured
+    fraction undecided, the best fixed buffer and the paired claims still there."""
+    results = tmp_path / "results"
+    _folder(results)
+    _rewrite(results, lambda row: row.pop("phases") if row["repeat"] == 1 else None)
+    data = build(results, tmp_path)
+    assert data["oracles"][0]["per_phase_oracle_f"] is not None
+    (ours,) = [
+        c
+        for c in data["claims"]
+        if c["claim"] == "captured-half" and c["policy"] == "loss-delay-fit"
+    ]
+    assert ours["n"] == 11 and ours["captured"]["mean"] == pytest.approx(0.6, abs=0.01)
+
+    def no_calm_f(row: dict[str, Any]) -> None:
+        if "phases" in row:
+            row["phases"][0]["f_mean"] = None
+
+    _rewrite(results, no_calm_f)
+    data = build(results, tmp_path)
+    (oracles,) = data["oracles"]
+    assert oracles["best_fixed"] == "fixed:50ms" and oracles["per_phase_oracle_f"] is None
+    captured = [c for c in data["claims"] if c["claim"] == "captured-half"]
+    assert captured and {(c["captured"] is None, c["verdict"]) for c in captured} == {
+        (True, "inconclusive")
+    }
+    assert any(c["claim"] == "above-best-fixed" for c in data["claims"])

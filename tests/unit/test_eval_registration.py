@@ -194,6 +194,7 @@ def test_claims_refuse_rows_of_another_policy_tree(repo: Path, tmp_path: Path) -
     assert "uncommitted" in reasons[4][2] and "no policy_tree" in reasons[5][2]
     (ours,) = [c for c in data["claims"] if c["claim"] == "ours-best-or-equivalent"]
     assert ours["n"] == 6 and ours["registered"] is True  # repeats 5-10 only
+    assert ours["planned_repeats"] == 10  # fewer than the plan's: said so
     # The same rows without the registration: all used, unregistered.
     (plain,) = [
         c for c in build(results, tmp_path)["claims"] if c["claim"] == "ours-best-or-equivalent"
