@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from p4bs_eval.claim_rows import interval_row, p_shown, paired_row
-from p4bs_eval.claims_dynamic import TARGET, captured_verdict, dynamic_claims
+from p4bs_eval.claims_dynamic import OURS, TARGET, captured_verdict, dynamic_claims
 from p4bs_eval.offline_report import surface_variances
 from p4bs_eval.registration import Registration, screen_rows
 from p4bs_eval.report import load_results
@@ -61,7 +61,6 @@ from p4bs_eval.stats import (
 
 STATIC_RULES = ("bdp", "stanford", "tiny", "bloated", "bscl", "adt")
 P4BS = "p4bs"
-OURS = "loss-delay-fit"
 ORACLE_TOLERANCE = 0.05  # ours' f after settling within 5% of the oracle's
 SEARCH_BUDGET_S = 20.0
 # What a target claim needs to be met: only these verdicts (never `inconclusive`).
