@@ -150,6 +150,11 @@ impl Red {
             ..Red::new(params, seed)
         }
     }
+
+    #[cfg(test)]
+    fn set_average(&mut self, avg: f64) {
+        self.avg = avg;
+    }
 }
 
 #[cfg(test)]
@@ -262,6 +267,24 @@ mod tests {
         // 1.2 max_th: p_b = 0.1 + 0.9 * 0.2 = 0.28; 1.5 max_th: 0.55.
         check_spacing(1.2 * 93_750.0, 0.28);
         check_spacing(1.5 * 93_750.0, 0.55);
+    }
+
+    #[test]
+    fn the_count_restarts_below_min_th() {
+        // After 1000 arrivals below min_th, the first one between the thresholds is dropped
+        // with p_b (the paper's count = -1 below min_th), not with a p_a grown by that count.
+        let p_b = 0.1 * (40_000.0 - 31_250.0) / 62_500.0;
+        let trials = 4000;
+        let dropped = (0..trials)
+            .filter(|seed| {
+                let mut red = held_at(20_000.0, *seed);
+                drop_gaps(&mut red, 1000);
+                red.set_average(40_000.0);
+                red.on_arrival(40_000, 0) != Verdict::Accept
+            })
+            .count();
+        let share = dropped as f64 / trials as f64;
+        assert!((share / p_b - 1.0).abs() < 0.3, "{share} against {p_b}");
     }
 
     #[test]
