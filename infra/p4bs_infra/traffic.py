@@ -469,7 +469,7 @@ def _aqm_figures(
     the byte limit's, its mean sojourn, and the router FIFO in front ("router_fifo", which
     should hold nothing: its htb runs above line rate)."""
     router = _router_figures(aqm, rate_bps)
-    if router is None:
+    if router is None:  # fewer than two samples
         return None
     first, last = aqm[0], aqm[-1]
     sent = last["sent_packets"] - first["sent_packets"]
@@ -502,8 +502,13 @@ def summarise(run_dir: Path, rate_bps: int) -> dict[str, Any]:
     steady = timeline["steady_from_ns"]
     out: dict[str, Any] = {"timeline": timeline}
     qdisc = [q for q in _jsonl(run_dir / "qdisc.jsonl") if q["ts_ns"] >= steady]
-    aqm = [q for q in _jsonl(run_dir / "aqm.jsonl") if q["ts_ns"] >= steady]
-    router = _aqm_figures(aqm, qdisc, rate_bps) if aqm else _router_figures(qdisc, rate_bps)
+    # An AQM run's bottleneck is the wire's queue: without its samples, no router figures
+    # (the router's FIFO, in front of it, is not the bottleneck).
+    if (run_dir / "aqm.jsonl").exists():
+        aqm = [q for q in _jsonl(run_dir / "aqm.jsonl") if q["ts_ns"] >= steady]
+        router = _aqm_figures(aqm, qdisc, rate_bps)
+    else:
+        router = _router_figures(qdisc, rate_bps)
     if router:
         out["router"] = router
     ss = [r for r in _jsonl(run_dir / "ss.jsonl") if r["ts_ns"] >= steady]

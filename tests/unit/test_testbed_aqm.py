@@ -196,6 +196,12 @@ def test_an_aqm_runs_router_figures_describe_the_wires_queue(tmp_path: Path) -> 
     assert router["router_fifo"]["drops"] == 0
 
 
+def test_an_aqm_run_without_queue_samples_has_no_router_figures(tmp_path: Path) -> None:
+    # Not the router FIFO's instead: that queue is not the bottleneck.
+    write_run(tmp_path / "run", [])
+    assert "router" not in summarise(tmp_path / "run", RATE)
+
+
 def test_a_fifo_runs_router_figures_still_come_from_the_router(tmp_path: Path) -> None:
     write_run(tmp_path / "run", None)
     router = summarise(tmp_path / "run", RATE)["router"]
