@@ -246,6 +246,17 @@ impl QueueSide {
         }
     }
 
+    /// A copy of `frame` to the tap (what left the queue).
+    fn copy_to_tap(&mut self, frame: &[u8]) {
+        if let Some(tap) = &self.tap {
+            if tap.send(frame) {
+                self.tap_copies += 1;
+            } else {
+                self.tap_send_errors += 1;
+            }
+        }
+    }
+
     /// One sample, in the shape of the router's qdisc samples (trafficgen's qdisc-log) plus
     /// the AQM's own counters.
     fn sample(&self, ts_ns: u64) {
@@ -375,7 +386,16 @@ impl Direction {
                 while let Some((len, rx_ns)) = self.rx.recv(&mut buf) {
                     let frame = buf[..len].to_vec();
                     match &mut self.queue {
-                        Some(side) => side.queue.arrive(frame, len as u64, rx_ns, &mut served),
+                        // ARP and other non-IPv4 frames pass the AQM (as a router's control
+                        // traffic does): a dropped ARP request would stall the link for
+                        // seconds. The tap still gets their copy, as the mirror gave it.
+                        Some(side) if flow_of(&frame).is_some() => {
+                            side.queue.arrive(frame, len as u64, rx_ns, &mut served)
+                        }
+                        Some(side) => {
+                            side.copy_to_tap(&frame);
+                            pending.hold(frame, rx_ns, &mut self.summary)
+                        }
                         None => pending.hold(frame, rx_ns, &mut self.summary),
                     }
                 }
@@ -387,13 +407,7 @@ impl Direction {
                     let late = now.saturating_sub(departure.start_ns);
                     side.serve_late_sum_ns += late;
                     side.serve_late_max_ns = side.serve_late_max_ns.max(late);
-                    if let Some(tap) = &side.tap {
-                        if tap.send(&departure.item) {
-                            side.tap_copies += 1;
-                        } else {
-                            side.tap_send_errors += 1;
-                        }
-                    }
+                    side.copy_to_tap(&departure.item);
                     pending.hold(departure.item, departure.done_ns, &mut self.summary);
                 }
                 if now >= next_sample {
