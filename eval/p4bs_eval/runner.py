@@ -13,6 +13,7 @@ evaluation goes on.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -30,9 +31,9 @@ from p4bs.progress import Progress
 from p4bs_eval.figures import read_jsonl, run_figures
 from p4bs_eval.phases import fct_summary, phase_figures
 from p4bs_eval.report import load_results, run_key
-from p4bs_eval.scenario import NO_POLICY, EvalScenario, Point, fixed_buffer_ms
+from p4bs_eval.scenario import AQM_POLICIES, NO_POLICY, EvalScenario, Point, fixed_buffer_ms
 from p4bs_infra.stack import Stack
-from p4bs_infra.testbed import Testbed
+from p4bs_infra.testbed import Aqm, Testbed
 from p4bs_infra.traffic import Scenario, TrafficRun
 from p4bs_loop.closed_loop import ClosedLoop, own_stack, own_testbed_plan
 
@@ -66,13 +67,27 @@ def code_identity(repo: Path) -> dict[str, Any]:
     }
 
 
-def run_setup(scenario: EvalScenario, point: Point, policy: str) -> tuple[bool, float]:
-    """Whether the run has an optimizer, and the router's initial buffer (ms of line rate):
-    `none` and the oracle's `fixed:<ms>ms` run without one, the latter at its own buffer."""
+@dataclasses.dataclass(frozen=True)
+class RunSetup:
+    """How a policy's run is set up: with an optimizer or not, the router's initial buffer
+    (ms of line rate), and the bottleneck's AQM if any."""
+
+    optimizer: bool
+    buffer_ms: float
+    aqm: Aqm | None = None
+
+
+def run_setup(scenario: EvalScenario, point: Point, policy: str) -> RunSetup:
+    """`none`, the oracle's `fixed:<ms>ms` and the AQM baselines `red` and `codel` run
+    without an optimizer: the first at the scenario's initial buffer, the second at its own,
+    the AQMs (with their default parameters, p4bs_infra.testbed.Aqm) on the initial buffer."""
     fixed_ms = fixed_buffer_ms(policy)
     if fixed_ms is not None:
-        return False, fixed_ms
-    return policy != NO_POLICY, scenario.buffer_ms_at(point)
+        return RunSetup(False, fixed_ms)
+    buffer_ms = scenario.buffer_ms_at(point)
+    if policy in AQM_POLICIES:
+        return RunSetup(False, buffer_ms, Aqm(kind="red" if policy == "red" else "codel"))
+    return RunSetup(policy != NO_POLICY, buffer_ms)
 
 
 class PhaseClock:
@@ -112,11 +127,14 @@ def run_one(
     code = code_identity(paths.home())
     config = load_config(base_config)
     groups = scenario.groups_at(point)
-    optimizer, buffer_ms = run_setup(scenario, point, policy)
+    setup = run_setup(scenario, point, policy)
     # Repeat r's traffic under every policy: the same short-flow arrivals and sizes and the
     # same per-flow extra delays, so that the policies' difference in a repeat is paired.
     seed = repeat
-    plan = own_testbed_plan(config, run_dir / "testbed", "ev", groups, buffer_ms, delay_seed=seed)
+    plan = own_testbed_plan(
+        config, run_dir / "testbed", "ev", groups, setup.buffer_ms, delay_seed=seed
+    )
+    plan = dataclasses.replace(plan, aqm=setup.aqm)
     testbed = Testbed(plan)
     loop: ClosedLoop | None = None
     label = f"{point.label} | {policy} | #{repeat}"
@@ -131,14 +149,14 @@ def run_one(
             run_dir / "loop",
             bootstrap=stack.kafka.bootstrap,
             # Without a policy the loop still measures; its config names one it never runs.
-            policy=policy if optimizer else "static",
+            policy=policy if setup.optimizer else "static",
             policy_options=scenario.policy_options.get(policy, {}),
             influx_url=stack.influxdb.url,
             sections=scenario.loop_sections,
             link_settings=scenario.link_settings,
         )
         loop.start(
-            optimizer=optimizer,
+            optimizer=setup.optimizer,
             progress=lambda line: progress.show(f"{label} | {line}"),
         )
         phases.mark("loop_start")
@@ -198,6 +216,8 @@ def run_one(
         extra["fct"] = fct_summary(spans, flows, start_ns)
     if fixed_buffer_ms(policy) is not None:
         extra["fixed_buffer_bytes"] = plan.buffer_bytes
+    if setup.aqm is not None:
+        extra["aqm"] = dataclasses.asdict(setup.aqm)  # its parameters, as they ran
     return figures | extra
 
 

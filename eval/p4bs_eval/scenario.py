@@ -38,6 +38,9 @@ LINK_SETTINGS = ("sla", "weights")
 CCAS = ("cubic", "bbr", "reno")
 # The oracle's policies: no optimizer, the router's initial buffer this many ms of line rate.
 FIXED_PREFIX = "fixed:"
+# The active queue management baselines (p4bs_infra.testbed.Aqm's kinds): no optimizer, the
+# bottleneck queue that AQM on the scenario's initial buffer.
+AQM_POLICIES = ("red", "codel")
 # A scenario without [[phases]] has this one, from the warm-up's end to the run's end.
 WHOLE_RUN = "all"
 
@@ -183,10 +186,11 @@ def config_with_link_settings(config_path: Path, link_settings: Mapping[str, Any
 
 def check_policies(policies: tuple[str, ...], where: str) -> None:
     for policy in policies:
-        if policy != NO_POLICY and policy not in POLICIES and fixed_buffer_ms(policy) is None:
+        if policy not in (NO_POLICY, *AQM_POLICIES, *POLICIES) and fixed_buffer_ms(policy) is None:
             raise ScenarioError(
                 f"{where}: policy {policy!r} unknown; known: {NO_POLICY}, "
-                f"{FIXED_PREFIX}<ms>ms (a fixed buffer), {', '.join(sorted(POLICIES))}"
+                f"{FIXED_PREFIX}<ms>ms (a fixed buffer), {', '.join(AQM_POLICIES)} (AQM), "
+                f"{', '.join(sorted(POLICIES))}"
             )
 
 

@@ -14,7 +14,14 @@ from typing import Any
 import pytest
 
 from p4bs_eval.phases import fct_summary, phase_figures
-from p4bs_eval.runner import POLICY_CODE, code_identity, describe, pending_runs, run_setup
+from p4bs_eval.runner import (
+    POLICY_CODE,
+    RunSetup,
+    code_identity,
+    describe,
+    pending_runs,
+    run_setup,
+)
 from p4bs_eval.scenario import (
     ScenarioError,
     check_policies,
@@ -22,7 +29,7 @@ from p4bs_eval.scenario import (
     fixed_policy,
     parse_scenario,
 )
-from p4bs_infra.testbed import SenderGroup
+from p4bs_infra.testbed import Aqm, SenderGroup
 from p4bs_infra.traffic import long_flow_schedule
 from p4bs_infra.trafficgen import SIZE_CDFS, short_flow_schedule, size_from_cdf
 
@@ -152,14 +159,22 @@ def test_a_resume_refuses_a_folder_whose_phases_changed(tmp_path: Path) -> None:
 def test_the_oracle_policies_run_without_an_optimizer_at_their_buffer() -> None:
     scenario = _parse(DYNAMIC)
     point = scenario.points()[0]
-    assert run_setup(scenario, point, "fixed:12.5ms") == (False, 12.5)
-    assert run_setup(scenario, point, "none") == (False, 200.0)
-    assert run_setup(scenario, point, "loss-delay-fit") == (True, 200.0)
+    assert run_setup(scenario, point, "fixed:12.5ms") == RunSetup(False, 12.5)
+    assert run_setup(scenario, point, "none") == RunSetup(False, 200.0)
+    assert run_setup(scenario, point, "loss-delay-fit") == RunSetup(True, 200.0)
     assert fixed_policy(12.5) == "fixed:12.5ms" and fixed_buffer_ms("fixed:12.5ms") == 12.5
     assert fixed_buffer_ms("fixed:0ms") is None and fixed_buffer_ms("fixed:xms") is None
-    check_policies(("fixed:7.5ms", "none", "p4bs"), "--policies")
+    check_policies(("fixed:7.5ms", "none", "p4bs", "red", "codel"), "--policies")
     with pytest.raises(ScenarioError, match=r"'fixed:7\.5'"):
         check_policies(("fixed:7.5",), "--policies")
+
+
+def test_the_aqm_baselines_run_without_an_optimizer_on_the_initial_buffer() -> None:
+    scenario = _parse({**DYNAMIC, "policies": ["red", "codel", "bdp"], "buffer": "100ms"})
+    point = scenario.points()[0]
+    assert run_setup(scenario, point, "red") == RunSetup(False, 100.0, Aqm(kind="red"))
+    assert run_setup(scenario, point, "codel") == RunSetup(False, 100.0, Aqm(kind="codel"))
+    assert run_setup(scenario, point, "bdp") == RunSetup(True, 100.0)
 
 
 def _window(start_s: float, f: float, srtt_ms: float, utilisation: float) -> dict[str, Any]:
