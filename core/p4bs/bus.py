@@ -30,7 +30,15 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from p4bs.config import KafkaConfig, SecretRef
-from p4bs.topic_range import SECOND_NS, Deadline, read_ranges, reader, watermarks
+from p4bs.topic_range import (
+    SECOND_NS,
+    Deadline,
+    TopicUnavailable,
+    partitions_once_known,
+    read_ranges,
+    reader,
+    watermarks,
+)
 from p4bs_schemas.codec import RecordError, codec
 from p4bs_schemas.registry import COMPACTED_STREAMS, STREAMS
 
@@ -365,17 +373,16 @@ class RecordConsumer:
         )
         self._at_eof: set[tuple[str, int]] = set()
         if whole_topics:
-            metadata = self._consumer.list_topics(timeout=30).topics
-            missing = sorted(set(self._stream_of) - set(metadata))
-            if missing:
-                raise KafkaException(f"no such topic: {', '.join(missing)}")
-            self._consumer.assign(
-                [
+            deadline = Deadline(30 * SECOND_NS)
+            try:
+                assignment = [
                     TopicPartition(topic, partition, OFFSET_BEGINNING)
                     for topic in self._stream_of
-                    for partition in metadata[topic].partitions
+                    for partition in partitions_once_known(self._consumer, topic, deadline)
                 ]
-            )
+            except TopicUnavailable as exc:
+                raise KafkaException(f"no such topic: {exc.topic} ({exc.reason})") from exc
+            self._consumer.assign(assignment)
         else:
 
             def call(handler: Callable[[list[Partition]], None] | None) -> Any:

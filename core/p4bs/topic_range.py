@@ -30,7 +30,7 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 SECOND_NS = 1_000_000_000
 BATCH = 500  # records taken at once of those fetched
 POLL_S = 0.2  # the longest wait for a record before the positions are looked at again
-RETRY_S = 0.1  # between two asks for a partition's watermarks while it has no leader
+RETRY_S = 0.1  # between two asks while a partition has no leader or a topic is not known yet
 
 Ranges = Mapping[int, tuple[int, int]]  # partition -> [start, end) offsets
 Ends = Mapping[tuple[str, int], int]  # (topic, partition) -> the offset to read up to
@@ -95,6 +95,18 @@ def partitions(consumer: Consumer, topic: str, deadline: Deadline) -> list[int]:
     if info is None or info.error is not None:
         raise TopicUnavailable(topic, "missing" if info is None else info.error.str())
     return sorted(info.partitions)
+
+
+def partitions_once_known(consumer: Consumer, topic: str, deadline: Deadline) -> list[int]:
+    """`partitions`, asked again until the deadline while the cluster does not know the
+    topic: one just created reaches the metadata a client is answered with a moment later."""
+    while True:
+        try:
+            return partitions(consumer, topic, deadline)
+        except TopicUnavailable:
+            if deadline.passed:
+                raise
+            time.sleep(RETRY_S)  # the pace of the asks, not a synchronisation
 
 
 def watermarks(

@@ -17,6 +17,7 @@ from p4bs.topic_range import (
     Deadline,
     TopicUnavailable,
     partitions,
+    partitions_once_known,
     read_ranges,
     unread,
     watermarks,
@@ -78,9 +79,10 @@ class FakeLog:
 class FakeConsumer:
     """The calls a range reader makes, on logs held in memory."""
 
-    def __init__(self, logs: dict[int, FakeLog], known: bool = True) -> None:
+    def __init__(self, logs: dict[int, FakeLog], known: bool = True, unknown_asks: int = 0) -> None:
         self.logs = logs
         self.known = known
+        self.unknown_asks = unknown_asks  # topic lists without the topic before it is known
         self.asks = 0
         self.positions: dict[int, int] = {}
         self.assigned_calls: list[list[tuple[int, int]]] = []
@@ -88,7 +90,9 @@ class FakeConsumer:
     def list_topics(self, topic: str, timeout: float) -> Any:
         partition_info = {p: object() for p in self.logs}
         info = type("TopicInfo", (), {"partitions": partition_info, "error": None})
-        return type("Metadata", (), {"topics": {topic: info} if self.known else {}})
+        self.unknown_asks -= 1
+        known = self.known and self.unknown_asks < 0
+        return type("Metadata", (), {"topics": {topic: info} if known else {}})
 
     def get_watermark_offsets(
         self, tp: TopicPartition, timeout: float, cached: bool
@@ -224,6 +228,14 @@ def test_a_topic_the_cluster_does_not_know_is_named() -> None:
         0,
         1,
     ]
+
+
+def test_a_topic_just_created_is_asked_for_again_until_the_cluster_knows_it() -> None:
+    consumer = FakeConsumer({1: FakeLog(), 0: FakeLog()}, unknown_asks=3)
+    assert partitions_once_known(fake(consumer), TOPIC, Deadline(5 * SECOND_NS)) == [0, 1]
+    never = FakeConsumer({0: FakeLog()}, known=False)
+    with pytest.raises(TopicUnavailable, match=r"^topic t: missing$"):
+        partitions_once_known(fake(never), TOPIC, Deadline(SHORT_NS))
 
 
 def test_unread_keeps_the_partitions_whose_position_is_below_their_end() -> None:
