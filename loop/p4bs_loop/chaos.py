@@ -66,15 +66,6 @@ KAFKA_NODES = 3
 # How long after the traffic the live job may take to write its last window: a failover's
 # restart took up to 85 s here, and the catch-up after it some more.
 CATCH_UP_S = 180.0
-# The live job's watermark trails the newest record by this much (the config's default is
-# 200 ms). The software data plane merges its two taps by time within 50 ms; in a CI chaos
-# run its process fell further behind (the kernel dropped 226k frames from a full ring, and
-# 82% of frames came older than one already handled). An RTT sample older than an interval
-# already closed is sent in a record of its own, stamped with its old interval; whether that
-# record is late for its window depends on when a watermark was emitted, which differs
-# between the live job and the bounded reference job over the same records: 4 windows' RTT
-# samples differed (1514 against 1748), and the SRTT carried the difference on.
-OUT_OF_ORDERNESS = "1s"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -366,10 +357,7 @@ def chaos_run(
             work_dir / "loop",
             bootstrap=stack.bootstrap,
             policy=plan.policy,
-            sections={
-                "kafka": {"replication_factor": KAFKA_NODES},
-                "metrics": {"max_out_of_orderness": OUT_OF_ORDERNESS},
-            },
+            sections={"kafka": {"replication_factor": KAFKA_NODES}},
             jobmanager=stack.flink.rest.removeprefix("http://"),
             optimizers=2,
         )
