@@ -12,18 +12,8 @@ pub fn open(interface: &str) -> io::Result<PacketSocket> {
     // Frames this program sends must not come back to it as received.
     sock.ignore_outgoing()?;
     sock.enable_timestamps()?;
-    sock.set_option(
-        libc::SOL_SOCKET,
-        libc::SO_RCVBUF,
-        &(16 << 20i32),
-        "SO_RCVBUF",
-    )?;
-    sock.set_option(
-        libc::SOL_SOCKET,
-        libc::SO_SNDBUF,
-        &(16 << 20i32),
-        "SO_SNDBUF",
-    )?;
+    set_buffer(&sock, libc::SO_RCVBUF, "SO_RCVBUF")?;
+    set_buffer(&sock, libc::SO_SNDBUF, "SO_SNDBUF")?;
     sock.bind()?;
     sock.set_promiscuous()?;
     Ok(sock)
@@ -34,12 +24,12 @@ pub fn open(interface: &str) -> io::Result<PacketSocket> {
 pub fn open_sender(interface: &str) -> io::Result<PacketSocket> {
     let sock = PacketSocket::open_nonblocking(interface)?;
     sock.ignore_outgoing()?;
-    sock.set_option(
-        libc::SOL_SOCKET,
-        libc::SO_SNDBUF,
-        &(16 << 20i32),
-        "SO_SNDBUF",
-    )?;
+    set_buffer(&sock, libc::SO_SNDBUF, "SO_SNDBUF")?;
     sock.bind()?;
     Ok(sock)
+}
+
+/// One of the socket's buffers (`option`: SO_RCVBUF or SO_SNDBUF) at 16 MiB.
+fn set_buffer(sock: &PacketSocket, option: libc::c_int, what: &str) -> io::Result<()> {
+    sock.set_option(libc::SOL_SOCKET, option, &(16 << 20i32), what)
 }
