@@ -1,0 +1,295 @@
+"""A change detector that sees the traffic, not the policy's own moves (issue 39, item 5).
+
+The metrics job's z-score of f (streaming-jobs/README.md) compares f with its last 50 windows:
+a searching policy's own trials spread those windows, so that a real shift of the traffic
+hides in their spread, and a buffer move shifts f as much as a change of the traffic does.
+This detector watches what a sizing policy needs, each signal against a baseline of its own:
+
+- `flows`: N, the larger of the window's long flows and its flows with RTT samples (the
+  number loss-delay-fit sizes for; the long-flow count alone takes seconds to see flows
+  that just started). Flows do not come or go because the buffer moved, so its baseline
+  restarts only after a detected change.
+- `rtt_min`: the base RTT, the window's `rtt_min_ns` (the minimum RTT sample over the metrics
+  job's `rtt_min_horizon`, 10 s). A window without one (no RTT sample in the horizon) gives
+  this signal no value: it neither extends nor breaks a run of moved windows.
+- `loss`: the loss regime, the window's loss rate (no value without data packets).
+- `delay`: the delay regime, the window's mean queueing delay (no value without a sample).
+- `cca`: the CCA mix, as loss-insensitivity: the window's loss over what N loss-based flows
+  would lose keeping that buffer full (`expected_loss`, Mathis et al.'s model, the one
+  loss-delay-fit classifies flows with). Loss-based flows sit near 1-2 times it, flows that
+  do not back off on loss (BBR) far above (11-26 on the Fig. 11 surfaces).
+
+The last four depend on the buffer: their baselines restart after each buffer change, from
+`holdoff_ns` after the first window under the new buffer (the queue refills in ~7-10 s after
+a raise, and `rtt_min_ns` is a minimum over 10 s), so a buffer move is never a change.
+
+A baseline is the median of a signal's values over its first `baseline_ns` of windows (after
+the holdoff). A window moves a signal when its value is at least `ratio` times the baseline
+or at most 1/`ratio` of it, and differs from it by at least the signal's `floor` (so that a
+rate near 0 does not turn noise into a large ratio). `persistence` windows in a row that move
+a signal (windows without a value skipped) signal a change, its reason naming each signal
+that moved and by how much; then every baseline restarts after the holdoff, as after a buffer
+change. The thresholds are provisional (optimizer/README.md says why each default): the lead
+decides them from `p4bs eval detection` on the dynamic suite.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from p4bs.config import LinkConfig
+from p4bs_optimizer.policies.base import Window
+from p4bs_optimizer.policies.baselines import OptionReader
+
+# (rtt_min_ns, flows, buffer_bytes) -> the loss rate of that many loss-based flows
+ExpectedLoss = Callable[[int, int, float], float]
+SIGNALS = ("flows", "rtt_min", "loss", "delay", "cca")
+BUFFER_DRIVEN = ("rtt_min", "loss", "delay", "cca")  # restarted by a buffer change
+
+
+@dataclass(frozen=True)
+class TrafficChangeOptions:
+    """The detector's thresholds (a policy's `traffic_*` options), provisional."""
+
+    # After a buffer change (or a detected change) before a baseline starts: a raised buffer
+    # fills in ~7-10 s (eval/README.md), and RTT_min is a minimum over the last 10 s.
+    holdoff_ns: int = 10_000_000_000
+    # Windows a baseline's median is taken over: 10 windows of 0.5 s.
+    baseline_ns: int = 5_000_000_000
+    # Windows in a row that must move a signal: 2 s at 0.5 s windows, a step's `measure_ns`
+    # (a shift shorter than one step's measurement is not worth a new search).
+    persistence: int = 4
+    # N: the smallest change that moves loss-delay-fit's model optimum (C RTT + B ~ N^(2/3))
+    # by more than its `close_enough` (1.15): 1.15^(3/2) = 1.23; and at least 3 flows.
+    flows_ratio: float = 1.25
+    flows_floor: float = 3.0
+    # RTT_min: the BDP (and the buffer that follows it) moves with it, at the same 1.25; and
+    # at least 2 ms, above the per-flow jitter of a few ms the testbed adds.
+    rtt_ratio: float = 1.25
+    rtt_floor_ns: int = 2_000_000
+    # Loss and delay regimes: double or half, and a move of at least a tenth of the SLA's
+    # bound (p-hat, d-hat): less cannot move f's term by more than 0.1 of its weight.
+    loss_ratio: float = 2.0
+    loss_floor: float = 0.1  # of p-hat
+    delay_ratio: float = 2.0
+    delay_floor: float = 0.1  # of d-hat
+    # CCA mix: loss over loss-based flows' at least tripled (or a third) and by at least 2:
+    # loss-based flows read 1.2-2.1, BBR 11-26 on the Fig. 11 surfaces.
+    cca_ratio: float = 3.0
+    cca_floor: float = 2.0
+
+    @classmethod
+    def parse(cls, r: OptionReader) -> TrafficChangeOptions:
+        """The `traffic_*` options of a policy's reader (PolicyOptionError names a bad one)."""
+        d = cls()
+
+        def ratio(name: str, default: float) -> float:
+            return r.number(f"traffic_{name}", default, low=1, low_open=True)
+
+        return cls(
+            holdoff_ns=r.duration_ns("traffic_holdoff_ns", d.holdoff_ns, allow_zero=True),
+            baseline_ns=r.duration_ns("traffic_baseline_ns", d.baseline_ns),
+            persistence=r.integer("traffic_persistence", d.persistence, low=1, high=1000),
+            flows_ratio=ratio("flows_ratio", d.flows_ratio),
+            flows_floor=r.number("traffic_flows_floor", d.flows_floor, low=0),
+            rtt_ratio=ratio("rtt_ratio", d.rtt_ratio),
+            rtt_floor_ns=r.duration_ns("traffic_rtt_floor_ns", d.rtt_floor_ns, allow_zero=True),
+            loss_ratio=ratio("loss_ratio", d.loss_ratio),
+            loss_floor=r.number("traffic_loss_floor", d.loss_floor, low=0),
+            delay_ratio=ratio("delay_ratio", d.delay_ratio),
+            delay_floor=r.number("traffic_delay_floor", d.delay_floor, low=0),
+            cca_ratio=ratio("cca_ratio", d.cca_ratio),
+            cca_floor=r.number("traffic_cca_floor", d.cca_floor, low=0),
+        )
+
+
+@dataclass
+class Baseline:
+    """One signal's baseline and the windows in a row that moved it."""
+
+    collect_from_ns: int  # windows starting before this do not count (the holdoff)
+    first_ns: int | None = None  # start of the first window collected
+    values: list[float] = field(default_factory=list)  # collected, until the median is taken
+    reference: float | None = None  # the median, once `baseline_ns` were collected
+    streak: int = 0  # windows in a row that moved the signal
+    last: float | None = None  # the last of them
+
+    @classmethod
+    def loaded(cls, state: Any, what: str) -> Baseline:
+        """A baseline from its snapshot; raises ValueError or TypeError naming what is wrong."""
+        if not isinstance(state, Mapping) or set(state) != {f.name for f in fields(cls)}:
+            raise ValueError(f"{what} is not a baseline: {state!r}")
+        baseline = cls(**state)
+        _whole(baseline.collect_from_ns, f"{what}.collect_from_ns")
+        _whole(baseline.streak, f"{what}.streak", low=0)
+        if baseline.first_ns is not None:
+            _whole(baseline.first_ns, f"{what}.first_ns")
+        if not isinstance(baseline.values, list):
+            raise TypeError(f"{what}.values is not a list")
+        for i, value in enumerate(baseline.values):
+            _real(value, f"{what}.values[{i}]")
+        for name in ("reference", "last"):
+            if getattr(baseline, name) is not None:
+                _real(getattr(baseline, name), f"{what}.{name}")
+        return baseline
+
+
+def _whole(value: Any, what: str, low: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} {value!r} is not a whole number")
+    if low is not None and value < low:
+        raise ValueError(f"{what} {value} is below {low}")
+
+
+def _real(value: Any, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise TypeError(f"{what} {value!r} is not a finite number")
+    if value < 0:
+        raise ValueError(f"{what} {value} is negative")
+
+
+class TrafficChangeDetector:
+    """One link's detector: `observe` each window in order (its `buffer_bytes` the buffer in
+    force), which returns why the traffic changed, or None."""
+
+    def __init__(
+        self,
+        link: LinkConfig,
+        options: TrafficChangeOptions,
+        expected_loss: ExpectedLoss | None = None,
+    ) -> None:
+        self.link = link
+        self.options = options
+        self.expected_loss = expected_loss  # None: no `cca` signal
+        self._reset()
+
+    def _reset(self) -> None:
+        self.buffer_bytes: int | None = None  # in force in the last window observed
+        self.started = False  # a window was observed
+        self.baselines = {name: Baseline(collect_from_ns=0) for name in SIGNALS}
+
+    def observe(self, window: Window) -> str | None:
+        """Takes one window; returns the signals it completed a change of, as a reason."""
+        o = self.options
+        if not self.started:
+            self._restart(SIGNALS, window)
+        elif window.buffer_bytes != self.buffer_bytes:
+            self._restart(BUFFER_DRIVEN, window)
+        self.started, self.buffer_bytes = True, window.buffer_bytes
+        moved = []
+        for name, value in self._values(window).items():
+            baseline = self.baselines[name]
+            if value is None or window.window_start_ns < baseline.collect_from_ns:
+                continue
+            if baseline.reference is None:
+                if baseline.first_ns is None:
+                    baseline.first_ns = window.window_start_ns
+                baseline.values.append(value)
+                if window.window_end_ns - baseline.first_ns >= o.baseline_ns:
+                    baseline.reference = statistics.median(baseline.values)
+                    baseline.values = []
+                continue
+            if self._moves(name, value, baseline.reference):
+                baseline.streak, baseline.last = baseline.streak + 1, value
+            else:
+                baseline.streak, baseline.last = 0, None
+            if baseline.streak >= o.persistence:
+                moved.append(self._describe(name, baseline.reference, value))
+        if not moved:
+            return None
+        self._restart(SIGNALS, window)
+        return "; ".join(moved)
+
+    def _restart(self, names: tuple[str, ...], window: Window) -> None:
+        # The holdoff runs from the end of the first window under the new buffer (the change
+        # happened inside it).
+        start = window.window_end_ns + self.options.holdoff_ns
+        for name in names:
+            self.baselines[name] = Baseline(collect_from_ns=start)
+
+    def _values(self, window: Window) -> dict[str, float | None]:
+        flows = max(window.long_flows, window.rtt_flows)
+        loss = window.loss_rate if window.data_packets > 0 else None
+        cca = None
+        if (
+            self.expected_loss is not None
+            and loss is not None
+            and window.rtt_min_ns is not None
+            and window.buffer_bytes is not None
+        ):
+            expected = self.expected_loss(window.rtt_min_ns, max(flows, 1), window.buffer_bytes)
+            cca = loss / expected if expected > 0 else None
+        return {
+            "flows": float(flows),
+            "rtt_min": None if window.rtt_min_ns is None else float(window.rtt_min_ns),
+            "loss": loss,
+            "delay": None if window.queue_delay_ns is None else float(window.queue_delay_ns),
+            "cca": cca,
+        }
+
+    def _band(self, name: str) -> tuple[float, float]:
+        """The signal's ratio and floor (in its own units)."""
+        o, link = self.options, self.link
+        return {
+            "flows": (o.flows_ratio, o.flows_floor),
+            "rtt_min": (o.rtt_ratio, float(o.rtt_floor_ns)),
+            "loss": (o.loss_ratio, o.loss_floor * link.max_loss),
+            "delay": (o.delay_ratio, o.delay_floor * link.max_queue_delay_ns),
+            "cca": (o.cca_ratio, o.cca_floor),
+        }[name]
+
+    def _moves(self, name: str, value: float, reference: float) -> bool:
+        ratio, floor = self._band(name)
+        if abs(value - reference) < floor:
+            return False
+        return value >= reference * ratio or value * ratio <= reference
+
+    def _describe(self, name: str, reference: float, value: float) -> str:
+        """Which signal moved, from what to what, by what factor, over how many windows."""
+        moved = {
+            "flows": f"N {reference:g} -> {value:g}",
+            "rtt_min": f"RTT_min {reference / 1e6:.1f} -> {value / 1e6:.1f} ms",
+            "loss": f"loss {reference:.3%} -> {value:.3%}",
+            "delay": f"queueing delay {reference / 1e6:.1f} -> {value / 1e6:.1f} ms",
+            "cca": f"CCA mix: loss over loss-based flows' {reference:.1f} -> {value:.1f}",
+        }[name]
+        factor = f"x{value / reference:.2f}" if reference > 0 else "from 0"
+        return f"{moved} ({factor}, {self.options.persistence} windows)"
+
+    # -- persistence ----------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "buffer_bytes": self.buffer_bytes,
+            "started": self.started,
+            "baselines": {name: asdict(b) for name, b in self.baselines.items()},
+        }
+
+    def load(self, state: Any) -> None:
+        """Takes what `snapshot` returned; raises ValueError, TypeError or KeyError naming
+        what does not fit (and leaves the detector as it was)."""
+        if not isinstance(state, Mapping):
+            raise TypeError(f"a detector's state is a JSON object, not {type(state).__name__}")
+        buffer, started, saved = state["buffer_bytes"], state["started"], state["baselines"]
+        if buffer is not None:
+            _whole(buffer, "traffic_change.buffer_bytes", low=0)
+        if not isinstance(started, bool):
+            raise TypeError(f"traffic_change.started {started!r} is not true or false")
+        if not isinstance(saved, Mapping) or set(saved) != set(SIGNALS):
+            raise ValueError(f"traffic_change.baselines must have {', '.join(SIGNALS)}")
+        baselines = {n: Baseline.loaded(saved[n], f"traffic_change.{n}") for n in SIGNALS}
+        self.buffer_bytes, self.started, self.baselines = buffer, started, baselines
+
+    def restore(self, state: Any) -> str | None:
+        """Resumes from a snapshot; never raises: what does not fit leaves the detector as new
+        and is returned as the reason (None: resumed)."""
+        try:
+            self.load(state)
+        except (LookupError, TypeError, ValueError) as exc:
+            self._reset()
+            return f"{type(exc).__name__}: {exc}"
+        return None
