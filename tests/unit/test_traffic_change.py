@@ -120,6 +120,19 @@ def test_a_step_below_its_threshold_or_shorter_than_the_persistence_is_not_a_cha
     assert alarms(detector(), windows) == []
 
 
+def test_a_large_ratio_of_a_rate_near_zero_is_not_a_change() -> None:
+    """Loss 0.02% -> 0.08% and a queue of 0.5 -> 2 ms (x4 each) move f's terms by less than
+    a tenth of their SLA bounds (0.1% of p-hat 1%, 5 ms of d-hat 50 ms): below the floors, no
+    change; the same factors on larger values are one."""
+    small = [window(i, loss=0.0002, delay_ns=500_000) for i in range(STEP_AT)]
+    small += [window(i, loss=0.0008, delay_ns=2_000_000) for i in range(STEP_AT, STEP_AT + 40)]
+    assert alarms(detector(), small) == []
+    large = [window(i, loss=0.002, delay_ns=5_000_000) for i in range(STEP_AT)]
+    large += [window(i, loss=0.008, delay_ns=20_000_000) for i in range(STEP_AT, STEP_AT + 40)]
+    [(_, reason)] = alarms(detector(), large)
+    assert "loss 0.200% -> 0.800%" in reason and "queueing delay 5.0 -> 20.0 ms" in reason
+
+
 def buffer_move(i: int, moved_at: int) -> Window:
     """The same 30 flows; from `moved_at` the buffer is cut to 20 ms: the queue falls to
     12 ms, loss rises five-fold (Mathis: the windows shrink) and RTT_min with the queue
@@ -212,12 +225,13 @@ def test_its_state_survives_a_snapshot_and_a_malformed_one_is_refused_with_a_rea
 
 def test_loss_delay_fit_restarts_its_search_when_flows_join_its_settled_link() -> None:
     """Settled, the policy keeps its buffer through a minute of the same traffic (its own
-    moves were no change), and searches again when N doubles, the reason saying so."""
+    moves were no change; nor is the metrics job's flag, which is not this detector's), and
+    searches again when N doubles, the reason saying so."""
     policy = LossDelayFitPolicy(LINK, {})
     link = power_law_link()
     run(policy, link, settled, limit=2000)
     for _ in range(600):
-        new = policy.decide(link.window())
+        new = policy.decide(link.window(change=True))
         assert new == []
     link.flows = 48
     decisions = run(policy, link, lambda d: True, limit=200)
