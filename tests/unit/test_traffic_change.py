@@ -23,10 +23,9 @@ WINDOW_NS = 500_000_000
 T0_NS = 1_700_000_000 * 10**9
 DETECTOR_LINK = make_link(max_queue_delay_ns=50_000_000, policy="loss-delay-fit")
 BUFFER = 1_250_000  # 100 ms of 100 Mbit/s
-PERSISTENCE = TrafficChangeOptions().persistence
-# The first window a baseline can judge: the holdoff (10 s) and the baseline (5 s) after the
-# first window.
-JUDGED_FROM = 1 + (10_000_000_000 + 5_000_000_000) // WINDOW_NS
+DEFAULTS = TrafficChangeOptions()
+PERSISTENCE = DEFAULTS.persistence
+SPAN = DEFAULTS.smoothing_ns // WINDOW_NS  # windows a smoothed signal is taken over
 
 
 def window(i: int, **values: Any) -> Window:
@@ -85,31 +84,42 @@ def alarms(d: TrafficChangeDetector, windows: list[Window]) -> list[tuple[int, s
     return out
 
 
-STEP_AT = 60  # 30 s in: the baseline is set from window JUDGED_FROM - 1
+STEP_AT = 60  # 30 s in: after the holdoff (10 s) and the baseline (10 s)
 
 
 @pytest.mark.parametrize(
-    ("after", "named"),
+    ("after", "named", "crossed"),
     [
-        ({"flows": 38}, "N 30 -> 38 (x1.27"),  # the issue's join of 8 flows of another CCA
-        ({"flows": 15}, "N 30 -> 15 (x0.50"),
-        ({"rtt_min_ns": 80_000_000}, "RTT_min 20.0 -> 80.0 ms (x4.00"),
-        ({"loss": 0.018}, "loss 0.600% -> 1.800% (x3.00"),
-        ({"delay_ns": 10_000_000}, "queueing delay 60.0 -> 10.0 ms (x0.17"),
-        # BBR joins: N x1.27 alone would not say the flows stopped backing off on loss.
-        ({"flows": 38, "loss": 0.12}, "CCA mix: loss over loss-based flows'"),
+        # the issue's join of 8 flows of another CCA: N is not smoothed
+        ({"flows": 38, "loss": 0.12}, "N 30 -> 38 (x1.27, 4 windows)", 0),
+        ({"flows": 15}, "N 30 -> 15 (x0.50", 0),
+        # the mean over the span reaches 30 ms (x1.5) after 4 windows at 80 ms
+        ({"rtt_min_ns": 80_000_000}, "RTT_min 20.0 -> 41.0 ms (x2.05, 4 windows)", 3),
+        # ... 1.2% (x2) after 10 windows at 1.8%
+        ({"loss": 0.018}, "loss 0.600% -> 1.380% (x2.30, 4 windows)", 9),
+        # ... 30 ms (x0.5) after 12 windows at 10 ms
+        ({"delay_ns": 10_000_000}, "queueing delay 60.0 -> 22.5 ms (x0.38, 4 windows)", 11),
+        # Cubic flows replaced by as many that do not back off on loss (BBR in a small
+        # buffer): the loss regime moves, and it is the CCA mix, not N
+        (
+            {"loss": 0.06},
+            "; CCA mix: loss over loss-based flows' 4.8 -> 17.6 (x3.70, 2 windows)",
+            2,
+        ),
     ],
 )
-def test_a_step_of_the_traffic_is_detected_within_its_persistence(
-    after: dict[str, Any], named: str
+def test_a_step_of_the_traffic_is_detected_within_its_span_and_persistence(
+    after: dict[str, Any], named: str, crossed: int
 ) -> None:
-    """A step that moves one signal past its threshold: signalled on the step's
-    `persistence`-th window, not before, the reason naming the signal and its factor."""
+    """A step that moves one signal past its threshold: signalled on the `persistence`-th
+    window past it (N at once; a smoothed signal once its mean over the last
+    `smoothing_ns` has crossed), the reason naming the signal and its factor."""
     windows = [window(i) for i in range(STEP_AT)]
-    windows += [window(i, **after) for i in range(STEP_AT, STEP_AT + 40)]
+    windows += [window(i, **after) for i in range(STEP_AT, STEP_AT + 60)]
     found = alarms(detector(), windows)
-    assert [i for i, _ in found] == [STEP_AT + PERSISTENCE - 1], found
+    assert [i for i, _ in found] == [STEP_AT + crossed + PERSISTENCE - 1], found
     assert named in found[0][1]
+    assert crossed < SPAN
 
 
 def test_a_step_below_its_threshold_or_shorter_than_the_persistence_is_not_a_change() -> None:
@@ -121,16 +131,16 @@ def test_a_step_below_its_threshold_or_shorter_than_the_persistence_is_not_a_cha
 
 
 def test_a_large_ratio_of_a_rate_near_zero_is_not_a_change() -> None:
-    """Loss 0.02% -> 0.08% and a queue of 0.5 -> 2 ms (x4 each) move f's terms by less than
-    a tenth of their SLA bounds (0.1% of p-hat 1%, 5 ms of d-hat 50 ms): below the floors, no
-    change; the same factors on larger values are one."""
-    small = [window(i, loss=0.0002, delay_ns=500_000) for i in range(STEP_AT)]
-    small += [window(i, loss=0.0008, delay_ns=2_000_000) for i in range(STEP_AT, STEP_AT + 40)]
+    """Loss 0.02% -> 0.08% and a queue of 1 -> 4 ms (x4 each) move f's terms by less than
+    a fifth of their SLA bounds (0.2% of p-hat 1%, 10 ms of d-hat 50 ms): below the floors,
+    no change; the same factors on larger values are one."""
+    small = [window(i, loss=0.0002, delay_ns=1_000_000) for i in range(STEP_AT)]
+    small += [window(i, loss=0.0008, delay_ns=4_000_000) for i in range(STEP_AT, STEP_AT + 60)]
     assert alarms(detector(), small) == []
-    large = [window(i, loss=0.002, delay_ns=5_000_000) for i in range(STEP_AT)]
-    large += [window(i, loss=0.008, delay_ns=20_000_000) for i in range(STEP_AT, STEP_AT + 40)]
+    large = [window(i, loss=0.002, delay_ns=10_000_000) for i in range(STEP_AT)]
+    large += [window(i, loss=0.008, delay_ns=40_000_000) for i in range(STEP_AT, STEP_AT + 60)]
     [(_, reason)] = alarms(detector(), large)
-    assert "loss 0.200% -> 0.800%" in reason and "queueing delay 5.0 -> 20.0 ms" in reason
+    assert "loss 0.200% -> " in reason and "queueing delay 10.0 -> " in reason
 
 
 def buffer_move(i: int, moved_at: int) -> Window:
@@ -150,7 +160,7 @@ def test_a_buffer_change_alone_is_not_a_change_of_the_traffic() -> None:
     assert alarms(detector(), windows) == []
     # The same move with the baseline kept through it: the loss, delay and RTT_min shift.
     found = alarms(detector(), [replace(w, buffer_bytes=BUFFER) for w in windows])
-    assert found and "loss 0.600% -> 3.000%" in found[0][1]
+    assert found and "loss 0.600% -> " in found[0][1]
 
 
 def test_a_change_during_the_holdoff_after_a_buffer_move_is_still_seen_in_n() -> None:
@@ -177,12 +187,13 @@ def noisy(rng: random.Random, i: int) -> Window:
 
 def test_noise_at_the_stated_level_gives_at_most_a_false_alarm_in_five_hours() -> None:
     """Five hours of steady noisy windows: at most one alarm (0.2 an hour). A single window past
-    a threshold is common at this noise: with `traffic_persistence` 1 there are hundreds; the
-    persistence holds them off."""
+    a threshold is common at this noise: taken a window at a time (`traffic_smoothing_ns` 0)
+    with `traffic_persistence` 1 there are many alarms; the smoothing and the persistence
+    hold them off."""
     rng = random.Random(39)
     windows = [noisy(rng, i) for i in range(36_000)]
     assert len(alarms(detector(), windows)) <= 1
-    assert len(alarms(detector(traffic_persistence=1), windows)) > 50
+    assert len(alarms(detector(traffic_persistence=1, traffic_smoothing_ns=0), windows)) > 50
 
 
 def test_its_state_survives_a_snapshot_and_a_malformed_one_is_refused_with_a_reason() -> None:
@@ -211,7 +222,7 @@ def test_its_state_survives_a_snapshot_and_a_malformed_one_is_refused_with_a_rea
             **good,
             "baselines": {
                 **good["baselines"],
-                "delay": {**good["baselines"]["delay"], "values": ["x"]},
+                "delay": {**good["baselines"]["delay"], "recent": [["x", 1, 1]]},
             },
         },
     ]

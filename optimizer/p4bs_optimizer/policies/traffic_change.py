@@ -36,7 +36,6 @@ decides them from `p4bs eval detection` on the dynamic suite.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -49,6 +48,7 @@ from p4bs_optimizer.policies.baselines import OptionReader
 ExpectedLoss = Callable[[int, int, float], float]
 SIGNALS = ("flows", "rtt_min", "loss", "delay", "cca")
 BUFFER_DRIVEN = ("rtt_min", "loss", "delay", "cca")  # restarted by a buffer change
+SMOOTHED = ("rtt_min", "loss", "delay", "cca")  # taken over the last `smoothing_ns` of windows
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,12 @@ class TrafficChangeOptions:
     # After a buffer change (or a detected change) before a baseline starts: a raised buffer
     # fills in ~7-10 s (eval/README.md), and RTT_min is a minimum over the last 10 s.
     holdoff_ns: int = 10_000_000_000
-    # Windows a baseline's median is taken over: 10 windows of 0.5 s.
-    baseline_ns: int = 5_000_000_000
+    # Windows a baseline is taken over: 10 windows of 0.5 s.
+    baseline_ns: int = 10_000_000_000
+    # Loss, delay and the CCA mix over the last this of windows: with a large buffer
+    # loss-based flows lose in bursts seconds apart (Cubic's sawtooth), a window at a time
+    # is no regime.
+    smoothing_ns: int = 10_000_000_000
     # Windows in a row that must move a signal: 2 s at 0.5 s windows, a step's `measure_ns`
     # (a shift shorter than one step's measurement is not worth a new search).
     persistence: int = 4
@@ -69,18 +73,17 @@ class TrafficChangeOptions:
     flows_floor: float = 3.0
     # RTT_min: the BDP (and the buffer that follows it) moves with it, at the same 1.25; and
     # at least 2 ms, above the per-flow jitter of a few ms the testbed adds.
-    rtt_ratio: float = 1.25
+    rtt_ratio: float = 1.5
     rtt_floor_ns: int = 2_000_000
     # Loss and delay regimes: double or half, and a move of at least a tenth of the SLA's
     # bound (p-hat, d-hat): less cannot move f's term by more than 0.1 of its weight.
     loss_ratio: float = 2.0
-    loss_floor: float = 0.1  # of p-hat
+    loss_floor: float = 0.2  # of p-hat
     delay_ratio: float = 2.0
-    delay_floor: float = 0.1  # of d-hat
-    # CCA mix: loss over loss-based flows' at least tripled (or a third) and by at least 2:
-    # loss-based flows read 1.2-2.1, BBR 11-26 on the Fig. 11 surfaces.
+    delay_floor: float = 0.2  # of d-hat
+    # CCA mix: loss over loss-based flows' at least tripled (or a third), with the loss
+    # regime moving too: loss-based flows read 1.2-2.1, BBR 11-26 on the Fig. 11 surfaces.
     cca_ratio: float = 3.0
-    cca_floor: float = 2.0
 
     @classmethod
     def parse(cls, r: OptionReader) -> TrafficChangeOptions:
@@ -93,6 +96,7 @@ class TrafficChangeOptions:
         return cls(
             holdoff_ns=r.duration_ns("traffic_holdoff_ns", d.holdoff_ns, allow_zero=True),
             baseline_ns=r.duration_ns("traffic_baseline_ns", d.baseline_ns),
+            smoothing_ns=r.duration_ns("traffic_smoothing_ns", d.smoothing_ns, allow_zero=True),
             persistence=r.integer("traffic_persistence", d.persistence, low=1, high=1000),
             flows_ratio=ratio("flows_ratio", d.flows_ratio),
             flows_floor=r.number("traffic_flows_floor", d.flows_floor, low=0),
@@ -103,20 +107,33 @@ class TrafficChangeOptions:
             delay_ratio=ratio("delay_ratio", d.delay_ratio),
             delay_floor=r.number("traffic_delay_floor", d.delay_floor, low=0),
             cca_ratio=ratio("cca_ratio", d.cca_ratio),
-            cca_floor=r.number("traffic_cca_floor", d.cca_floor, low=0),
         )
 
 
 @dataclass
 class Baseline:
-    """One signal's baseline and the windows in a row that moved it."""
+    """One signal's baseline and the windows in a row that moved it. A value is a ratio of
+    sums over windows (loss: retransmissions over data packets), so that a baseline or a span
+    of windows weighs each window by what it carried."""
 
     collect_from_ns: int  # windows starting before this do not count (the holdoff)
     first_ns: int | None = None  # start of the first window collected
-    values: list[float] = field(default_factory=list)  # collected, until the median is taken
-    reference: float | None = None  # the median, once `baseline_ns` were collected
+    total: float = 0.0  # the baseline's sums, until `baseline_ns` were collected
+    weight: float = 0.0
+    reference: float | None = None  # total / weight, once `baseline_ns` were collected
+    # A smoothed signal's windows over the last `smoothing_ns`: [end ns, value sum, weight]
+    recent: list[list[float]] = field(default_factory=list)
     streak: int = 0  # windows in a row that moved the signal
     last: float | None = None  # the last of them
+
+    def value(self, end_ns: int, part: tuple[float, float], span_ns: int) -> float:
+        """The signal over the windows of the last `span_ns` (0: this window alone)."""
+        if span_ns == 0:
+            return part[0] / part[1]
+        self.recent.append([end_ns, *part])
+        while self.recent[0][0] <= end_ns - span_ns:
+            self.recent.pop(0)
+        return sum(r[1] for r in self.recent) / sum(r[2] for r in self.recent)
 
     @classmethod
     def loaded(cls, state: Any, what: str) -> Baseline:
@@ -128,13 +145,20 @@ class Baseline:
         _whole(baseline.streak, f"{what}.streak", low=0)
         if baseline.first_ns is not None:
             _whole(baseline.first_ns, f"{what}.first_ns")
-        if not isinstance(baseline.values, list):
-            raise TypeError(f"{what}.values is not a list")
-        for i, value in enumerate(baseline.values):
-            _real(value, f"{what}.values[{i}]")
+        _real(baseline.total, f"{what}.total")
+        _real(baseline.weight, f"{what}.weight")
         for name in ("reference", "last"):
             if getattr(baseline, name) is not None:
                 _real(getattr(baseline, name), f"{what}.{name}")
+        if not isinstance(baseline.recent, list):
+            raise TypeError(f"{what}.recent is not a list")
+        for i, entry in enumerate(baseline.recent):
+            if not isinstance(entry, list) or len(entry) != 3:
+                raise ValueError(f"{what}.recent[{i}] is not [end, sum, weight]")
+            for value in entry:
+                _real(value, f"{what}.recent[{i}]")
+            if entry[2] <= 0:
+                raise ValueError(f"{what}.recent[{i}] has no weight")
         return baseline
 
 
@@ -180,29 +204,37 @@ class TrafficChangeDetector:
         elif window.buffer_bytes != self.buffer_bytes:
             self._restart(BUFFER_DRIVEN, window)
         self.started, self.buffer_bytes = True, window.buffer_bytes
-        moved = []
-        for name, value in self._values(window).items():
+        moving: dict[str, float] = {}  # the signals this window moved, and by what
+        for name, part in self._parts(window).items():
             baseline = self.baselines[name]
-            if value is None or window.window_start_ns < baseline.collect_from_ns:
+            if part is None or window.window_start_ns < baseline.collect_from_ns:
                 continue
+            span = o.smoothing_ns if name in SMOOTHED else 0
             if baseline.reference is None:
                 if baseline.first_ns is None:
                     baseline.first_ns = window.window_start_ns
-                baseline.values.append(value)
+                baseline.total += part[0]
+                baseline.weight += part[1]
+                baseline.value(window.window_end_ns, part, span)  # the span fills meanwhile
                 if window.window_end_ns - baseline.first_ns >= o.baseline_ns:
-                    baseline.reference = statistics.median(baseline.values)
-                    baseline.values = []
+                    baseline.reference = baseline.total / baseline.weight
                 continue
-            if self._moves(name, value, baseline.reference):
+            value = baseline.value(window.window_end_ns, part, span)
+            # The CCA mix moves only with the loss regime: the Mathis prediction of few flows
+            # in a large buffer is tiny, and their loss, in bursts seconds apart, many times it.
+            gated = name == "cca" and self.baselines["loss"].streak == 0
+            if not gated and self._moves(name, value, baseline.reference):
                 baseline.streak, baseline.last = baseline.streak + 1, value
+                moving[name] = value
             else:
                 baseline.streak, baseline.last = 0, None
-            if baseline.streak >= o.persistence:
-                moved.append(self._describe(name, baseline.reference, value))
-        if not moved:
+        if not any(self.baselines[name].streak >= o.persistence for name in moving):
             return None
+        # The reason names every signal moving now, with its windows in a row: a join of
+        # BBR flows shows in the loss regime first, and the CCA mix a window or two later.
+        reason = "; ".join(self._describe(name, value) for name, value in moving.items())
         self._restart(SIGNALS, window)
-        return "; ".join(moved)
+        return reason
 
     def _restart(self, names: tuple[str, ...], window: Window) -> None:
         # The holdoff runs from the end of the first window under the new buffer (the change
@@ -211,23 +243,25 @@ class TrafficChangeDetector:
         for name in names:
             self.baselines[name] = Baseline(collect_from_ns=start)
 
-    def _values(self, window: Window) -> dict[str, float | None]:
+    def _parts(self, window: Window) -> dict[str, tuple[float, float] | None]:
+        """Each signal's (value sum, weight) in the window; None: no value."""
         flows = max(window.long_flows, window.rtt_flows)
-        loss = window.loss_rate if window.data_packets > 0 else None
+        packets, lost = window.data_packets, float(window.retransmissions)
         cca = None
         if (
             self.expected_loss is not None
-            and loss is not None
+            and packets > 0
             and window.rtt_min_ns is not None
             and window.buffer_bytes is not None
         ):
             expected = self.expected_loss(window.rtt_min_ns, max(flows, 1), window.buffer_bytes)
-            cca = loss / expected if expected > 0 else None
+            cca = (lost, packets * expected) if expected > 0 else None
+        delay = window.queue_delay_ns
         return {
-            "flows": float(flows),
-            "rtt_min": None if window.rtt_min_ns is None else float(window.rtt_min_ns),
-            "loss": loss,
-            "delay": None if window.queue_delay_ns is None else float(window.queue_delay_ns),
+            "flows": (float(flows), 1.0),
+            "rtt_min": None if window.rtt_min_ns is None else (float(window.rtt_min_ns), 1.0),
+            "loss": (lost, float(packets)) if packets > 0 else None,
+            "delay": None if delay is None else (float(delay), 1.0),
             "cca": cca,
         }
 
@@ -239,7 +273,7 @@ class TrafficChangeDetector:
             "rtt_min": (o.rtt_ratio, float(o.rtt_floor_ns)),
             "loss": (o.loss_ratio, o.loss_floor * link.max_loss),
             "delay": (o.delay_ratio, o.delay_floor * link.max_queue_delay_ns),
-            "cca": (o.cca_ratio, o.cca_floor),
+            "cca": (o.cca_ratio, 0.0),
         }[name]
 
     def _moves(self, name: str, value: float, reference: float) -> bool:
@@ -248,8 +282,10 @@ class TrafficChangeDetector:
             return False
         return value >= reference * ratio or value * ratio <= reference
 
-    def _describe(self, name: str, reference: float, value: float) -> str:
+    def _describe(self, name: str, value: float) -> str:
         """Which signal moved, from what to what, by what factor, over how many windows."""
+        reference, streak = self.baselines[name].reference, self.baselines[name].streak
+        assert reference is not None
         moved = {
             "flows": f"N {reference:g} -> {value:g}",
             "rtt_min": f"RTT_min {reference / 1e6:.1f} -> {value / 1e6:.1f} ms",
@@ -258,7 +294,7 @@ class TrafficChangeDetector:
             "cca": f"CCA mix: loss over loss-based flows' {reference:.1f} -> {value:.1f}",
         }[name]
         factor = f"x{value / reference:.2f}" if reference > 0 else "from 0"
-        return f"{moved} ({factor}, {self.options.persistence} windows)"
+        return f"{moved} ({factor}, {streak} windows)"
 
     # -- persistence ----------------------------------------------------------------------
 
