@@ -93,9 +93,9 @@ STEP_AT = 60  # 30 s in: after the holdoff (10 s) and the baseline (10 s)
         # the issue's join of 8 flows of another CCA: N is not smoothed
         ({"flows": 38, "loss": 0.12}, "N 30 -> 38 (x1.27, 4 windows)", 0),
         ({"flows": 15}, "N 30 -> 15 (x0.50", 0),
-        # the mean over the span reaches 30 ms (x1.5) after 4 windows at 80 ms
-        ({"rtt_min_ns": 80_000_000}, "RTT_min 20.0 -> 41.0 ms (x2.05, 4 windows)", 3),
-        # ... 1.2% (x2) after 10 windows at 1.8%
+        # RTT_min is a minimum over 10 s already: not smoothed; a rise counts at once
+        ({"rtt_min_ns": 80_000_000}, "RTT_min 20.0 -> 80.0 ms (x4.00, 4 windows)", 0),
+        # the mean over the span reaches 1.2% (x2) after 10 windows at 1.8%
         ({"loss": 0.018}, "loss 0.600% -> 1.380% (x2.30, 4 windows)", 9),
         # ... 30 ms (x0.5) after 12 windows at 10 ms
         ({"delay_ns": 10_000_000}, "queueing delay 60.0 -> 22.5 ms (x0.38, 4 windows)", 11),
@@ -143,6 +143,31 @@ def test_a_large_ratio_of_a_rate_near_zero_is_not_a_change() -> None:
     assert "loss 0.200% -> " in reason and "queueing delay 10.0 -> " in reason
 
 
+def test_a_fall_of_rtt_min_counts_once_it_outlasts_one_low_sample() -> None:
+    """One RTT sample too low holds the job's RTT_min down for its 10 s horizon (seen at
+    11-12 ms on the 20 ms path of the committed surfaces): no change, neither while it lasts
+    nor when it ends, also when it fell in the baseline. A fall that stays is one, 10 s on."""
+    low = 11_500_000
+    artefact = [window(i, rtt_min_ns=low if 70 <= i < 90 else 20_000_000) for i in range(160)]
+    assert alarms(detector(), artefact) == []
+    in_baseline = [window(i, rtt_min_ns=low if 25 <= i < 45 else 20_000_000) for i in range(160)]
+    assert alarms(detector(), in_baseline) == []
+    lasting = [window(i, rtt_min_ns=low if i >= STEP_AT else 20_000_000) for i in range(160)]
+    found = alarms(detector(), lasting)
+    assert [i for i, _ in found] == [STEP_AT + 20], found  # 10.5 s after the fall
+    assert "RTT_min 20.0 -> 11.5 ms (x0.57, 21 windows)" in found[0][1]
+
+
+def test_a_fall_of_the_loss_regime_alone_is_not_a_change() -> None:
+    """The same flows losing less: BBR's 100 flows in 200 ms on the committed Fig. 11 surface,
+    12% for 30 s, then 0-5%. Searching again there (offline, in every seed) took the policy
+    from its settled top to buffers where BBR loses heavily: f -6.6 for -5.2. Flows leaving,
+    the usual cause of less loss, show in N."""
+    windows = [window(i, loss=0.12) for i in range(STEP_AT)]
+    windows += [window(i, loss=0.01) for i in range(STEP_AT, STEP_AT + 60)]
+    assert alarms(detector(), windows) == []
+
+
 def buffer_move(i: int, moved_at: int) -> Window:
     """The same 30 flows; from `moved_at` the buffer is cut to 20 ms: the queue falls to
     12 ms, loss rises five-fold (Mathis: the windows shrink) and RTT_min with the queue
@@ -185,15 +210,15 @@ def noisy(rng: random.Random, i: int) -> Window:
     )
 
 
-def test_noise_at_the_stated_level_gives_at_most_a_false_alarm_in_five_hours() -> None:
-    """Five hours of steady noisy windows: at most one alarm (0.2 an hour). A single window past
+def test_noise_at_the_stated_level_gives_no_false_alarm_in_two_hours() -> None:
+    """Two hours of steady noisy windows: no alarm. A single window past
     a threshold is common at this noise: taken a window at a time (`traffic_smoothing_ns` 0)
     with `traffic_persistence` 1 there are many alarms; the smoothing and the persistence
     hold them off."""
     rng = random.Random(39)
-    windows = [noisy(rng, i) for i in range(36_000)]
-    assert len(alarms(detector(), windows)) <= 1
-    assert len(alarms(detector(traffic_persistence=1, traffic_smoothing_ns=0), windows)) > 50
+    windows = [noisy(rng, i) for i in range(14_400)]
+    assert alarms(detector(), windows) == []
+    assert len(alarms(detector(traffic_persistence=1, traffic_smoothing_ns=0), windows)) > 20
 
 
 def test_its_state_survives_a_snapshot_and_a_malformed_one_is_refused_with_a_reason() -> None:

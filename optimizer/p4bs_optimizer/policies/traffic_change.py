@@ -9,26 +9,38 @@ This detector watches what a sizing policy needs, each signal against a baseline
   number loss-delay-fit sizes for; the long-flow count alone takes seconds to see flows
   that just started). Flows do not come or go because the buffer moved, so its baseline
   restarts only after a detected change.
-- `rtt_min`: the base RTT, the window's `rtt_min_ns` (the minimum RTT sample over the metrics
-  job's `rtt_min_horizon`, 10 s). A window without one (no RTT sample in the horizon) gives
-  this signal no value: it neither extends nor breaks a run of moved windows.
-- `loss`: the loss regime, the window's loss rate (no value without data packets).
-- `delay`: the delay regime, the window's mean queueing delay (no value without a sample).
-- `cca`: the CCA mix, as loss-insensitivity: the window's loss over what N loss-based flows
+- `rtt_min`: the base RTT, the windows' `rtt_min_ns` (the minimum RTT sample over the metrics
+  job's `rtt_min_horizon`, 10 s; LinkMetrics has no other base RTT). A window without one (no
+  RTT sample in the horizon) gives this signal no value: it neither extends nor breaks a run
+  of moved windows. One sample too low holds it down for the whole horizon (on the committed
+  Fig. 11 surfaces, 11-12 ms now and then on a 20 ms path): its baseline is the highest of
+  its windows, and a fall counts once it lasted longer than `rtt_drop_ns` (a rise of a
+  minimum is real at once).
+- `loss`: the loss regime, the windows' retransmissions over their data packets. Only a
+  rise counts: the same flows losing less (BBR after its first 30 s in a large buffer) is no
+  reason to search again, and flows leaving, the usual cause of less loss, show in N.
+- `delay`: the delay regime, the windows' mean queueing delay (no value without a sample).
+- `cca`: the CCA mix, as loss-insensitivity: the windows' loss over what N loss-based flows
   would lose keeping that buffer full (`expected_loss`, Mathis et al.'s model, the one
   loss-delay-fit classifies flows with). Loss-based flows sit near 1-2 times it, flows that
-  do not back off on loss (BBR) far above (11-26 on the Fig. 11 surfaces).
+  do not back off on loss (BBR) far above (11-26 on the Fig. 11 surfaces). It moves only
+  while the loss regime moves too: for few flows in a large buffer the model's loss is tiny
+  and their loss, in bursts seconds apart, many times it either way.
 
 The last four depend on the buffer: their baselines restart after each buffer change, from
 `holdoff_ns` after the first window under the new buffer (the queue refills in ~7-10 s after
 a raise, and `rtt_min_ns` is a minimum over 10 s), so a buffer move is never a change.
 
-A baseline is the median of a signal's values over its first `baseline_ns` of windows (after
-the holdoff). A window moves a signal when its value is at least `ratio` times the baseline
-or at most 1/`ratio` of it, and differs from it by at least the signal's `floor` (so that a
-rate near 0 does not turn noise into a large ratio). `persistence` windows in a row that move
-a signal (windows without a value skipped) signal a change, its reason naming each signal
-that moved and by how much; then every baseline restarts after the holdoff, as after a buffer
+A baseline is a signal over its first `baseline_ns` of windows after the holdoff (pooled:
+sums over the windows, e.g. retransmissions over data packets). N and RTT_min are then judged
+a window at a time; loss, delay and the CCA mix over the last `smoothing_ns` of windows (with
+a large buffer loss-based flows lose in bursts seconds apart, Cubic's sawtooth: a window
+alone is no regime). A window
+moves a signal when its value is at least `ratio` times the baseline or at most 1/`ratio` of
+it, and differs from it by at least the signal's `floor` (so that a rate near 0 does not turn
+noise into a large ratio). `persistence` windows in a row that move a signal (windows without
+a value skipped) signal a change, its reason naming every signal moving then, by how much
+and for how many windows; then every baseline restarts after the holdoff, as after a buffer
 change. The thresholds are provisional (optimizer/README.md says why each default): the lead
 decides them from `p4bs eval detection` on the dynamic suite.
 """
@@ -48,7 +60,8 @@ from p4bs_optimizer.policies.baselines import OptionReader
 ExpectedLoss = Callable[[int, int, float], float]
 SIGNALS = ("flows", "rtt_min", "loss", "delay", "cca")
 BUFFER_DRIVEN = ("rtt_min", "loss", "delay", "cca")  # restarted by a buffer change
-SMOOTHED = ("rtt_min", "loss", "delay", "cca")  # taken over the last `smoothing_ns` of windows
+SMOOTHED = ("loss", "delay", "cca")  # taken over the last `smoothing_ns` of windows
+RISES_ONLY = ("loss", "cca")  # a fall alone is no change (optimizer/README.md)
 
 
 @dataclass(frozen=True)
@@ -58,11 +71,10 @@ class TrafficChangeOptions:
     # After a buffer change (or a detected change) before a baseline starts: a raised buffer
     # fills in ~7-10 s (eval/README.md), and RTT_min is a minimum over the last 10 s.
     holdoff_ns: int = 10_000_000_000
-    # Windows a baseline is taken over: 10 windows of 0.5 s.
+    # A baseline's windows, and the span the smoothed signals are taken over: on the Fig. 11
+    # surfaces' fixed-buffer runs 5 s of each gave 8.4 false alarms an hour, 10 s 2.2 (all
+    # three at BBR 100 in 200 ms, whose loss does fall from 12% to 0-5% in mid-run).
     baseline_ns: int = 10_000_000_000
-    # Loss, delay and the CCA mix over the last this of windows: with a large buffer
-    # loss-based flows lose in bursts seconds apart (Cubic's sawtooth), a window at a time
-    # is no regime.
     smoothing_ns: int = 10_000_000_000
     # Windows in a row that must move a signal: 2 s at 0.5 s windows, a step's `measure_ns`
     # (a shift shorter than one step's measurement is not worth a new search).
@@ -71,12 +83,17 @@ class TrafficChangeOptions:
     # by more than its `close_enough` (1.15): 1.15^(3/2) = 1.23; and at least 3 flows.
     flows_ratio: float = 1.25
     flows_floor: float = 3.0
-    # RTT_min: the BDP (and the buffer that follows it) moves with it, at the same 1.25; and
-    # at least 2 ms, above the per-flow jitter of a few ms the testbed adds.
+    # RTT_min: the BDP (and the buffer that follows it) moves with it; 1.25 as N gave 7
+    # false alarms in 1.4 h of the Fig. 11 surfaces (a low sample held for 10 s), 1.5 none.
+    # At least 2 ms, above the per-flow jitter of a few ms the testbed adds.
     rtt_ratio: float = 1.5
     rtt_floor_ns: int = 2_000_000
-    # Loss and delay regimes: double or half, and a move of at least a tenth of the SLA's
-    # bound (p-hat, d-hat): less cannot move f's term by more than 0.1 of its weight.
+    # A fall of RTT_min counts once it lasted longer than the metrics job's
+    # `rtt_min_horizon` (10 s): a single sample too low lasts exactly that.
+    rtt_drop_ns: int = 10_000_000_000
+    # Loss and delay regimes: double or half, and a move of at least a fifth of the SLA's
+    # bound (p-hat, d-hat): less moves f by under 0.1 at weight 0.5 (loss-delay-fit's
+    # `good_enough`); a tenth alarmed on Cubic 25's 0.1-0.3% loss in 200 ms.
     loss_ratio: float = 2.0
     loss_floor: float = 0.2  # of p-hat
     delay_ratio: float = 2.0
@@ -102,6 +119,7 @@ class TrafficChangeOptions:
             flows_floor=r.number("traffic_flows_floor", d.flows_floor, low=0),
             rtt_ratio=ratio("rtt_ratio", d.rtt_ratio),
             rtt_floor_ns=r.duration_ns("traffic_rtt_floor_ns", d.rtt_floor_ns, allow_zero=True),
+            rtt_drop_ns=r.duration_ns("traffic_rtt_drop_ns", d.rtt_drop_ns, allow_zero=True),
             loss_ratio=ratio("loss_ratio", d.loss_ratio),
             loss_floor=r.number("traffic_loss_floor", d.loss_floor, low=0),
             delay_ratio=ratio("delay_ratio", d.delay_ratio),
@@ -124,7 +142,7 @@ class Baseline:
     # A smoothed signal's windows over the last `smoothing_ns`: [end ns, value sum, weight]
     recent: list[list[float]] = field(default_factory=list)
     streak: int = 0  # windows in a row that moved the signal
-    last: float | None = None  # the last of them
+    moved_from_ns: int | None = None  # start of the first of them
 
     def value(self, end_ns: int, part: tuple[float, float], span_ns: int) -> float:
         """The signal over the windows of the last `span_ns` (0: this window alone)."""
@@ -147,9 +165,10 @@ class Baseline:
             _whole(baseline.first_ns, f"{what}.first_ns")
         _real(baseline.total, f"{what}.total")
         _real(baseline.weight, f"{what}.weight")
-        for name in ("reference", "last"):
-            if getattr(baseline, name) is not None:
-                _real(getattr(baseline, name), f"{what}.{name}")
+        if baseline.moved_from_ns is not None:
+            _whole(baseline.moved_from_ns, f"{what}.moved_from_ns")
+        if baseline.reference is not None:
+            _real(baseline.reference, f"{what}.reference")
         if not isinstance(baseline.recent, list):
             raise TypeError(f"{what}.recent is not a list")
         for i, entry in enumerate(baseline.recent):
@@ -213,8 +232,11 @@ class TrafficChangeDetector:
             if baseline.reference is None:
                 if baseline.first_ns is None:
                     baseline.first_ns = window.window_start_ns
-                baseline.total += part[0]
-                baseline.weight += part[1]
+                if name == "rtt_min":  # its highest: a minimum errs only low
+                    baseline.total, baseline.weight = max(baseline.total, part[0]), 1.0
+                else:
+                    baseline.total += part[0]
+                    baseline.weight += part[1]
                 baseline.value(window.window_end_ns, part, span)  # the span fills meanwhile
                 if window.window_end_ns - baseline.first_ns >= o.baseline_ns:
                     baseline.reference = baseline.total / baseline.weight
@@ -224,17 +246,31 @@ class TrafficChangeDetector:
             # in a large buffer is tiny, and their loss, in bursts seconds apart, many times it.
             gated = name == "cca" and self.baselines["loss"].streak == 0
             if not gated and self._moves(name, value, baseline.reference):
-                baseline.streak, baseline.last = baseline.streak + 1, value
+                if baseline.streak == 0:
+                    baseline.moved_from_ns = window.window_start_ns
+                baseline.streak += 1
                 moving[name] = value
             else:
-                baseline.streak, baseline.last = 0, None
-        if not any(self.baselines[name].streak >= o.persistence for name in moving):
+                baseline.streak, baseline.moved_from_ns = 0, None
+        if not any(self._persisted(name, value, window) for name, value in moving.items()):
             return None
         # The reason names every signal moving now, with its windows in a row: a join of
         # BBR flows shows in the loss regime first, and the CCA mix a window or two later.
         reason = "; ".join(self._describe(name, value) for name, value in moving.items())
         self._restart(SIGNALS, window)
         return reason
+
+    def _persisted(self, name: str, value: float, window: Window) -> bool:
+        """Whether the signal moved long enough: `persistence` windows; a fall of RTT_min
+        also longer than `rtt_drop_ns`, for one sample too low (the job's RTT samples hold a
+        few such) holds the minimum down for its whole horizon, a real fall for good."""
+        baseline = self.baselines[name]
+        if baseline.streak < self.options.persistence:
+            return False
+        if name != "rtt_min" or baseline.reference is None or value > baseline.reference:
+            return True
+        assert baseline.moved_from_ns is not None
+        return window.window_end_ns - baseline.moved_from_ns > self.options.rtt_drop_ns
 
     def _restart(self, names: tuple[str, ...], window: Window) -> None:
         # The holdoff runs from the end of the first window under the new buffer (the change
@@ -280,6 +316,8 @@ class TrafficChangeDetector:
         ratio, floor = self._band(name)
         if abs(value - reference) < floor:
             return False
+        if name in RISES_ONLY:
+            return value >= reference * ratio
         return value >= reference * ratio or value * ratio <= reference
 
     def _describe(self, name: str, value: float) -> str:
