@@ -363,13 +363,15 @@ def cmd_detection(args: argparse.Namespace) -> int:
     """Each folder's runs replayed through loss-delay-fit's traffic detector and scored, with
     the metrics job's flag, against the phases (detection.py): detection.json and .md."""
     from p4bs.config import ConfigError
-    from p4bs_eval.detection import DetectionError, folder_summary, markdown
-    from p4bs_eval.report import load_results
+    from p4bs_eval.detection import DetectionError, folder_summary, load_folder, markdown
     from p4bs_eval.scenario import config_with_link_settings
     from p4bs_optimizer.policies.base import PolicyOptionError
     from p4bs_optimizer.policies.baselines import OptionReader
     from p4bs_optimizer.policies.traffic_change import TrafficChangeOptions
 
+    if args.within is not None and args.within <= 0:
+        print("p4bs eval detection: --within must be a positive number of seconds", file=sys.stderr)
+        return 2
     given = {}
     for item in args.option:
         key, sep, value = item.partition("=")
@@ -384,18 +386,15 @@ def cmd_detection(args: argparse.Namespace) -> int:
         options = TrafficChangeOptions.parse(reader)
         reader.finish()
         for folder in args.run_dirs:
-            scenario, _ = load_results(folder)
-            link = config_with_link_settings(args.config, scenario.get("link_settings", {}))
-            summary = folder_summary(folder, link.links[0], options, args.within)
+            scenario, rows = load_folder(folder)
+            config = config_with_link_settings(args.config, scenario.get("link_settings", {}))
+            summary = folder_summary(folder, scenario, rows, config.links[0], options, args.within)
             (folder / "detection.json").write_text(json.dumps(summary, indent=1) + "\n")
             table = "\n".join(markdown(summary)) + "\n"
             (folder / "detection.md").write_text(table)
             print(table)
     except (PolicyOptionError, DetectionError, ConfigError) as exc:
         print(f"p4bs eval detection: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"p4bs eval detection: not a run folder: {exc}", file=sys.stderr)
         return 2
     return 0
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,18 +163,25 @@ def _run_windows(run: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
     return windows, read_jsonl(run / "decisions.jsonl"), start
 
 
+def load_folder(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A run folder's scenario and rows, or DetectionError."""
+    try:
+        return load_results(folder)
+    except OSError as exc:
+        raise DetectionError(
+            f"{folder}: not a run folder ({exc.strerror}: {exc.filename})"
+        ) from None
+
+
 def folder_summary(
     folder: Path,
+    scenario: Mapping[str, Any],
+    rows: Sequence[Mapping[str, Any]],
     link: LinkConfig,
     options: TrafficChangeOptions,
     within_s: float | None,
-    progress: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
-    """Per detector and policy, the folder's runs scored against their phases."""
-    try:
-        scenario, rows = load_results(folder)
-    except OSError as exc:
-        raise DetectionError(f"{folder}: not a run folder ({exc.strerror})") from None
+    """Per detector and policy, the folder's runs (`rows`) scored against their phases."""
     tallies: dict[str, dict[str, Tally]] = {d: {} for d in DETECTORS}
     for row in rows:
         if "error" in row or not row.get("phases"):
@@ -185,16 +192,20 @@ def folder_summary(
         buffer_ms = fixed if fixed is not None else scenario["buffer_ms"]
         initial = row.get("fixed_buffer_bytes") or round(link.capacity_bps / 8 * buffer_ms / 1e3)
         buffers = buffers_in_force(windows, decisions, initial)
-        alarms = {
-            TRAFFIC: traffic_alarms(windows, buffers, link, options),
-            JOB_ZSCORE: job_alarms(windows),
-        }
+        try:
+            alarms = {
+                TRAFFIC: traffic_alarms(windows, buffers, link, options),
+                JOB_ZSCORE: job_alarms(windows),
+            }
+        except KeyError as exc:
+            raise DetectionError(
+                f"{folder / row['run_dir']}: a window of link_metrics.jsonl has no {exc}"
+            ) from None
         end_s = scenario["duration_s"]
         for detector, at_ns in alarms.items():
             tally = tallies[detector].setdefault(policy, Tally())
             alarms_s = [(t - start_ns) / 1e9 for t in at_ns]
             score(tally, alarms_s, row["phases"], scenario["warmup_s"], end_s, within_s)
-        progress(f"{row['run_dir']}: {len(alarms[TRAFFIC])} traffic, {len(alarms[JOB_ZSCORE])} job")
     return {
         "folder": folder.name,
         "scenario": scenario["name"],

@@ -149,6 +149,11 @@ def test_detection_refuses_a_bad_option_and_a_folder_that_is_not_one(tmp_path: P
     assert main(["eval", "detection", str(tmp_path), "--option", "traffic_persistence=0"]) == 2
     assert main(["eval", "detection", str(tmp_path), "--option", "persistence=4"]) == 2
     assert main(["eval", "detection", str(tmp_path / "none")]) == 2
+    assert main(["eval", "detection", str(tmp_path), "--within", "0"]) == 2
+    # Within 1 s, N's change (2 s to detect) is missed by both detectors.
+    assert main(["eval", "detection", str(tmp_path), "--within", "1"]) == 0
+    within = json.loads((tmp_path / "detection.json").read_text())["detectors"]["traffic"]
+    assert within["fixed:100ms"]["changes"]["n60"]["misses"] == 1
     # A threshold given: persistence 8 windows, the delay 4 s.
     assert main(["eval", "detection", str(tmp_path), "--option", "traffic_persistence=8"]) == 0
     summary = json.loads((tmp_path / "detection.json").read_text())
