@@ -25,7 +25,9 @@ DETECTOR_LINK = make_link(max_queue_delay_ns=50_000_000, policy="loss-delay-fit"
 BUFFER = 1_250_000  # 100 ms of 100 Mbit/s
 DEFAULTS = TrafficChangeOptions()
 PERSISTENCE = DEFAULTS.persistence
-SPAN = DEFAULTS.smoothing_ns // WINDOW_NS  # windows a smoothed signal is taken over
+# Windows in two of the smoothed signals' time constants: a step of a few times the
+# threshold crosses it within them
+SPAN = 2 * DEFAULTS.smoothing_ns // WINDOW_NS
 
 
 def window(i: int, **values: Any) -> Window:
@@ -95,16 +97,16 @@ STEP_AT = 60  # 30 s in: after the holdoff (10 s) and the baseline (10 s)
         ({"flows": 15}, "N 30 -> 15 (x0.50", 0),
         # RTT_min is a minimum over 10 s already: not smoothed; a rise counts at once
         ({"rtt_min_ns": 80_000_000}, "RTT_min 20.0 -> 80.0 ms (x4.00, 4 windows)", 0),
-        # the mean over the span reaches 1.2% (x2) after 10 windows at 1.8%
-        ({"loss": 0.018}, "loss 0.600% -> 1.380% (x2.30, 4 windows)", 9),
-        # ... 30 ms (x0.5) after 12 windows at 10 ms
-        ({"delay_ns": 10_000_000}, "queueing delay 60.0 -> 22.5 ms (x0.38, 4 windows)", 11),
+        # the mean weighed by exp(-age / 5 s) reaches 1.2% (x2) after 7 windows at 1.8%
+        ({"loss": 0.018}, "loss 0.600% -> 1.364% (x2.27, 4 windows)", 6),
+        # ... 30 ms (x0.5) after 10 windows at 10 ms
+        ({"delay_ns": 10_000_000}, "queueing delay 60.0 -> 23.4 ms (x0.39, 4 windows)", 9),
         # Cubic flows replaced by as many that do not back off on loss (BBR in a small
         # buffer): the loss regime moves, and it is the CCA mix, not N
         (
             {"loss": 0.06},
-            "; CCA mix: loss over loss-based flows' 4.8 -> 17.6 (x3.70, 2 windows)",
-            2,
+            "; CCA mix: loss over loss-based flows' 4.8 -> 21.9 (x4.59, 3 windows)",
+            1,
         ),
     ],
 )
@@ -112,8 +114,9 @@ def test_a_step_of_the_traffic_is_detected_within_its_span_and_persistence(
     after: dict[str, Any], named: str, crossed: int
 ) -> None:
     """A step that moves one signal past its threshold: signalled on the `persistence`-th
-    window past it (N at once; a smoothed signal once its mean over the last
-    `smoothing_ns` has crossed), the reason naming the signal and its factor."""
+    window past it (N and RTT_min at once; a smoothed signal once its mean, each window
+    weighed by exp(-age / `smoothing_ns`), has crossed), the reason naming the signal, its
+    factor and its windows."""
     windows = [window(i) for i in range(STEP_AT)]
     windows += [window(i, **after) for i in range(STEP_AT, STEP_AT + 60)]
     found = alarms(detector(), windows)
@@ -247,7 +250,7 @@ def test_its_state_survives_a_snapshot_and_a_malformed_one_is_refused_with_a_rea
             **good,
             "baselines": {
                 **good["baselines"],
-                "delay": {**good["baselines"]["delay"], "recent": [["x", 1, 1]]},
+                "delay": {**good["baselines"]["delay"], "smooth_total": "x"},
             },
         },
     ]

@@ -33,9 +33,9 @@ a raise, and `rtt_min_ns` is a minimum over 10 s), so a buffer move is never a c
 
 A baseline is a signal over its first `baseline_ns` of windows after the holdoff (pooled:
 sums over the windows, e.g. retransmissions over data packets). N and RTT_min are then judged
-a window at a time; loss, delay and the CCA mix over the last `smoothing_ns` of windows (with
-a large buffer loss-based flows lose in bursts seconds apart, Cubic's sawtooth: a window
-alone is no regime). A window
+a window at a time; loss, delay and the CCA mix over the windows so far, each weighed by
+exp(-age / `smoothing_ns`) (with a large buffer loss-based flows lose in bursts seconds apart,
+Cubic's sawtooth: a window alone is no regime). A window
 moves a signal when its value is at least `ratio` times the baseline or at most 1/`ratio` of
 it, and differs from it by at least the signal's `floor` (so that a rate near 0 does not turn
 noise into a large ratio). `persistence` windows in a row that move a signal (windows without
@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from p4bs.config import LinkConfig
@@ -60,7 +60,7 @@ from p4bs_optimizer.policies.baselines import OptionReader
 ExpectedLoss = Callable[[int, int, float], float]
 SIGNALS = ("flows", "rtt_min", "loss", "delay", "cca")
 BUFFER_DRIVEN = ("rtt_min", "loss", "delay", "cca")  # restarted by a buffer change
-SMOOTHED = ("loss", "delay", "cca")  # taken over the last `smoothing_ns` of windows
+SMOOTHED = ("loss", "delay", "cca")  # windows weighed by exp(-age / `smoothing_ns`)
 RISES_ONLY = ("loss", "cca")  # a fall alone is no change (optimizer/README.md)
 
 
@@ -71,11 +71,11 @@ class TrafficChangeOptions:
     # After a buffer change (or a detected change) before a baseline starts: a raised buffer
     # fills in ~7-10 s (eval/README.md), and RTT_min is a minimum over the last 10 s.
     holdoff_ns: int = 10_000_000_000
-    # A baseline's windows, and the span the smoothed signals are taken over: on the Fig. 11
-    # surfaces' fixed-buffer runs 5 s of each gave 8.4 false alarms an hour, 10 s 2.2 (all
-    # three at BBR 100 in 200 ms, whose loss does fall from 12% to 0-5% in mid-run).
+    # A baseline's windows, and the smoothed signals' time constant (as steady a mean as one
+    # over the last 10 s, in two numbers): on the Fig. 11 surfaces' fixed-buffer runs a
+    # baseline and a span of 5 s gave 8.4 false alarms an hour, 10 s 2.2 (optimizer/README.md).
     baseline_ns: int = 10_000_000_000
-    smoothing_ns: int = 10_000_000_000
+    smoothing_ns: int = 5_000_000_000
     # Windows in a row that must move a signal: 2 s at 0.5 s windows, a step's `measure_ns`
     # (a shift shorter than one step's measurement is not worth a new search).
     persistence: int = 4
@@ -139,19 +139,27 @@ class Baseline:
     total: float = 0.0  # the baseline's sums, until `baseline_ns` were collected
     weight: float = 0.0
     reference: float | None = None  # total / weight, once `baseline_ns` were collected
-    # A smoothed signal's windows over the last `smoothing_ns`: [end ns, value sum, weight]
-    recent: list[list[float]] = field(default_factory=list)
+    # A smoothed signal's sums, each window's weighing exp(-age / smoothing_ns), and the end
+    # of the last window in them
+    smooth_total: float = 0.0
+    smooth_weight: float = 0.0
+    smooth_end_ns: int | None = None
     streak: int = 0  # windows in a row that moved the signal
     moved_from_ns: int | None = None  # start of the first of them
 
-    def value(self, end_ns: int, part: tuple[float, float], span_ns: int) -> float:
-        """The signal over the windows of the last `span_ns` (0: this window alone)."""
-        if span_ns == 0:
+    def value(self, end_ns: int, part: tuple[float, float], time_constant_ns: int) -> float:
+        """The signal over the windows so far, weighed by exp(-age / `time_constant_ns`) (0:
+        this window alone). Two sums, whatever the time constant: a link's state stays small
+        (the service saves it every second)."""
+        if time_constant_ns == 0:
             return part[0] / part[1]
-        self.recent.append([end_ns, *part])
-        while self.recent[0][0] <= end_ns - span_ns:
-            self.recent.pop(0)
-        return sum(r[1] for r in self.recent) / sum(r[2] for r in self.recent)
+        decay = 0.0
+        if self.smooth_end_ns is not None:
+            decay = math.exp(-(end_ns - self.smooth_end_ns) / time_constant_ns)
+        self.smooth_total = decay * self.smooth_total + part[0]
+        self.smooth_weight = decay * self.smooth_weight + part[1]
+        self.smooth_end_ns = end_ns
+        return self.smooth_total / self.smooth_weight
 
     @classmethod
     def loaded(cls, state: Any, what: str) -> Baseline:
@@ -169,15 +177,12 @@ class Baseline:
             _whole(baseline.moved_from_ns, f"{what}.moved_from_ns")
         if baseline.reference is not None:
             _real(baseline.reference, f"{what}.reference")
-        if not isinstance(baseline.recent, list):
-            raise TypeError(f"{what}.recent is not a list")
-        for i, entry in enumerate(baseline.recent):
-            if not isinstance(entry, list) or len(entry) != 3:
-                raise ValueError(f"{what}.recent[{i}] is not [end, sum, weight]")
-            for value in entry:
-                _real(value, f"{what}.recent[{i}]")
-            if entry[2] <= 0:
-                raise ValueError(f"{what}.recent[{i}] has no weight")
+        _real(baseline.smooth_total, f"{what}.smooth_total")
+        _real(baseline.smooth_weight, f"{what}.smooth_weight")
+        if baseline.smooth_end_ns is not None:
+            _whole(baseline.smooth_end_ns, f"{what}.smooth_end_ns")
+            if baseline.smooth_weight <= 0:
+                raise ValueError(f"{what}.smooth_weight is not positive")
         return baseline
 
 
@@ -228,7 +233,7 @@ class TrafficChangeDetector:
             baseline = self.baselines[name]
             if part is None or window.window_start_ns < baseline.collect_from_ns:
                 continue
-            span = o.smoothing_ns if name in SMOOTHED else 0
+            time_constant = o.smoothing_ns if name in SMOOTHED else 0
             if baseline.reference is None:
                 if baseline.first_ns is None:
                     baseline.first_ns = window.window_start_ns
@@ -237,11 +242,11 @@ class TrafficChangeDetector:
                 else:
                     baseline.total += part[0]
                     baseline.weight += part[1]
-                baseline.value(window.window_end_ns, part, span)  # the span fills meanwhile
+                baseline.value(window.window_end_ns, part, time_constant)  # it starts meanwhile
                 if window.window_end_ns - baseline.first_ns >= o.baseline_ns:
                     baseline.reference = baseline.total / baseline.weight
                 continue
-            value = baseline.value(window.window_end_ns, part, span)
+            value = baseline.value(window.window_end_ns, part, time_constant)
             # The CCA mix moves only with the loss regime: the Mathis prediction of few flows
             # in a large buffer is tiny, and their loss, in bursts seconds apart, many times it.
             gated = name == "cca" and self.baselines["loss"].streak == 0
