@@ -97,13 +97,15 @@ def traffic_alarms(
     link: LinkConfig,
     options: TrafficChangeOptions,
 ) -> list[int]:
-    """End times (ns) of the windows the traffic detector signalled a change on."""
+    """End times (ns) of the windows the traffic detector signalled a change on; as in the
+    policy, a window holding a value no window can (`Window.problem`) is passed over."""
     detector = TrafficChangeDetector(link, options, lambda r, n, b: mathis_loss(link, r, n, b))
-    return [
-        w["window_end_ns"]
-        for w, buffer in zip(windows, buffers, strict=True)
-        if detector.observe(Window.from_record(w, buffer)) is not None
-    ]
+    out = []
+    for w, buffer in zip(windows, buffers, strict=True):
+        window = Window.from_record(w, buffer)
+        if window.problem() is None and detector.observe(window) is not None:
+            out.append(w["window_end_ns"])
+    return out
 
 
 def job_alarms(windows: Sequence[Mapping[str, Any]]) -> list[int]:
