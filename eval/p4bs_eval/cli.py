@@ -351,6 +351,54 @@ def cmd_acquisition(args: argparse.Namespace) -> int:
     return 0
 
 
+def _option_value(text: str) -> Any:
+    """A `--option` value: a number or true/false as JSON reads it, else the text ('10s')."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def cmd_detection(args: argparse.Namespace) -> int:
+    """Each folder's runs replayed through loss-delay-fit's traffic detector and scored, with
+    the metrics job's flag, against the phases (detection.py): detection.json and .md."""
+    from p4bs.config import ConfigError
+    from p4bs_eval.detection import DetectionError, folder_summary, load_folder, markdown
+    from p4bs_eval.scenario import config_with_link_settings
+    from p4bs_optimizer.policies.base import PolicyOptionError
+    from p4bs_optimizer.policies.baselines import OptionReader
+    from p4bs_optimizer.policies.traffic_change import TrafficChangeOptions
+
+    if args.within is not None and args.within <= 0:
+        print("p4bs eval detection: --within must be a positive number of seconds", file=sys.stderr)
+        return 2
+    given = {}
+    for item in args.option:
+        key, sep, value = item.partition("=")
+        if not sep or not key.startswith("traffic_"):
+            print(
+                f"p4bs eval detection: --option {item!r} is not traffic_NAME=VALUE", file=sys.stderr
+            )
+            return 2
+        given[key] = _option_value(value)
+    try:
+        reader = OptionReader("loss-delay-fit", given)
+        options = TrafficChangeOptions.parse(reader)
+        reader.finish()
+        for folder in args.run_dirs:
+            scenario, rows = load_folder(folder)
+            config = config_with_link_settings(args.config, scenario.get("link_settings", {}))
+            summary = folder_summary(folder, scenario, rows, config.links[0], options, args.within)
+            (folder / "detection.json").write_text(json.dumps(summary, indent=1) + "\n")
+            table = "\n".join(markdown(summary)) + "\n"
+            (folder / "detection.md").write_text(table)
+            print(table)
+    except (PolicyOptionError, DetectionError, ConfigError) as exc:
+        print(f"p4bs eval detection: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def add_parser(sub: Any, default_config: Path) -> None:
     evaluation = sub.add_parser("eval", help="run the papers' experiments and report them")
     eval_sub = evaluation.add_subparsers(dest="action", required=True)
@@ -473,6 +521,29 @@ def add_parser(sub: Any, default_config: Path) -> None:
         "of seeded Fig. 18-shaped curves",
     )
     acquisition.set_defaults(func=cmd_acquisition)
+    detection = eval_sub.add_parser(
+        "detection",
+        help="change detectors on run folders' windows against their phases: delay, misses, "
+        "false alarms",
+    )
+    detection.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
+    detection.add_argument(
+        "--within",
+        type=float,
+        metavar="S",
+        help="a change missed when not detected within S s (default: before its phase ends)",
+    )
+    detection.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="traffic_NAME=VALUE",
+        help="a threshold of the traffic detector, as a policy option (optimizer/README.md)",
+    )
+    detection.add_argument(
+        "--config", type=Path, default=default_config, help="default: %(default)s"
+    )
+    detection.set_defaults(func=cmd_detection)
     everything = eval_sub.add_parser(
         "all",
         help=f"the full set: {', '.join(FULL_SET)}, then Fig. 10 (seeded and measured curves)",

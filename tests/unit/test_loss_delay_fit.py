@@ -282,9 +282,10 @@ def test_an_unknown_buffer_in_force_makes_step_0_the_search_max() -> None:
 
 
 def test_a_change_restarts_the_search_from_the_settled_buffer() -> None:
-    """After change_holdoff_ns, a change flag makes the settled buffer step 1 of a new
-    search, measured where it is: no decision until step 2, whose reason says why."""
-    policy = LossDelayFitPolicy(LINK, {})
+    """With `zscore_change` (the metrics job's detector, the default before issue 39), after
+    change_holdoff_ns a change flag makes the settled buffer step 1 of a new search,
+    measured where it is: no decision until step 2, whose reason says why."""
+    policy = LossDelayFitPolicy(LINK, {"zscore_change": True})
     link = power_law_link()
     decisions = run(policy, link, settled, limit=2000)
     settled_on = decisions[-1].buffer_bytes

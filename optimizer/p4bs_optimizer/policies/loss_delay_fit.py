@@ -44,20 +44,25 @@ about B^1). Two measured buffers already place the optimum of the fitted sum.
   steps it settles on the best measured buffer. Any step (step 0 too) whose f is at least
   -`good_enough` settles the search on its buffer: loss and delay are both a small part of
   their bounds there, and another step would cost more than it could gain.
-- "settled": the buffer stays until the change detector flags f; the search then starts
-  again with the settled buffer, in force, as its first step (measured without a change).
+- "settled": the buffer stays until the traffic changes; the search then starts again with
+  the settled buffer, in force, as its first step (measured without a change). The change is
+  the policy's own detector's (`traffic_change.py`: N, RTT_min, the loss and delay regimes
+  and the CCA mix, each against a baseline that restarts after every buffer change, so the
+  search's own moves are never a change), or with `zscore_change` the metrics job's z-score
+  of f, as P4BS (before issue 39, the only one: it missed the traffic changes it met).
 
-Steps are measured as `stepped.SteppedPolicy` says. `snapshot` holds the phase, the step and
-the measured points as JSON data.
+Steps are measured as `stepped.SteppedPolicy` says. `snapshot` holds the phase, the step,
+the measured points and the detector's baselines as JSON data.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import statistics
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
 from p4bs.config import LinkConfig
@@ -65,6 +70,7 @@ from p4bs.units import bytes_for_duration, duration_for_bytes
 from p4bs_optimizer.policies.base import Decision, Window
 from p4bs_optimizer.policies.baselines import OptionReader
 from p4bs_optimizer.policies.stepped import MIN_WINDOWS, SETTLED, Step, SteppedPolicy
+from p4bs_optimizer.policies.traffic_change import TrafficChangeDetector, TrafficChangeOptions
 
 SEARCH = "search"
 MSS_BYTES = 1448  # a TCP segment's payload on a 1500-byte MTU with timestamps
@@ -134,7 +140,12 @@ class LossDelayFitOptions:
     search_max_ns: int | None = None  # ns of line rate; None: the link's buffer.max
     min_utilisation: float = 0.95  # no search before a window shows the link this busy (P4BS's)
     reissue_after_ns: int = 30_000_000_000  # as P4BS's
+    # With `zscore_change`: act on the metrics job's change flag (P4BS's detector), this long
+    # after the settled buffer came into force. Without it (the default) the policy's own
+    # traffic detector, whose `traffic_*` options are `traffic`, holds off by itself.
+    zscore_change: bool = False
     change_holdoff_ns: int = 5_000_000_000  # as P4BS's
+    traffic: TrafficChangeOptions = field(default_factory=TrafficChangeOptions)
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> LossDelayFitOptions:
@@ -160,9 +171,11 @@ class LossDelayFitOptions:
             search_max_ns=r.duration_ns("search_max_ns", 0) or None,
             min_utilisation=r.number("min_utilisation", d.min_utilisation, low=0),
             reissue_after_ns=r.duration_ns("reissue_after_ns", d.reissue_after_ns, allow_zero=True),
+            zscore_change=r.flag("zscore_change", d.zscore_change),
             change_holdoff_ns=r.duration_ns(
                 "change_holdoff_ns", d.change_holdoff_ns, allow_zero=True
             ),
+            traffic=TrafficChangeOptions.parse(r),
         )
         r.finish()
         return parsed
@@ -233,6 +246,13 @@ class LossDelayFitPolicy(SteppedPolicy):
         # Reno flows at 100 Mbit/s) take tens of seconds to fill 200 ms.
         self.unfilled = False
         self._watched: deque[Window] = deque()  # the last `measure_ns` of them, while unfilled
+        self.detector = (
+            None
+            if self.config.zscore_change
+            else TrafficChangeDetector(
+                link, self.config.traffic, lambda rtt, n, b: mathis_loss(link, rtt, n, b)
+            )
+        )
 
     def _search_max(self) -> int:
         if self.config.search_max_ns is None:
@@ -462,7 +482,16 @@ class LossDelayFitPolicy(SteppedPolicy):
 
     # -- persistence ----------------------------------------------------------------------
 
-    def _watch_for_change(self, step: Step, window: Window) -> list[Decision]:
+    def _observed_change(self, window: Window) -> str | None:
+        if self.detector is None:
+            return super()._observed_change(window)
+        return self.detector.observe(window)
+
+    def _change_holdoff_ns(self) -> int:
+        # The traffic detector's baselines start `traffic_holdoff_ns` after a buffer change.
+        return super()._change_holdoff_ns() if self.detector is None else 0
+
+    def _watch_for_change(self, step: Step, window: Window, change: str | None) -> list[Decision]:
         """While settled: besides the change detector, a buffer settled on because the flows
         did not fill it is watched: once the mean queue over `measure_ns` fills
         `unfilled_fraction` of it, a search begins as the first did, those windows being its
@@ -490,7 +519,7 @@ class LossDelayFitPolicy(SteppedPolicy):
                 self._watched.clear()
                 self.step = zero
                 return self._step_done(zero, window)
-        return super()._watch_for_change(step, window)
+        return super()._watch_for_change(step, window, change)
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -500,6 +529,7 @@ class LossDelayFitPolicy(SteppedPolicy):
             "note": self.note,
             "probing": self.probing,
             "unfilled": self.unfilled,
+            "traffic_change": None if self.detector is None else self.detector.snapshot(),
         }
 
     def load(self, state: Mapping[str, Any]) -> None:
@@ -509,3 +539,7 @@ class LossDelayFitPolicy(SteppedPolicy):
         self.note = state["note"]
         self.probing = state.get("probing", False)  # absent from earlier snapshots
         self.unfilled = state.get("unfilled", False)  # absent from earlier snapshots
+        saved = state.get("traffic_change")  # absent from earlier snapshots: a new detector
+        if self.detector is not None and saved is not None:
+            self.detector = copy.copy(self.detector)  # a refused load leaves the policy's own
+            self.detector.load(saved)

@@ -8,9 +8,12 @@ after the first such window (`_settle_ns`: the queue needs time to reach its new
 until `measure_ns` of windows were counted (and at least 2). A decision that is not in force
 `reissue_after_ns` (and at least a step's time) after it was made is made again. No search
 starts before a window shows the link busy (`min_utilisation`): an idle link's f says
-nothing about its buffer. A window flagged `change` once the settled buffer has been in
-force for `change_holdoff_ns` makes the policy search again (`_restart`); the holdoff exists
-because settling moves f, and the detector would otherwise flag the policy's own move.
+nothing about its buffer. A change once the settled buffer has been in force for
+`change_holdoff_ns` makes the policy search again (`_restart`); the holdoff exists because
+settling moves f, and the metrics job's detector would otherwise flag the policy's own move.
+Which change: every window is shown to `_observed_change`, by default the metrics job's
+`change` flag (P4BS, as the paper); loss-delay-fit's own traffic detector
+(`traffic_change.py`) sees every window too, to keep its baselines, and holds off itself.
 """
 
 from __future__ import annotations
@@ -112,6 +115,7 @@ class SteppedPolicy(Policy):
     def decide(self, window: Window) -> list[Decision]:
         if self.passes_over(window):
             return []
+        change = self._observed_change(window)  # every window: a detector keeps its baseline
         step = self.step
         if step is None:
             if window.utilisation < self.config.min_utilisation:
@@ -123,7 +127,7 @@ class SteppedPolicy(Policy):
             step.in_force_ns = window.window_end_ns  # the change happened inside this window
             return []
         if self.phase == SETTLED:
-            return self._watch_for_change(step, window)
+            return self._watch_for_change(step, window, change)
         if window.window_start_ns < step.in_force_ns + self._settle_ns(step):
             return []
         step.measure(window)
@@ -146,16 +150,24 @@ class SteppedPolicy(Policy):
     def _settle_ns(self, step: Step) -> int:
         return self.config.settle_ns
 
-    def _watch_for_change(self, step: Step, window: Window) -> list[Decision]:
+    def _observed_change(self, window: Window) -> str | None:
+        """What changed by this window, for a reason; None: nothing. Here the metrics job's
+        z-score of f (P4BS's detector)."""
+        if not window.change:
+            return None
+        return f"z-score {window.zscore:.1f}, f {window.f:.4f}"
+
+    def _change_holdoff_ns(self) -> int:
+        """How long a settled buffer is in force before a change counts."""
+        return self.config.change_holdoff_ns
+
+    def _watch_for_change(self, step: Step, window: Window, change: str | None) -> list[Decision]:
         assert step.in_force_ns is not None
-        if not window.change or (
-            window.window_start_ns < step.in_force_ns + self.config.change_holdoff_ns
+        if change is None or (
+            window.window_start_ns < step.in_force_ns + self._change_holdoff_ns()
         ):
             return []
-        prefix = (
-            f"change detected (z-score {window.zscore:.1f}, f {window.f:.4f}) while settled "
-            f"on {step.buffer_bytes} B: "
-        )
+        prefix = f"change detected ({change}) while settled on {step.buffer_bytes} B: "
         return self._restart(window, prefix)
 
     def _new_step(

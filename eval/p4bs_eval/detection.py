@@ -1,0 +1,259 @@
+"""`p4bs eval detection`: how well a change detector sees the traffic's changes in a run
+folder's runs (issue 39, item 5), measured, not assumed.
+
+Each run's windows (link_metrics.jsonl, those of its traffic: traffic/timeline.json) are
+replayed through loss-delay-fit's traffic detector (optimizer's `traffic_change.py`, with the
+thresholds given), each window under the buffer the run had in force then: the last applied
+decision (decisions.jsonl, queue 0) before the window's end, else the run's initial buffer
+(a `fixed:*` run has no decision). The metrics job's own flag (`change`, its z-score of f)
+is read from the same windows: an alarm where a flagged window follows one not flagged.
+
+The ground truth is the scenario's phases (the row's `phases`): every phase start after the
+first is a change of the traffic. A change is detected by the first alarm from its start until
+`within` later (default: the phase's end); the delay is from the phase start to the end of the
+window alarmed on; none: a miss. Every other alarm after the warm-up is a false alarm; the
+steady time it counts against is the run after its warm-up less each change's time until it
+was detected (or until its bound, when missed).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from p4bs.config import LinkConfig
+from p4bs_eval.figures import read_jsonl
+from p4bs_eval.report import load_results
+from p4bs_eval.scenario import fixed_buffer_ms
+from p4bs_optimizer.policies.base import Window
+from p4bs_optimizer.policies.loss_delay_fit import mathis_loss
+from p4bs_optimizer.policies.traffic_change import TrafficChangeDetector, TrafficChangeOptions
+
+TRAFFIC = "traffic"  # loss-delay-fit's detector
+JOB_ZSCORE = "job-zscore"  # the metrics job's `change` flag
+DETECTORS = (TRAFFIC, JOB_ZSCORE)
+
+
+class DetectionError(ValueError):
+    """A folder or run the command cannot read; the message names it."""
+
+
+@dataclass
+class Tally:
+    """One detector's results over runs of one policy: delays per change (by the phase it
+    starts), misses, false alarms and the steady time they count against."""
+
+    delays_s: dict[str, list[float]] = field(default_factory=dict)
+    misses: dict[str, int] = field(default_factory=dict)
+    false_alarms: int = 0
+    steady_s: float = 0.0
+    runs: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        changes = {}
+        for name, delays in self.delays_s.items():  # the phases in time order
+            changes[name] = {
+                "detected": len(delays),
+                "misses": self.misses.get(name, 0),
+                "delay_median_s": round(statistics.median(delays), 2) if delays else None,
+                "delay_max_s": round(max(delays), 2) if delays else None,
+            }
+        hours = self.steady_s / 3600
+        return {
+            "runs": self.runs,
+            "changes": changes,
+            "false_alarms": self.false_alarms,
+            "steady_h": round(hours, 3),
+            "false_alarms_per_h": round(self.false_alarms / hours, 2) if hours > 0 else None,
+        }
+
+
+def buffers_in_force(
+    windows: Sequence[Mapping[str, Any]], decisions: Sequence[Mapping[str, Any]], initial: int
+) -> list[int]:
+    """Each window's buffer: the last applied decision (queue 0) before its end, as the
+    metrics job labels windows; the initial buffer before any."""
+    applied = sorted(
+        (d["ts_ns"], d["buffer_bytes"])
+        for d in decisions
+        if d.get("outcome") == "applied" and d.get("queue", 0) == 0
+    )
+    out, buffer, i = [], initial, 0
+    for w in windows:
+        while i < len(applied) and applied[i][0] < w["window_end_ns"]:
+            buffer = applied[i][1]
+            i += 1
+        out.append(buffer)
+    return out
+
+
+def traffic_alarms(
+    windows: Sequence[Mapping[str, Any]],
+    buffers: list[int],
+    link: LinkConfig,
+    options: TrafficChangeOptions,
+) -> list[int]:
+    """End times (ns) of the windows the traffic detector signalled a change on; as in the
+    policy, a window holding a value no window can (`Window.problem`) is passed over."""
+    detector = TrafficChangeDetector(link, options, lambda r, n, b: mathis_loss(link, r, n, b))
+    out = []
+    for w, buffer in zip(windows, buffers, strict=True):
+        window = Window.from_record(w, buffer)
+        if window.problem() is None and detector.observe(window) is not None:
+            out.append(w["window_end_ns"])
+    return out
+
+
+def job_alarms(windows: Sequence[Mapping[str, Any]]) -> list[int]:
+    """End times (ns) of the windows where the metrics job's change flag went up."""
+    out, before = [], False
+    for w in windows:
+        if w["change"] and not before:
+            out.append(w["window_end_ns"])
+        before = bool(w["change"])
+    return out
+
+
+def score(
+    tally: Tally,
+    alarms_s: list[float],
+    phases: Sequence[Mapping[str, Any]],
+    warmup_s: float,
+    end_s: float,
+    within_s: float | None,
+) -> None:
+    """Adds one run's alarms (s from the traffic's start) to the tally."""
+    tally.runs += 1
+    claimed: set[float] = set()
+    unsteady_s = 0.0
+    for phase in phases[1:]:
+        start, bound = phase["start_s"], phase["end_s"]
+        if within_s is not None:
+            bound = min(bound, start + within_s)
+        hit = next((a for a in alarms_s if start <= a < bound), None)
+        tally.delays_s.setdefault(phase["name"], [])
+        tally.misses.setdefault(phase["name"], 0)
+        if hit is None:
+            tally.misses[phase["name"]] += 1
+            unsteady_s += bound - start
+        else:
+            tally.delays_s[phase["name"]].append(hit - start)
+            claimed.add(hit)
+            unsteady_s += hit - start
+    tally.false_alarms += sum(1 for a in alarms_s if a >= warmup_s and a not in claimed)
+    tally.steady_s += max(end_s - warmup_s - unsteady_s, 0.0)
+
+
+def _run_windows(run: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+    """The windows of the run's traffic, its decisions, and its traffic's start (ns)."""
+    timeline_path = run / "traffic" / "timeline.json"
+    metrics_path = run / "link_metrics.jsonl"
+    for path in (timeline_path, metrics_path):
+        if not path.is_file():
+            raise DetectionError(f"{run}: no {path.relative_to(run)} (an unfinished run?)")
+    times = json.loads(timeline_path.read_text())
+    start, end = times["traffic_start_ns"], times["end_ns"]
+    windows = [
+        w
+        for w in read_jsonl(metrics_path)
+        if start <= w["window_start_ns"] and w["window_end_ns"] <= end
+    ]
+    return windows, read_jsonl(run / "decisions.jsonl"), start
+
+
+def load_folder(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A run folder's scenario and rows, or DetectionError."""
+    try:
+        return load_results(folder)
+    except OSError as exc:
+        raise DetectionError(
+            f"{folder}: not a run folder ({exc.strerror}: {exc.filename})"
+        ) from None
+
+
+def folder_summary(
+    folder: Path,
+    scenario: Mapping[str, Any],
+    rows: Sequence[Mapping[str, Any]],
+    link: LinkConfig,
+    options: TrafficChangeOptions,
+    within_s: float | None,
+) -> dict[str, Any]:
+    """Per detector and policy, the folder's runs (`rows`) scored against their phases."""
+    tallies: dict[str, dict[str, Tally]] = {d: {} for d in DETECTORS}
+    for row in rows:
+        if "error" in row or not row.get("phases"):
+            continue
+        policy = row["policy"]
+        windows, decisions, start_ns = _run_windows(folder / row["run_dir"])
+        fixed = fixed_buffer_ms(policy)
+        buffer_ms = fixed if fixed is not None else scenario["buffer_ms"]
+        initial = row.get("fixed_buffer_bytes") or round(link.capacity_bps / 8 * buffer_ms / 1e3)
+        buffers = buffers_in_force(windows, decisions, initial)
+        try:
+            alarms = {
+                TRAFFIC: traffic_alarms(windows, buffers, link, options),
+                JOB_ZSCORE: job_alarms(windows),
+            }
+        except KeyError as exc:
+            raise DetectionError(
+                f"{folder / row['run_dir']}: a window of link_metrics.jsonl has no {exc}"
+            ) from None
+        end_s = scenario["duration_s"]
+        for detector, at_ns in alarms.items():
+            tally = tallies[detector].setdefault(policy, Tally())
+            alarms_s = [(t - start_ns) / 1e9 for t in at_ns]
+            score(tally, alarms_s, row["phases"], scenario["warmup_s"], end_s, within_s)
+    return {
+        "folder": folder.name,
+        "scenario": scenario["name"],
+        "within_s": within_s,
+        "traffic_options": asdict(options),
+        "detectors": {
+            d: {policy: t.summary() for policy, t in by_policy.items()}
+            for d, by_policy in tallies.items()
+        },
+    }
+
+
+def _cell(value: float | None, fmt: str = ".1f") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def markdown(summary: Mapping[str, Any]) -> list[str]:
+    """The summary as two tables: detection per change, false alarms per steady hour."""
+    within = summary["within_s"]
+    lines = [
+        f"## Change detection: {summary['scenario']} ({summary['folder']})",
+        "",
+        "A change is a phase start; detected by the first alarm "
+        + ("before the phase's end" if within is None else f"within {within:g} s (and the phase)")
+        + "; delay from the phase start, s. `traffic`: loss-delay-fit's detector (options in "
+        "detection.json); `job-zscore`: the metrics job's flag.",
+        "",
+        "| detector | policy | change | runs | detected | delay median | delay max | misses |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for detector, by_policy in summary["detectors"].items():
+        for policy, s in by_policy.items():
+            for name, c in s["changes"].items():
+                lines.append(
+                    f"| {detector} | {policy} | {name} | {s['runs']} | {c['detected']} | "
+                    f"{_cell(c['delay_median_s'])} | {_cell(c['delay_max_s'])} | {c['misses']} |"
+                )
+    lines += [
+        "",
+        "| detector | policy | steady h | false alarms | per hour |",
+        "|---|---|---|---|---|",
+    ]
+    for detector, by_policy in summary["detectors"].items():
+        for policy, s in by_policy.items():
+            lines.append(
+                f"| {detector} | {policy} | {s['steady_h']:.3f} | {s['false_alarms']} | "
+                f"{_cell(s['false_alarms_per_h'], '.2f')} |"
+            )
+    return lines
