@@ -26,7 +26,6 @@ import base64
 import binascii
 import hmac
 import html
-import ipaddress
 import json
 import math
 import time
@@ -46,7 +45,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from p4bs import paths
+from p4bs import exposure, paths
 from p4bs.units import duration_for_bytes
 from p4bs_ops.dashboard.feed import Event, FeedReader, Fleet, LinkView
 from p4bs_ops.dashboard.link_history import CHARTS, HistoryError, link_history
@@ -75,18 +74,19 @@ def check_assets(assets: Path = ASSETS_DIR) -> None:
 
 
 def check_exposure(bind: str, token: str | None, tls: bool) -> None:
-    """A server reachable beyond this machine needs a token and TLS."""
-    if bind == "localhost":
-        return
+    """A server reachable beyond this machine needs a token and TLS (p4bs.exposure: the rule
+    every metrics endpoint follows too)."""
     try:
-        loopback = ipaddress.ip_address(bind).is_loopback
-    except ValueError:
-        raise SetupError(f"--bind {bind!r}: an IP address or localhost") from None
-    if not loopback and not (token and tls):
-        raise SetupError(
-            f"--bind {bind} exposes the dashboard beyond this machine: give a token "
-            "(--token-env or --token-file) and TLS (--tls-cert and --tls-key)"
+        exposure.check_exposure(
+            bind,
+            token=bool(token),
+            tls=tls,
+            where=f"--bind {bind}",
+            what="the dashboard",
+            remedy="give a token (--token-env or --token-file) and TLS (--tls-cert and --tls-key)",
         )
+    except exposure.ExposureError as exc:
+        raise SetupError(str(exc)) from None
 
 
 # ---- authentication ----------------------------------------------------------------------------

@@ -1,0 +1,101 @@
+"""A service's Prometheus endpoint: `GET /metrics` of its own registry on its config's
+`metrics_address`, in a thread of its own until `stop`. On the loopback it is open; beyond
+it the config has [prometheus] token and TLS (checked when the config was read, and again
+here by p4bs.exposure): the endpoint then speaks TLS and wants `Authorization: Bearer TOKEN`
+(a Prometheus scrape job's `authorization.credentials_file`)."""
+
+from __future__ import annotations
+
+import hmac
+import ssl
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+from wsgiref.simple_server import WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer, _get_best_family, _SilentHandler
+
+from p4bs.config.model import PrometheusConfig
+from p4bs.exposure import check_exposure
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """("host", port) of "host:port" (an IPv6 host with or without brackets)."""
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+@dataclass
+class MetricsEndpoint:
+    """A running endpoint: `url` is where it serves (its real port, also for port 0)."""
+
+    server: WSGIServer
+    thread: threading.Thread
+    scheme: str
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        shown = f"[{host}]" if ":" in str(host) else str(host)
+        return f"{self.scheme}://{shown}:{port}/metrics"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+def start_metrics_endpoint(
+    address: str, registry: CollectorRegistry, access: PrometheusConfig, *, key: str
+) -> MetricsEndpoint | None:
+    """Serves `registry` on `address` ("host:port"; "" for none: returns None). `key` names
+    the setting in errors (e.g. "optimizer.metrics_address"). Raises ExposureError for an
+    address beyond the loopback without a token and TLS, LookupError for a token that
+    cannot be read, OSError when the address cannot be bound."""
+    if not address:
+        return None
+    host, port = split_address(address)
+    tls = access.tls_cert is not None and access.tls_key is not None
+    check_exposure(
+        host,
+        token=access.token is not None,
+        tls=tls,
+        where=f"{key} {address}",
+        what="the service's metrics",
+        remedy="set [prometheus] token, tls_cert and tls_key",
+    )
+    app: WsgiApp = make_wsgi_app(registry)
+    if access.token is not None:
+        app = _bearer_only(app, access.token.resolve())
+
+    class Server(ThreadingWSGIServer):
+        pass
+
+    Server.address_family, bind = _get_best_family(host, port)
+    server = make_server(bind, port, app, Server, handler_class=_SilentHandler)
+    if tls:
+        assert access.tls_cert is not None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(access.tls_cert, access.tls_key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, name=f"metrics {address}", daemon=True)
+    thread.start()
+    return MetricsEndpoint(server, thread, "https" if tls else "http")
+
+
+def _bearer_only(app: WsgiApp, token: str) -> WsgiApp:
+    """`app` behind the token: a request without `Authorization: Bearer TOKEN` gets 401."""
+    expected = f"Bearer {token}".encode()
+
+    def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        given = environ.get("HTTP_AUTHORIZATION", "").encode()
+        if hmac.compare_digest(given, expected):
+            return app(environ, start_response)
+        start_response("401 Unauthorized", [("Content-Type", "text/plain")])
+        return [b"the [prometheus] token as Authorization: Bearer TOKEN\n"]
+
+    return guarded
