@@ -7,20 +7,31 @@ here by p4bs.exposure): the endpoint then speaks TLS and wants `Authorization: B
 from __future__ import annotations
 
 import hmac
+import socket
 import ssl
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
-from wsgiref.simple_server import WSGIServer, make_server
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
-from prometheus_client.exposition import ThreadingWSGIServer, _get_best_family, _SilentHandler
+from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client.registry import Collector
 
 from p4bs.config.model import PrometheusConfig
 from p4bs.exposure import check_exposure
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def registry_of(*collectors: Collector) -> CollectorRegistry:
+    """A registry of a service's collectors alone, not the process-wide default one: two
+    services in one process (tests, benchmarks) each serve their own."""
+    registry = CollectorRegistry(auto_describe=False)
+    for collector in collectors:
+        registry.register(collector)
+    return registry
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -40,7 +51,8 @@ class MetricsEndpoint:
     @property
     def url(self) -> str:
         host, port = self.server.server_address[:2]
-        shown = f"[{host}]" if ":" in str(host) else str(host)
+        name = host.decode() if isinstance(host, bytes) else host
+        shown = f"[{name}]" if ":" in name else name
         return f"{self.scheme}://{shown}:{port}/metrics"
 
     def stop(self) -> None:
@@ -73,10 +85,9 @@ def start_metrics_endpoint(
         app = _bearer_only(app, access.token.resolve())
 
     class Server(ThreadingWSGIServer):
-        pass
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
 
-    Server.address_family, bind = _get_best_family(host, port)
-    server = make_server(bind, port, app, Server, handler_class=_SilentHandler)
+    server = make_server(host, port, app, Server, handler_class=_QuietHandler)
     if tls:
         assert access.tls_cert is not None
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -85,6 +96,13 @@ def start_metrics_endpoint(
     thread = threading.Thread(target=server.serve_forever, name=f"metrics {address}", daemon=True)
     thread.start()
     return MetricsEndpoint(server, thread, "https" if tls else "http")
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No line on stderr for every scrape."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
 
 
 def _bearer_only(app: WsgiApp, token: str) -> WsgiApp:

@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from p4bs.config import Config, ConfigError, load_config
+from p4bs.config.fields import optional_endpoint
+from p4bs.exposure import ExposureError
+from p4bs.metrics_endpoint import MetricsEndpoint, registry_of, start_metrics_endpoint
+
+if TYPE_CHECKING:
+    from p4bs_optimizer.service import OptimizerService
 
 
 def check_policies(config: Config) -> list[str]:
@@ -38,7 +45,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"p4bs optimizer run: {exc}", file=sys.stderr)
         return 2
+    if args.metrics_address is not None:
+        section = dataclasses.replace(config.optimizer, metrics_address=args.metrics_address)
+        config = dataclasses.replace(config, optimizer=section)
     service = OptimizerService(config, dry_run=args.dry_run, instance=args.instance)
+    try:
+        endpoint = _start_metrics(service)
+    except (ExposureError, LookupError, OSError) as exc:
+        print(f"p4bs optimizer run: metrics endpoint: {exc}", file=sys.stderr)
+        return 2
     topics = config.kafka.topics
     print(
         f"optimizer{' (dry run: deciding, not applying)' if service.dry_run else ''}: "
@@ -62,9 +77,30 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         await service.run(progress)
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    finally:
+        if endpoint is not None:
+            endpoint.stop()
     print(f"optimizer stopped: {summary_line(service)}")
     return 0
+
+
+def _start_metrics(service: OptimizerService) -> MetricsEndpoint | None:
+    """The process's Prometheus endpoint ([optimizer] metrics_address or --metrics-address),
+    said on stdout; None when the address is ""."""
+    from p4bs_optimizer.service.metrics import OptimizerCollector
+
+    config = service.config
+    endpoint = start_metrics_endpoint(
+        config.optimizer.metrics_address,
+        registry_of(OptimizerCollector(service)),
+        config.prometheus,
+        key="optimizer.metrics_address",
+    )
+    if endpoint is not None:
+        print(f"optimizer metrics on {endpoint.url}", flush=True)
+    return endpoint
 
 
 def _freeze_file(args: argparse.Namespace, command: str) -> Path | None:
@@ -113,6 +149,13 @@ def add_parser(sub: Any, default_config: Path) -> None:
         "default: <group>-<host>-<pid>-<nonce>",
     )
     run.add_argument("--report-every", type=int, default=10, help="seconds between progress lines")
+    run.add_argument(
+        "--metrics-address",
+        type=optional_endpoint,
+        help='this process\'s Prometheus endpoint, host:port ("": none); default: the '
+        "config's [optimizer] metrics_address. A second process of the group on one host "
+        "needs a port of its own",
+    )
     run.set_defaults(func=cmd_run)
     frozen = optimizer_sub.add_parser(
         "freeze", help="stop every change to the routers at once (the config's freeze_file)"

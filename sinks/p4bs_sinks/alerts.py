@@ -61,6 +61,7 @@ def alertmanager_alerts(alert: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 @dataclass
 class DispatchStats:
+    read: int = 0  # alerts read from Kafka
     delivered: int = 0
     failed: int = 0
     retries: int = 0
@@ -118,6 +119,7 @@ class AlertDispatcher:
                 if received is None:
                     continue
                 alert = received.record
+                self.stats.read += 1
                 ok = post_with_retries(
                     self.webhook, alertmanager_alerts(alert), self.settings, self.stats, stop
                 )

@@ -10,11 +10,43 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from p4bs.config import ConfigError, load_config
+from prometheus_client.registry import Collector
+
+from p4bs.config import Config, ConfigError, load_config
+from p4bs.exposure import ExposureError
+from p4bs.metrics_endpoint import registry_of, start_metrics_endpoint
 
 
-def _serve(name: str, run: Callable[[threading.Event], Any], report: Callable[[], str]) -> int:
-    """Runs a sink until Ctrl-C or SIGTERM, printing its counters every 10 s."""
+def _serve(
+    name: str,
+    run: Callable[[threading.Event], Any],
+    report: Callable[[], str],
+    metrics: tuple[Config, str, Collector],
+) -> int:
+    """Runs a sink until Ctrl-C or SIGTERM, printing its counters every 10 s, its Prometheus
+    endpoint (`metrics`: the config, the key of its address, its collector) beside it."""
+    config, key, collector = metrics
+    section, _, _ = key.partition(".")
+    address = getattr(config, section).metrics_address
+    try:
+        endpoint = start_metrics_endpoint(
+            address, registry_of(collector), config.prometheus, key=key
+        )
+    except (ExposureError, LookupError, OSError) as exc:
+        print(f"{name}: metrics endpoint: {exc}", file=sys.stderr)
+        return 2
+    if endpoint is not None:
+        print(f"{name} metrics on {endpoint.url}", flush=True)
+    try:
+        return _run_until_stopped(name, run, report)
+    finally:
+        if endpoint is not None:
+            endpoint.stop()
+
+
+def _run_until_stopped(
+    name: str, run: Callable[[threading.Event], Any], report: Callable[[], str]
+) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     worker = threading.Thread(target=run, args=(stop,), name=name)
@@ -32,6 +64,7 @@ def _serve(name: str, run: Callable[[threading.Event], Any], report: Callable[[]
 
 def cmd_influx(args: argparse.Namespace) -> int:
     from p4bs_sinks.influx_sink import InfluxSink
+    from p4bs_sinks.metrics import SinkCollector
 
     try:
         config = load_config(args.config).for_kafka_component("sinks")
@@ -48,11 +81,13 @@ def cmd_influx(args: argparse.Namespace) -> int:
             f", last error: {s.last_error}" if s.last_error else ""
         )
 
-    return _serve("influx sink", sink.run, report)
+    metrics = (config, "sinks.metrics_address", SinkCollector(sink.stats))
+    return _serve("influx sink", sink.run, report, metrics)
 
 
 def cmd_alerts(args: argparse.Namespace) -> int:
     from p4bs_sinks.alerts import AlertDispatcher
+    from p4bs_sinks.metrics import DispatcherCollector
 
     try:
         config = load_config(args.config).for_kafka_component("sinks")
@@ -64,9 +99,13 @@ def cmd_alerts(args: argparse.Namespace) -> int:
 
     def report() -> str:
         s = dispatcher.stats
-        return f"delivered {s.delivered:,}, failed {s.failed:,}, retries {s.retries:,}"
+        return (
+            f"read {s.read:,}, delivered {s.delivered:,}, failed {s.failed:,}, "
+            f"retries {s.retries:,}"
+        )
 
-    return _serve("alert dispatcher", dispatcher.run, report)
+    metrics = (config, "alerts.metrics_address", DispatcherCollector(dispatcher.stats))
+    return _serve("alert dispatcher", dispatcher.run, report, metrics)
 
 
 def add_parser(sub: Any, default_config: Path) -> None:
