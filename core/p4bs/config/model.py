@@ -119,6 +119,10 @@ class FlinkConfig:
     # Options for the JVM that `p4bs jobs run|submit` starts (PyFlink's JVM_ARGS): with an
     # embedded job it also runs the job.
     jvm_args: str = ""
+    # The local stack's standalone cluster (mode "remote"): Flink's own Prometheus reporter on
+    # this port or range ("9470-9479": the JobManager and each TaskManager one each); "":
+    # off. The reporter binds every interface, not the loopback alone (infra/README.md).
+    metrics_ports: str = ""
 
 
 @dataclass(frozen=True)

@@ -138,7 +138,16 @@ def private_transport(address: str) -> bool:
 def read_flink(r: Reader, data: dict[str, Any]) -> FlinkConfig:
     d = FlinkConfig()
     r.unknown(
-        data, {"mode", "jobmanager", "parallelism", "window", "checkpoint_interval", "jvm_args"}
+        data,
+        {
+            "mode",
+            "jobmanager",
+            "parallelism",
+            "window",
+            "checkpoint_interval",
+            "jvm_args",
+            "metrics_ports",
+        },
     )
     window = positive(parse_duration_ns, "the window")
     interval = positive(parse_duration_ns, "the checkpoint interval")
@@ -151,7 +160,23 @@ def read_flink(r: Reader, data: dict[str, Any]) -> FlinkConfig:
             data, "checkpoint_interval", interval, d.checkpoint_interval_ns
         ),
         jvm_args=r.get(data, "jvm_args", text, d.jvm_args),
+        metrics_ports=r.get(data, "metrics_ports", _port_range, d.metrics_ports),
     )
+
+
+def _port_range(value: Any) -> str:
+    """ "" (none), a port, or a range "first-last" of ports in 1024..65535."""
+    if value == "":
+        return ""
+    first, _, last = text(value).partition("-")
+    ports = [first, last or first]
+    if not all(p.isdigit() and 1024 <= int(p) <= 65535 for p in ports) or int(ports[0]) > int(
+        ports[1]
+    ):
+        raise ValueError(
+            f'must be "" (off), a port or a range "first-last" (1024..65535), got {value!r}'
+        )
+    return str(value)
 
 
 def read_metrics(r: Reader, data: dict[str, Any]) -> MetricsConfig:
