@@ -94,6 +94,31 @@ def post_with_retries(
     return False
 
 
+def dispatch_alert(
+    alert: Mapping[str, Any],
+    webhook: str,
+    settings: AlertsConfig,
+    stats: DispatchStats,
+    stop: threading.Event,
+) -> bool:
+    """One SlaAlert read: posted to the webhook (`post_with_retries`), counted as read and
+    as delivered or failed (logged); True if delivered."""
+    stats.read += 1
+    ok = post_with_retries(webhook, alertmanager_alerts(alert), settings, stats, stop)
+    if ok:
+        stats.delivered += 1
+    else:
+        stats.failed += 1
+        log.error(
+            "alert %s (%s) not delivered after %d attempts: %s",
+            alert["alert_id"],
+            alert["state"],
+            settings.attempts,
+            stats.last_error,
+        )
+    return ok
+
+
 class AlertDispatcher:
     def __init__(
         self,
@@ -119,21 +144,7 @@ class AlertDispatcher:
                 if received is None:
                     continue
                 alert = received.record
-                self.stats.read += 1
-                ok = post_with_retries(
-                    self.webhook, alertmanager_alerts(alert), self.settings, self.stats, stop
-                )
-                if ok:
-                    self.stats.delivered += 1
-                else:
-                    self.stats.failed += 1
-                    log.error(
-                        "alert %s (%s) not delivered after %d attempts: %s",
-                        alert["alert_id"],
-                        alert["state"],
-                        self.settings.attempts,
-                        self.stats.last_error,
-                    )
+                ok = dispatch_alert(alert, self.webhook, self.settings, self.stats, stop)
                 if on_alert is not None:
                     on_alert(alert, ok)
         finally:

@@ -192,7 +192,7 @@ def endpoint(value: Any) -> str:
 
 def optional_endpoint(value: Any) -> str:
     """host:port, or "" for none (a service's metrics_address: "" turns its endpoint off)."""
-    return "" if text(value) == "" else endpoint(value)
+    return "" if value == "" else endpoint(value)
 
 
 def url(value: Any) -> str:
