@@ -6,6 +6,8 @@ here by p4bs.exposure): the endpoint then speaks TLS and wants `Authorization: B
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import hmac
 import socket
 import ssl
@@ -19,7 +21,8 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
-from p4bs.config.model import PrometheusConfig
+from p4bs.config.fields import optional_endpoint
+from p4bs.config.model import Config, PrometheusConfig
 from p4bs.exposure import check_exposure
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -32,6 +35,28 @@ def registry_of(*collectors: Collector) -> CollectorRegistry:
     for collector in collectors:
         registry.register(collector)
     return registry
+
+
+def add_metrics_address_option(parser: argparse.ArgumentParser, key: str) -> None:
+    """`--metrics-address HOST:PORT` on a service's command line: its endpoint there instead
+    of the config's `key` (e.g. "optimizer.metrics_address"); "" for none. What runs a second
+    process of a service on one host gives it."""
+    parser.add_argument(
+        "--metrics-address",
+        type=optional_endpoint,
+        metavar="HOST:PORT",
+        help=f'the Prometheus endpoint ("" for none); default: the config\'s {key}',
+    )
+
+
+def with_metrics_address(config: Config, key: str, address: str | None) -> Config:
+    """`config` with its `key` ("section.metrics_address") set to `address` (None: as it
+    is). The exposure rule is checked when the endpoint starts."""
+    if address is None:
+        return config
+    section = key.partition(".")[0]
+    changed = dataclasses.replace(getattr(config, section), metrics_address=address)
+    return dataclasses.replace(config, **{section: changed})
 
 
 def split_address(address: str) -> tuple[str, int]:

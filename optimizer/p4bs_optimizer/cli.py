@@ -5,19 +5,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from p4bs.config import Config, ConfigError, load_config
-from p4bs.config.fields import optional_endpoint
 from p4bs.exposure import ExposureError
-from p4bs.metrics_endpoint import MetricsEndpoint, registry_of, start_metrics_endpoint
+from p4bs.metrics_endpoint import (
+    MetricsEndpoint,
+    add_metrics_address_option,
+    registry_of,
+    start_metrics_endpoint,
+    with_metrics_address,
+)
 
 if TYPE_CHECKING:
     from p4bs_optimizer.service import OptimizerService
+
+
+METRICS_KEY = "optimizer.metrics_address"
 
 
 def check_policies(config: Config) -> list[str]:
@@ -45,9 +52,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"p4bs optimizer run: {exc}", file=sys.stderr)
         return 2
-    if args.metrics_address is not None:
-        section = dataclasses.replace(config.optimizer, metrics_address=args.metrics_address)
-        config = dataclasses.replace(config, optimizer=section)
+    config = with_metrics_address(config, METRICS_KEY, args.metrics_address)
     service = OptimizerService(config, dry_run=args.dry_run, instance=args.instance)
     try:
         endpoint = _start_metrics(service)
@@ -96,7 +101,7 @@ def _start_metrics(service: OptimizerService) -> MetricsEndpoint | None:
         config.optimizer.metrics_address,
         registry_of(OptimizerCollector(service)),
         config.prometheus,
-        key="optimizer.metrics_address",
+        key=METRICS_KEY,
     )
     if endpoint is not None:
         print(f"optimizer metrics on {endpoint.url}", flush=True)
@@ -149,13 +154,7 @@ def add_parser(sub: Any, default_config: Path) -> None:
         "default: <group>-<host>-<pid>-<nonce>",
     )
     run.add_argument("--report-every", type=int, default=10, help="seconds between progress lines")
-    run.add_argument(
-        "--metrics-address",
-        type=optional_endpoint,
-        help='this process\'s Prometheus endpoint, host:port ("": none); default: the '
-        "config's [optimizer] metrics_address. A second process of the group on one host "
-        "needs a port of its own",
-    )
+    add_metrics_address_option(run, METRICS_KEY)  # a second process on a host: its own port
     run.set_defaults(func=cmd_run)
     frozen = optimizer_sub.add_parser(
         "freeze", help="stop every change to the routers at once (the config's freeze_file)"

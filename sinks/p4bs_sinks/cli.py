@@ -14,34 +14,41 @@ from prometheus_client.registry import Collector
 
 from p4bs.config import Config, ConfigError, load_config
 from p4bs.exposure import ExposureError
-from p4bs.metrics_endpoint import registry_of, start_metrics_endpoint
+from p4bs.metrics_endpoint import (
+    add_metrics_address_option,
+    registry_of,
+    start_metrics_endpoint,
+    with_metrics_address,
+)
+
+SINK_METRICS = "sinks.metrics_address"
+DISPATCHER_METRICS = "alerts.metrics_address"
 
 
 def _serve(
     name: str,
     run: Callable[[threading.Event], Any],
     report: Callable[[], str],
-    metrics: tuple[Config, str, Collector],
+    endpoint: tuple[Config, str, Collector],
 ) -> int:
     """Runs a sink until Ctrl-C or SIGTERM, printing its counters every 10 s, its Prometheus
-    endpoint (`metrics`: the config, the key of its address, its collector) beside it."""
-    config, key, collector = metrics
-    section, _, _ = key.partition(".")
-    address = getattr(config, section).metrics_address
+    endpoint beside it (`endpoint`: the config, the key of its address, its collector)."""
+    config, key, collector = endpoint
+    address = getattr(config, key.partition(".")[0]).metrics_address
     try:
-        endpoint = start_metrics_endpoint(
+        serving = start_metrics_endpoint(
             address, registry_of(collector), config.prometheus, key=key
         )
     except (ExposureError, LookupError, OSError) as exc:
         print(f"{name}: metrics endpoint: {exc}", file=sys.stderr)
         return 2
-    if endpoint is not None:
-        print(f"{name} metrics on {endpoint.url}", flush=True)
+    if serving is not None:
+        print(f"{name} metrics on {serving.url}", flush=True)
     try:
         return _run_until_stopped(name, run, report)
     finally:
-        if endpoint is not None:
-            endpoint.stop()
+        if serving is not None:
+            serving.stop()
 
 
 def _run_until_stopped(
@@ -71,6 +78,7 @@ def cmd_influx(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"p4bs sinks influx: {exc}", file=sys.stderr)
         return 2
+    config = with_metrics_address(config, SINK_METRICS, args.metrics_address)
     sink = InfluxSink(config.influxdb, config.kafka, config.kafka.topics)
     influx = config.influxdb
     print(f"InfluxDB sink: {config.kafka.bootstrap} -> {influx.url}/{influx.database}")
@@ -81,8 +89,9 @@ def cmd_influx(args: argparse.Namespace) -> int:
             f", last error: {s.last_error}" if s.last_error else ""
         )
 
-    metrics = (config, "sinks.metrics_address", SinkCollector(sink.stats))
-    return _serve("influx sink", sink.run, report, metrics)
+    return _serve(
+        "influx sink", sink.run, report, (config, SINK_METRICS, SinkCollector(sink.stats))
+    )
 
 
 def cmd_alerts(args: argparse.Namespace) -> int:
@@ -91,6 +100,7 @@ def cmd_alerts(args: argparse.Namespace) -> int:
 
     try:
         config = load_config(args.config).for_kafka_component("sinks")
+        config = with_metrics_address(config, DISPATCHER_METRICS, args.metrics_address)
         dispatcher = AlertDispatcher(config.kafka, config.kafka.topics, config.alerts)
     except (ConfigError, ValueError) as exc:
         print(f"p4bs sinks alerts: {exc}", file=sys.stderr)
@@ -104,8 +114,10 @@ def cmd_alerts(args: argparse.Namespace) -> int:
             f"retries {s.retries:,}"
         )
 
-    metrics = (config, "alerts.metrics_address", DispatcherCollector(dispatcher.stats))
-    return _serve("alert dispatcher", dispatcher.run, report, metrics)
+    collector = DispatcherCollector(dispatcher.stats)
+    return _serve(
+        "alert dispatcher", dispatcher.run, report, (config, DISPATCHER_METRICS, collector)
+    )
 
 
 def add_parser(sub: Any, default_config: Path) -> None:
@@ -114,6 +126,8 @@ def add_parser(sub: Any, default_config: Path) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
     influx = sinks_sub.add_parser("influx", parents=[common], help="Kafka -> InfluxDB sink")
+    add_metrics_address_option(influx, SINK_METRICS)
     influx.set_defaults(func=cmd_influx)
     alerts = sinks_sub.add_parser("alerts", parents=[common], help="SLA alerts -> webhook")
+    add_metrics_address_option(alerts, DISPATCHER_METRICS)
     alerts.set_defaults(func=cmd_alerts)

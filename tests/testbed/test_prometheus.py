@@ -158,12 +158,11 @@ def test_every_service_s_metrics_move_with_the_traffic_of_a_closed_loop(
     tmp_path: Path,
 ) -> None:
     jobmanager, flink_urls = flink_cluster
-    optimizer_port, sink_port, alerts_port, dashboard_port = free_ports(4)
+    optimizer_port, sink_port, alerts_port = free_ports(3)
     endpoints = {
         "optimizer": f"http://127.0.0.1:{optimizer_port}/metrics",
         "sink": f"http://127.0.0.1:{sink_port}/metrics",
         "alerts": f"http://127.0.0.1:{alerts_port}/metrics",
-        "dashboard": f"http://127.0.0.1:{dashboard_port}/metrics",
         "exporter": f"http://{EXPORTER_METRICS}/metrics",
     }
     sections = {
@@ -171,7 +170,6 @@ def test_every_service_s_metrics_move_with_the_traffic_of_a_closed_loop(
         "optimizer": {"metrics_address": f"127.0.0.1:{optimizer_port}"},
         "sinks": {"metrics_address": f"127.0.0.1:{sink_port}"},
         "alerts": {"metrics_address": f"127.0.0.1:{alerts_port}", "webhook": webhook.url},
-        "dashboard": {"metrics_address": f"127.0.0.1:{dashboard_port}"},
     }
     with cubic_testbed(unique_plan, (FLOWS, 0)) as testbed:
         base = tomllib.loads(paths.default_config().read_text())
@@ -192,6 +190,7 @@ def test_every_service_s_metrics_move_with_the_traffic_of_a_closed_loop(
                 alert_dispatcher(loop.config_path, tmp_path / "alerts.log"),
                 running_dashboard(loop.config_path, tmp_path / "dashboard") as dashboard,
             ):
+                endpoints["dashboard"] = dashboard.metrics_url  # the port running_dashboard gave
                 for url in endpoints.values():  # each process serves once it has started
                     assert wait_until(partial(answers, url), 60, 0.5), f"{url} does not answer"
                 before = {name: scrape(url) for name, url in endpoints.items()}

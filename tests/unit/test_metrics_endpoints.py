@@ -39,7 +39,13 @@ from p4bs.config import (
 )
 from p4bs.exposure import ExposureError
 from p4bs.influx import InfluxClient
-from p4bs.metrics_endpoint import MetricsEndpoint, registry_of, start_metrics_endpoint
+from p4bs.metrics_endpoint import (
+    MetricsEndpoint,
+    registry_of,
+    start_metrics_endpoint,
+    with_metrics_address,
+)
+from p4bs_cli.main import build_parser
 from p4bs_infra.pki import make_test_pki
 from p4bs_infra.services import PROMETHEUS_REPORTER, FlinkJobManager, flink_home
 from p4bs_infra.stack import StackSettings
@@ -358,3 +364,30 @@ def test_every_service_metric_the_grafana_row_and_the_alert_rules_name_is_served
         )
         assert named, page
         assert named <= served, f"{page.name} names what no service serves: {named - served}"
+
+
+@pytest.mark.parametrize(
+    ("command", "key"),
+    [
+        (["optimizer", "run"], "optimizer.metrics_address"),
+        (["sinks", "influx"], "sinks.metrics_address"),
+        (["sinks", "alerts"], "alerts.metrics_address"),
+        (["dashboard"], "dashboard.metrics_address"),
+    ],
+)
+def test_each_service_takes_another_metrics_address_on_its_command_line(
+    command: list[str], key: str
+) -> None:
+    """What runs a second process of a service on one host (two optimizers of a group) gives
+    it a port of its own; "" for none; a port without its host refused by the parser."""
+    parser = build_parser()
+    config = load_config(paths.default_config())
+    section = key.partition(".")[0]
+    for given, expected in (("127.0.0.1:9466", "127.0.0.1:9466"), ("", "")):
+        args = parser.parse_args([*command, "--metrics-address", given])
+        changed = with_metrics_address(config, key, args.metrics_address)
+        assert getattr(changed, section).metrics_address == expected
+    unchanged = with_metrics_address(config, key, parser.parse_args(command).metrics_address)
+    assert getattr(unchanged, section) == getattr(config, section)
+    with pytest.raises(SystemExit):
+        parser.parse_args([*command, "--metrics-address", "9466"])
