@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 
 from p4bs.config.fields import optional_endpoint
 from p4bs.config.model import Config, PrometheusConfig
-from p4bs.exposure import check_exposure
+from p4bs.exposure import ExposureError, check_exposure
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -57,6 +57,23 @@ def with_metrics_address(config: Config, key: str, address: str | None) -> Confi
     section = key.partition(".")[0]
     changed = dataclasses.replace(getattr(config, section), metrics_address=address)
     return dataclasses.replace(config, **{section: changed})
+
+
+class EndpointError(Exception):
+    """A service's endpoint cannot start (exposed without a token and TLS, a token that
+    cannot be read, an address taken): the message names the setting."""
+
+
+def serve_metrics(config: Config, key: str, *collectors: Collector) -> MetricsEndpoint | None:
+    """The service's endpoint serving `collectors` on the config's `key` (e.g.
+    "sinks.metrics_address"; None when it is ""). Raises EndpointError."""
+    address = getattr(config, key.partition(".")[0]).metrics_address
+    try:
+        return start_metrics_endpoint(address, registry_of(*collectors), config.prometheus, key=key)
+    except ExposureError as exc:
+        raise EndpointError(str(exc)) from exc
+    except (LookupError, OSError) as exc:
+        raise EndpointError(f"{key} {address}: {exc}") from exc
 
 
 def split_address(address: str) -> tuple[str, int]:

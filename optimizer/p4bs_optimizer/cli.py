@@ -11,12 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from p4bs.config import Config, ConfigError, load_config
-from p4bs.exposure import ExposureError
 from p4bs.metrics_endpoint import (
+    EndpointError,
     MetricsEndpoint,
     add_metrics_address_option,
-    registry_of,
-    start_metrics_endpoint,
+    serve_metrics,
     with_metrics_address,
 )
 
@@ -56,8 +55,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     service = OptimizerService(config, dry_run=args.dry_run, instance=args.instance)
     try:
         endpoint = _start_metrics(service)
-    except (ExposureError, LookupError, OSError) as exc:
-        print(f"p4bs optimizer run: metrics endpoint: {exc}", file=sys.stderr)
+    except EndpointError as exc:
+        print(f"p4bs optimizer run: {exc}", file=sys.stderr)
         return 2
     topics = config.kafka.topics
     print(
@@ -96,13 +95,7 @@ def _start_metrics(service: OptimizerService) -> MetricsEndpoint | None:
     said on stdout; None when the address is ""."""
     from p4bs_optimizer.service.metrics import OptimizerCollector
 
-    config = service.config
-    endpoint = start_metrics_endpoint(
-        config.optimizer.metrics_address,
-        registry_of(OptimizerCollector(service)),
-        config.prometheus,
-        key=METRICS_KEY,
-    )
+    endpoint = serve_metrics(service.config, METRICS_KEY, OptimizerCollector(service))
     if endpoint is not None:
         print(f"optimizer metrics on {endpoint.url}", flush=True)
     return endpoint

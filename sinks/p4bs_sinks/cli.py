@@ -13,11 +13,10 @@ from typing import Any
 from prometheus_client.registry import Collector
 
 from p4bs.config import Config, ConfigError, load_config
-from p4bs.exposure import ExposureError
 from p4bs.metrics_endpoint import (
+    EndpointError,
     add_metrics_address_option,
-    registry_of,
-    start_metrics_endpoint,
+    serve_metrics,
     with_metrics_address,
 )
 
@@ -29,26 +28,22 @@ def _serve(
     name: str,
     run: Callable[[threading.Event], Any],
     report: Callable[[], str],
-    endpoint: tuple[Config, str, Collector],
+    metrics: tuple[Config, str, Collector],
 ) -> int:
     """Runs a sink until Ctrl-C or SIGTERM, printing its counters every 10 s, its Prometheus
-    endpoint beside it (`endpoint`: the config, the key of its address, its collector)."""
-    config, key, collector = endpoint
-    address = getattr(config, key.partition(".")[0]).metrics_address
+    endpoint beside it (`metrics`: the config, the key of its address, its collector)."""
     try:
-        serving = start_metrics_endpoint(
-            address, registry_of(collector), config.prometheus, key=key
-        )
-    except (ExposureError, LookupError, OSError) as exc:
-        print(f"{name}: metrics endpoint: {exc}", file=sys.stderr)
+        endpoint = serve_metrics(*metrics)
+    except EndpointError as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
         return 2
-    if serving is not None:
-        print(f"{name} metrics on {serving.url}", flush=True)
+    if endpoint is not None:
+        print(f"{name} metrics on {endpoint.url}", flush=True)
     try:
         return _run_until_stopped(name, run, report)
     finally:
-        if serving is not None:
-            serving.stop()
+        if endpoint is not None:
+            endpoint.stop()
 
 
 def _run_until_stopped(

@@ -40,8 +40,10 @@ from p4bs.config import (
 from p4bs.exposure import ExposureError
 from p4bs.influx import InfluxClient
 from p4bs.metrics_endpoint import (
+    EndpointError,
     MetricsEndpoint,
     registry_of,
+    serve_metrics,
     start_metrics_endpoint,
     with_metrics_address,
 )
@@ -391,3 +393,18 @@ def test_each_service_takes_another_metrics_address_on_its_command_line(
     assert getattr(unchanged, section) == getattr(config, section)
     with pytest.raises(SystemExit):
         parser.parse_args([*command, "--metrics-address", "9466"])
+
+
+def test_an_address_already_taken_is_an_error_naming_the_setting(
+    endpoints: list[MetricsEndpoint],
+) -> None:
+    """Two processes given one port (a second optimizer without --metrics-address): the
+    second stops at start, saying which setting and address."""
+    first = serving(_one_counter())
+    endpoints.append(first)
+    port = first.server.server_address[1]
+    key = "sinks.metrics_address"
+    busy = with_metrics_address(load_config(paths.default_config()), key, f"127.0.0.1:{port}")
+    with pytest.raises(EndpointError, match=rf"^sinks\.metrics_address 127\.0\.0\.1:{port}: "):
+        serve_metrics(busy, key, SinkCollector(SinkStats()))
+    assert value(scrape(first.url), "p4bs_test_things_total") == 7  # the first serves on

@@ -46,7 +46,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from p4bs import exposure, paths
-from p4bs.metrics_endpoint import registry_of, start_metrics_endpoint
+from p4bs.metrics_endpoint import EndpointError, serve_metrics
 from p4bs.units import duration_for_bytes
 from p4bs_ops.dashboard.feed import Event, FeedReader, Fleet, LinkView
 from p4bs_ops.dashboard.link_history import CHARTS, HistoryError, link_history
@@ -535,14 +535,9 @@ def serve(fleet: Fleet, options: ServeOptions, on_start: Callable[[str], None] =
     check_exposure(options.bind, options.token, options.tls_cert is not None)
     metrics = DashboardMetrics(fleet)
     try:
-        endpoint = start_metrics_endpoint(
-            fleet.config.dashboard.metrics_address,
-            registry_of(metrics),
-            fleet.config.prometheus,
-            key="dashboard.metrics_address",
-        )
-    except (exposure.ExposureError, LookupError, OSError) as exc:
-        raise SetupError(f"metrics endpoint: {exc}") from None
+        endpoint = serve_metrics(fleet.config, "dashboard.metrics_address", metrics)
+    except EndpointError as exc:
+        raise SetupError(str(exc)) from None
     if endpoint is not None:
         on_start(f"p4bs dashboard metrics on {endpoint.url}")
     reader = FeedReader(fleet)
