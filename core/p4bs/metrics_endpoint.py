@@ -18,9 +18,11 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
+from p4bs.bus import ConsumerStats
 from p4bs.config.fields import optional_endpoint
 from p4bs.config.model import Config, PrometheusConfig
 from p4bs.exposure import ExposureError, check_exposure
@@ -57,6 +59,19 @@ def with_metrics_address(config: Config, key: str, address: str | None) -> Confi
     section = key.partition(".")[0]
     changed = dataclasses.replace(getattr(config, section), metrics_address=address)
     return dataclasses.replace(config, **{section: changed})
+
+
+def dead_letters_family(name: str, stats: ConsumerStats) -> CounterMetricFamily:
+    """`name`_total{stream, reason}: the records a service's consumer sent to the dead
+    letters (p4bs.bus), by the stream they came on and why."""
+    family = CounterMetricFamily(
+        name,
+        "Records sent to the dead letters (malformed), by stream and reason",
+        labels=["stream", "reason"],
+    )
+    for (stream, reason), count in sorted(stats.dead_letters.items()):
+        family.add_metric([stream, reason], count)
+    return family
 
 
 class EndpointError(Exception):

@@ -17,7 +17,7 @@ from typing import Any
 
 import requests
 
-from p4bs.bus import Cluster, RecordConsumer
+from p4bs.bus import Cluster, ConsumerStats, RecordConsumer
 from p4bs.config import AlertsConfig
 
 log = logging.getLogger(__name__)
@@ -133,6 +133,11 @@ class AlertDispatcher:
         self.settings = settings
         self.stats = DispatchStats()
         self._consumer = RecordConsumer(cluster, group, ["sla_alerts"], topics)
+
+    @property
+    def consumer_stats(self) -> ConsumerStats:
+        """Its consumer's counts: the alerts it took, the records sent to the dead letters."""
+        return self._consumer.stats
 
     def run(
         self, stop: threading.Event, on_alert: Callable[[dict[str, Any], bool], None] | None = None

@@ -85,7 +85,10 @@ def cmd_influx(args: argparse.Namespace) -> int:
         )
 
     return _serve(
-        "influx sink", sink.run, report, (config, SINK_METRICS, SinkCollector(sink.stats))
+        "influx sink",
+        sink.run,
+        report,
+        (config, SINK_METRICS, SinkCollector(sink.stats, sink.consumer_stats)),
     )
 
 
@@ -109,7 +112,7 @@ def cmd_alerts(args: argparse.Namespace) -> int:
             f"retries {s.retries:,}"
         )
 
-    collector = DispatcherCollector(dispatcher.stats)
+    collector = DispatcherCollector(dispatcher.stats, dispatcher.consumer_stats)
     return _serve(
         "alert dispatcher", dispatcher.run, report, (config, DISPATCHER_METRICS, collector)
     )

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from p4bs import retention
-from p4bs.bus import Cluster, Received, RecordConsumer
+from p4bs.bus import Cluster, ConsumerStats, Received, RecordConsumer
 from p4bs.config import InfluxConfig
 from p4bs.influx import InfluxClient, InfluxError
 
@@ -147,6 +147,11 @@ class InfluxSink:
         # Per rollup, the first and last window written too late for its continuous query.
         self._late: dict[retention.Rollup, tuple[int, int]] = {}
         self._summarised = time.monotonic()
+
+    @property
+    def consumer_stats(self) -> ConsumerStats:
+        """Its consumer's counts: the records it took, those it sent to the dead letters."""
+        return self._consumer.stats
 
     def _write_batch(self, batch: list[Received], stop: threading.Event) -> bool:
         """Writes the batch, each measurement into its retention policy, until InfluxDB

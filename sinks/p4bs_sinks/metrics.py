@@ -11,15 +11,18 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from p4bs.bus import ConsumerStats
+from p4bs.metrics_endpoint import dead_letters_family
 from p4bs_sinks.alerts import DispatchStats
 from p4bs_sinks.influx_sink import SinkStats
 
 
 class SinkCollector(Collector):
-    """The InfluxDB sink's counts."""
+    """The InfluxDB sink's counts, and its consumer's dead letters."""
 
-    def __init__(self, stats: SinkStats) -> None:
+    def __init__(self, stats: SinkStats, consumer: ConsumerStats) -> None:
         self.stats = stats
+        self.consumer = consumer
 
     def collect(self) -> Iterator[Metric]:
         s = self.stats
@@ -36,13 +39,12 @@ class SinkCollector(Collector):
             "Writes tried again after a failure InfluxDB may recover from",
             value=s.retries,
         )
-        dead = CounterMetricFamily(
-            "p4bs_sink_dead_letters",
+        yield CounterMetricFamily(
+            "p4bs_sink_points_rejected",
             "Points passed over: InfluxDB rejected them for good (they stay in Kafka)",
-            labels=["reason"],
+            value=s.rejected,
         )
-        dead.add_metric(["rejected_by_influxdb"], s.rejected)
-        yield dead
+        yield dead_letters_family("p4bs_sink_dead_letters", self.consumer)
         yield CounterMetricFamily(
             "p4bs_sink_late_rollups",
             "Rollups made again for windows written too late for their continuous query",
@@ -51,10 +53,11 @@ class SinkCollector(Collector):
 
 
 class DispatcherCollector(Collector):
-    """The alert dispatcher's counts."""
+    """The alert dispatcher's counts, and its consumer's dead letters."""
 
-    def __init__(self, stats: DispatchStats) -> None:
+    def __init__(self, stats: DispatchStats, consumer: ConsumerStats) -> None:
         self.stats = stats
+        self.consumer = consumer
 
     def collect(self) -> Iterator[Metric]:
         s = self.stats
@@ -68,3 +71,4 @@ class DispatcherCollector(Collector):
         yield CounterMetricFamily(
             "p4bs_alerts_post_retries", "Webhook posts tried again", value=s.retries
         )
+        yield dead_letters_family("p4bs_alerts_dead_letters", self.consumer)

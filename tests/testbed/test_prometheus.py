@@ -238,6 +238,7 @@ def test_every_service_s_metrics_move_with_the_traffic_of_a_closed_loop(
     assert total(after["optimizer"], "p4bs_optimizer_links_owned") == 1
     assert total(after["optimizer"], "p4bs_optimizer_decisions_total", outcome="failed") == 0
     assert total(after["sink"], "p4bs_sink_dead_letters_total") == 0
+    assert total(after["sink"], "p4bs_sink_points_rejected_total") == 0
     assert total(after["alerts"], "p4bs_alerts_failed_total") == 0 and webhook.posts > 0
     assert 0 <= total(after["dashboard"], "p4bs_dashboard_feed_lag_seconds") < 30
     # The job's own counters are reported under their names (none malformed in this run).

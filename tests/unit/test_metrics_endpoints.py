@@ -15,19 +15,22 @@ import threading
 import time
 import tomllib
 import urllib.error
+from collections import Counter
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import prometheus_client
 import pytest
 import yaml
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry
 from promscrape import Samples, scrape, value
 from test_dashboard_fleet import _fleet, _get, _window
 from test_link_controller import GUARDS, SECOND_NS, Link, example_link, run
 
 from p4bs import paths
+from p4bs.bus import ConsumerStats
 from p4bs.config import (
     AlertsConfig,
     ConfigError,
@@ -159,10 +162,12 @@ def test_the_optimizer_s_decisions_guards_fallbacks_and_lag_move_on_its_endpoint
 def test_the_sink_s_points_retries_and_dead_letters_move_on_its_endpoint(
     endpoints: list[MetricsEndpoint],
 ) -> None:
-    """Two points written after one failure (a retry), a third rejected for good (a dead
-    letter), against a scripted InfluxDB."""
+    """Two points written after one failure (a retry), a third rejected for good, against a
+    scripted InfluxDB; the records its consumer dead-lettered (counted by p4bs.bus, which
+    needs a broker: here the counts as it keeps them), by stream and reason."""
     stats = SinkStats()
-    endpoints.append(serving(registry_of(SinkCollector(stats))))
+    consumer = ConsumerStats(dead_letters=Counter({("link_metrics", "malformed_record"): 2}))
+    endpoints.append(serving(registry_of(SinkCollector(stats, consumer))))
     before = scrape(endpoints[0].url)
     stop = threading.Event()
     with (
@@ -175,8 +180,9 @@ def test_the_sink_s_points_retries_and_dead_letters_move_on_its_endpoint(
     after = scrape(endpoints[0].url)
     assert moved(before, after, "p4bs_sink_points_written_total") == 2
     assert moved(before, after, "p4bs_sink_write_retries_total") == 1
-    dead = moved(before, after, "p4bs_sink_dead_letters_total", reason="rejected_by_influxdb")
-    assert dead == 1
+    assert moved(before, after, "p4bs_sink_points_rejected_total") == 1
+    dead = {"stream": "link_metrics", "reason": "malformed_record"}
+    assert value(after, "p4bs_sink_dead_letters_total", **dead) == 2
 
 
 def test_the_dispatcher_s_alerts_read_sent_and_failed_move_on_its_endpoint(
@@ -184,7 +190,7 @@ def test_the_dispatcher_s_alerts_read_sent_and_failed_move_on_its_endpoint(
 ) -> None:
     """Two alerts read: one sent on its second attempt, one failed after both."""
     stats = DispatchStats()
-    endpoints.append(serving(registry_of(DispatcherCollector(stats))))
+    endpoints.append(serving(registry_of(DispatcherCollector(stats, ConsumerStats()))))
     before = scrape(endpoints[0].url)
     alert = {"link_id": "r1:eth1", "kind": "loss", "state": "raise", "alert_id": "a1",
              "windows": 3, "value": 0.02, "bound": 0.01, "ts_ns": 1_800 * SECOND_NS}  # fmt: skip
@@ -223,7 +229,7 @@ def test_the_dashboard_s_requests_and_feed_lag_move_on_its_endpoint(
 
 def _one_counter() -> CollectorRegistry:
     registry = CollectorRegistry()
-    Counter("p4bs_test_things", "things", registry=registry).inc(7)
+    prometheus_client.Counter("p4bs_test_things", "things", registry=registry).inc(7)
     return registry
 
 
@@ -345,10 +351,12 @@ def test_every_service_metric_the_grafana_row_and_the_alert_rules_name_is_served
     """The Prometheus dashboard (ops/grafana/prometheus) and ops/DEPLOYING.md (table, alert
     rules) name only metrics the Python services serve (the exporter's are its own)."""
     fleet, _ = _fleet(0)
+    optimizer = OptimizerService(load_config(paths.default_config()))
+    optimizer.consumer_stats.dead_letters["link_metrics", "malformed_record"] += 1
     collectors = [
-        OptimizerCollector(OptimizerService(load_config(paths.default_config()))),
-        SinkCollector(SinkStats()),
-        DispatcherCollector(DispatchStats()),
+        OptimizerCollector(optimizer),
+        SinkCollector(SinkStats(), ConsumerStats(dead_letters=Counter({("s", "r"): 1}))),
+        DispatcherCollector(DispatchStats(), ConsumerStats(dead_letters=Counter({("s", "r"): 1}))),
         DashboardMetrics(fleet),
     ]
     served = set()
@@ -406,5 +414,5 @@ def test_an_address_already_taken_is_an_error_naming_the_setting(
     key = "sinks.metrics_address"
     busy = with_metrics_address(load_config(paths.default_config()), key, f"127.0.0.1:{port}")
     with pytest.raises(EndpointError, match=rf"^sinks\.metrics_address 127\.0\.0\.1:{port}: "):
-        serve_metrics(busy, key, SinkCollector(SinkStats()))
+        serve_metrics(busy, key, SinkCollector(SinkStats(), ConsumerStats()))
     assert value(scrape(first.url), "p4bs_test_things_total") == 7  # the first serves on

@@ -12,6 +12,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from p4bs.metrics_endpoint import dead_letters_family
+
 if TYPE_CHECKING:
     from p4bs_optimizer.service.service import OptimizerService
 
@@ -105,6 +107,7 @@ class OptimizerCollector(Collector):
             "Links whose policy is deciding in the decide threads now (a search's model fit)",
             value=sum(1 for c in controllers if c.in_thread),
         )
+        yield dead_letters_family("p4bs_optimizer_dead_letters", self.service.consumer_stats)
         yield from s.window_lag.collect()
 
 
