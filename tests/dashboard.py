@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from p4bs_infra.procs import free_port, wait_until
+from p4bs_infra.procs import free_ports, wait_until
 
 
 @dataclass
@@ -38,6 +38,7 @@ class Dashboard:
     log: Path
     token: str | None = None
     ca_file: Path | None = None  # the certificate a TLS dashboard is trusted by
+    metrics_url: str = ""  # its Prometheus endpoint
 
     def get(self, path: str, auth: str | None = "token", timeout_s: float = 30.0) -> Reply:
         """GET `path`; `auth` "token" (basic auth with the dashboard's token), "bearer",
@@ -73,9 +74,9 @@ def running_dashboard(
 ) -> Iterator[Dashboard]:
     """`p4bs dashboard --config CONFIG` on a free port (the token in an environment
     variable, as an operator gives it), until it answers `/`; stopped by PID at the end."""
-    port = free_port()
+    port, metrics_port = free_ports(2)
     argv = [sys.executable, "-m", "p4bs_cli", "dashboard", "--config", str(config)]
-    argv += ["--port", str(port)]
+    argv += ["--port", str(port), "--metrics-address", f"127.0.0.1:{metrics_port}"]
     env = dict(os.environ)
     if token is not None:
         env["P4BS_DASHBOARD_TOKEN"] = token
@@ -90,7 +91,12 @@ def running_dashboard(
         )
     scheme = "https" if tls else "http"
     dashboard = Dashboard(
-        f"{scheme}://127.0.0.1:{port}", process, log, token, tls[0] if tls else None
+        f"{scheme}://127.0.0.1:{port}",
+        process,
+        log,
+        token,
+        tls[0] if tls else None,
+        f"http://127.0.0.1:{metrics_port}/metrics",
     )
 
     def answers() -> bool:

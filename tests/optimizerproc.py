@@ -14,7 +14,7 @@ from typing import Any
 
 from p4bs.bus import RecordConsumer
 from p4bs.config import Config
-from p4bs_infra.procs import wait_until
+from p4bs_infra.procs import free_port, wait_until
 
 
 @contextmanager
@@ -25,6 +25,9 @@ def optimizer(
     end unless it already ended."""
     log = log or config_path.with_name(f"optimizer-{uuid.uuid4().hex[:6]}.log")
     argv = [sys.executable, "-m", "p4bs_cli", "optimizer", "run", "--config", str(config_path)]
+    # Its Prometheus endpoint on a port of its own: a test may run several at once (`extra`
+    # may name another: the last one given counts).
+    argv += ["--metrics-address", f"127.0.0.1:{free_port()}"]
     with log.open("wb") as out:
         proc = subprocess.Popen([*argv, "--report-every", "1", *extra], stdout=out, stderr=out)
     try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -318,8 +319,15 @@ class Received:
 @dataclass
 class ConsumerStats:
     received: int = 0
-    malformed: int = 0
+    # Records sent to the dead letters, by (stream, reason): "malformed_record" (the value
+    # does not decode as the stream's schema says), "malformed_key" (not UTF-8).
+    dead_letters: Counter[tuple[str, str]] = field(default_factory=Counter)
     reasons: list[str] = field(default_factory=list)  # the most recent ones, for reports
+
+    @property
+    def malformed(self) -> int:
+        """Records dead-lettered, in all."""
+        return sum(self.dead_letters.values())
 
 
 class RecordConsumer:
@@ -429,13 +437,14 @@ class RecordConsumer:
         try:
             received = _received(self._stream_of[msg.topic() or ""], msg)
         except (RecordError, UnicodeDecodeError) as exc:
-            self._dead_letter(msg, str(exc))
+            kind = "malformed_key" if isinstance(exc, UnicodeDecodeError) else "malformed_record"
+            self._dead_letter(msg, str(exc), kind)
             return None
         self.stats.received += 1
         return received
 
-    def _dead_letter(self, msg: Message, reason: str) -> None:
-        self.stats.malformed += 1
+    def _dead_letter(self, msg: Message, reason: str, kind: str) -> None:
+        self.stats.dead_letters[self._stream_of[msg.topic() or ""], kind] += 1
         self.stats.reasons = [*self.stats.reasons[-self.MAX_REASONS + 1 :], reason]
         log.warning(
             "%s[%d]@%d malformed, sent to dead letters: %s",

@@ -486,16 +486,32 @@ def _merge(into: dict[str, Any], update: dict[str, Any]) -> None:
             into[key] = value
 
 
+PROMETHEUS_REPORTER = "org.apache.flink.metrics.prometheus.PrometheusReporterFactory"
+
+
+def flink_prometheus_reporter(ports: str) -> dict[str, Any]:
+    """The `metrics` section of a Flink config that switches on Flink's own Prometheus
+    reporter on `ports` ("9470", or a range "9470-9479": the JobManager and each TaskManager
+    take the next one free). Its jar comes with the distribution PyFlink installs
+    (plugins/metrics-prometheus/flink-metrics-prometheus-<the same version>.jar), loaded as a
+    plugin: nothing to fetch. The reporter binds every interface (it has no host option):
+    infra/README.md says how to keep it to this machine."""
+    return {"reporter": {"prom": {"factory": {"class": PROMETHEUS_REPORTER}, "port": ports}}}
+
+
 class _FlinkProcess(_Process):
     """A JobManager or TaskManager of a standalone Flink cluster, run in the foreground of
     its own process from PyFlink's distribution, with this cluster's config folder."""
 
     script = ""
 
-    def __init__(self, state_dir: Path, rest_port: int, rpc_port: int) -> None:
+    def __init__(
+        self, state_dir: Path, rest_port: int, rpc_port: int, metrics_ports: str = ""
+    ) -> None:
         super().__init__(state_dir)
         self.rest_port = rest_port
         self.rpc_port = rpc_port
+        self.metrics_ports = metrics_ports  # Flink's Prometheus reporter's; "": off
         self.rest = f"http://{LOOPBACK}:{rest_port}"
         self.conf_dir = state_dir / "flink-conf"
         self.lib_dir = state_dir / "flink-lib"
@@ -520,6 +536,8 @@ class _FlinkProcess(_Process):
             # (default 50 s). Shorter timed out TaskManagers that were only slow (infra/README).
             "heartbeat": {"interval": 2000, "timeout": 30000},
         }
+        if self.metrics_ports:
+            ours["metrics"] = flink_prometheus_reporter(self.metrics_ports)
         _merge(config, ours)
         self.conf_dir.mkdir(parents=True, exist_ok=True)
         (self.conf_dir / "config.yaml").write_text(yaml.safe_dump(config))
@@ -576,9 +594,11 @@ class FlinkJobManager(_FlinkProcess):
 class FlinkTaskManager(_FlinkProcess):
     script = "taskmanager.sh"
 
-    def __init__(self, state_dir: Path, rest_port: int, rpc_port: int, index: int) -> None:
+    def __init__(
+        self, state_dir: Path, rest_port: int, rpc_port: int, index: int, metrics_ports: str = ""
+    ) -> None:
         self.name = f"flink-taskmanager-{index}"
-        super().__init__(state_dir, rest_port, rpc_port)
+        super().__init__(state_dir, rest_port, rpc_port, metrics_ports)
         self.index = index
 
     @property

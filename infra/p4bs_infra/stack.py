@@ -86,6 +86,9 @@ class StackSettings:
     flink_taskmanagers: int = 0
     flink_rest_port: int = 8081
     flink_rpc_port: int = 6123
+    # Flink's own Prometheus reporter on the cluster's processes, one port each from this
+    # port or range ("9470-9479"); "": off ([flink] metrics_ports).
+    flink_metrics_ports: str = ""
 
     @classmethod
     def on_free_ports(cls, state_dir: Path, **settings: Any) -> StackSettings:
@@ -126,6 +129,7 @@ class StackSettings:
             flink_taskmanagers=2 if remote else 0,
             flink_rest_port=int(flink_port),
             flink_rpc_port=int(flink_port) + 42,
+            flink_metrics_ports=config.flink.metrics_ports,
             kafka_port=int(kafka_port),
             kafka_controller_port=int(kafka_port) + 1,
             kafka_security=config.kafka.security,
@@ -193,11 +197,11 @@ class Stack:
         )
         self.services: list[Service] = [*self.brokers, self.influxdb]
         if s.flink_taskmanagers:
-            self.flink = FlinkJobManager(s.state_dir, s.flink_rest_port, s.flink_rpc_port)
+            rest, rpc, metrics = s.flink_rest_port, s.flink_rpc_port, s.flink_metrics_ports
+            self.flink = FlinkJobManager(s.state_dir, rest, rpc, metrics)
             self.services.append(self.flink)
             for i in range(s.flink_taskmanagers):
-                tm = FlinkTaskManager(s.state_dir, s.flink_rest_port, s.flink_rpc_port, i)
-                self.services.append(tm)
+                self.services.append(FlinkTaskManager(s.state_dir, rest, rpc, i, metrics))
 
     @classmethod
     def from_state(cls, state_dir: Path) -> Stack:

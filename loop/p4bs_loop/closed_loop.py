@@ -33,7 +33,7 @@ from p4bs.bus import client_settings, ensure_topics
 from p4bs.config import Config, FlowGroup, config_toml, parse_config
 from p4bs.topic_range import SECOND_NS, Deadline, reader, watermarks
 from p4bs_exporter import ModelTarget, run_spec
-from p4bs_infra.procs import wait_until
+from p4bs_infra.procs import free_ports, wait_until
 from p4bs_infra.stack import Stack, StackSettings
 from p4bs_infra.testbed import NETCONF_PORT, Testbed, TestbedPlan, sender_group
 from p4bs_schemas.registry import STREAMS
@@ -66,6 +66,9 @@ LOOP_SECTIONS: dict[str, dict[str, Any]] = {
     "optimizer": {"stale_after": "30s", "fit_processes": 1},
 }
 
+
+# The services with a Prometheus endpoint ([<section>] metrics_address).
+METRICS_SECTIONS = ("optimizer", "sinks", "alerts", "dashboard")
 
 # The loop's own processes run ahead of the traffic's senders and loggers (the processes they
 # start inherit it), so that on two cores the measurements keep up with the traffic they
@@ -188,6 +191,14 @@ class ClosedLoop:
         )
         if jobmanager is not None:
             data["flink"] = {**data["flink"], "mode": "remote", "jobmanager": jobmanager}
+        # Each service's Prometheus endpoint on a free port of its own (other loops, or a
+        # deployment's services, may hold the defaults on this host), unless `sections` names
+        # one.
+        ports = free_ports(len(METRICS_SECTIONS) + optimizers)
+        for table in METRICS_SECTIONS:
+            if "metrics_address" not in (sections or {}).get(table, {}):
+                address = f"127.0.0.1:{ports.pop()}"
+                data[table] = {**data.get(table, {}), "metrics_address": address}
         self.config: Config = parse_config(data, "closed loop")
         self.config_path = work_dir / "config.toml"
         self.config_path.write_text(config_toml(data))
@@ -196,6 +207,12 @@ class ClosedLoop:
         self.optimizers = [
             "optimizer" if optimizers == 1 else f"optimizer-{i}" for i in range(optimizers)
         ]
+        # Where each process serves its metrics: the first optimizer the config's address,
+        # the others one each (`--metrics-address`).
+        self.metrics_addresses = {"influx-sink": self.config.sinks.metrics_address}
+        for i, name in enumerate(self.optimizers):
+            address = self.config.optimizer.metrics_address if i == 0 else ""
+            self.metrics_addresses[name] = address or f"127.0.0.1:{ports.pop()}"
         self.exporter: ModelTarget | None = None
         self.exporter_spec: dict[str, Any] | None = None
         self.job_id: str | None = None  # the submitted metrics job's (remote)
@@ -319,7 +336,8 @@ class ClosedLoop:
 
     def start_optimizer(self) -> None:
         for name in self.optimizers:
-            self._cli(name, "optimizer", "run", "--report-every", "5", "--instance", name)
+            metrics = ("--metrics-address", self.metrics_addresses[name])
+            self._cli(name, "optimizer", "run", "--report-every", "5", "--instance", name, *metrics)
 
     def _metrics_flowing(self) -> bool:
         for name, proc in self.processes.items():

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from p4bs.config import Config, ConfigError, SecretRef, load_config
+from p4bs.metrics_endpoint import add_metrics_address_option, with_metrics_address
 from p4bs.units import UnitError, parse_duration_ns
 from p4bs_ops.status import (
     METRICS_GROUP,
@@ -117,6 +118,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             print("p4bs dashboard: token: empty", file=sys.stderr)
             return 2
     options = ServeOptions(args.bind, args.port, token, args.tls_cert, args.tls_key)
+    config = with_metrics_address(config, "dashboard.metrics_address", args.metrics_address)
     try:
         serve(Fleet(config), options, on_start=lambda line: print(line, flush=True))
     except SetupError as exc:
@@ -162,6 +164,7 @@ def _add_dashboard(sub: Any, default_config: Path) -> None:
     token.add_argument("--token-file", metavar="PATH", help="the access token is in this file")
     dashboard.add_argument("--tls-cert", type=Path, help="serve HTTPS with this certificate")
     dashboard.add_argument("--tls-key", type=Path, help="... and this private key")
+    add_metrics_address_option(dashboard, "dashboard.metrics_address")
     dashboard.set_defaults(func=cmd_dashboard)
 
 

@@ -8,9 +8,22 @@ import asyncio
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from p4bs.config import Config, ConfigError, load_config
+from p4bs.metrics_endpoint import (
+    EndpointError,
+    MetricsEndpoint,
+    add_metrics_address_option,
+    serve_metrics,
+    with_metrics_address,
+)
+
+if TYPE_CHECKING:
+    from p4bs_optimizer.service import OptimizerService
+
+
+METRICS_KEY = "optimizer.metrics_address"
 
 
 def check_policies(config: Config) -> list[str]:
@@ -38,7 +51,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"p4bs optimizer run: {exc}", file=sys.stderr)
         return 2
+    config = with_metrics_address(config, METRICS_KEY, args.metrics_address)
     service = OptimizerService(config, dry_run=args.dry_run, instance=args.instance)
+    try:
+        endpoint = _start_metrics(service)
+    except EndpointError as exc:
+        print(f"p4bs optimizer run: {exc}", file=sys.stderr)
+        return 2
     topics = config.kafka.topics
     print(
         f"optimizer{' (dry run: deciding, not applying)' if service.dry_run else ''}: "
@@ -62,9 +81,24 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         await service.run(progress)
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    finally:
+        if endpoint is not None:
+            endpoint.stop()
     print(f"optimizer stopped: {summary_line(service)}")
     return 0
+
+
+def _start_metrics(service: OptimizerService) -> MetricsEndpoint | None:
+    """The process's Prometheus endpoint ([optimizer] metrics_address or --metrics-address),
+    said on stdout; None when the address is ""."""
+    from p4bs_optimizer.service.metrics import OptimizerCollector
+
+    endpoint = serve_metrics(service.config, METRICS_KEY, OptimizerCollector(service))
+    if endpoint is not None:
+        print(f"optimizer metrics on {endpoint.url}", flush=True)
+    return endpoint
 
 
 def _freeze_file(args: argparse.Namespace, command: str) -> Path | None:
@@ -113,6 +147,7 @@ def add_parser(sub: Any, default_config: Path) -> None:
         "default: <group>-<host>-<pid>-<nonce>",
     )
     run.add_argument("--report-every", type=int, default=10, help="seconds between progress lines")
+    add_metrics_address_option(run, METRICS_KEY)  # a second process on a host: its own port
     run.set_defaults(func=cmd_run)
     frozen = optimizer_sub.add_parser(
         "freeze", help="stop every change to the routers at once (the config's freeze_file)"

@@ -17,7 +17,7 @@ from typing import Any
 
 import requests
 
-from p4bs.bus import Cluster, RecordConsumer
+from p4bs.bus import Cluster, ConsumerStats, RecordConsumer
 from p4bs.config import AlertsConfig
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,7 @@ def alertmanager_alerts(alert: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 @dataclass
 class DispatchStats:
+    read: int = 0  # alerts read from Kafka
     delivered: int = 0
     failed: int = 0
     retries: int = 0
@@ -93,6 +94,31 @@ def post_with_retries(
     return False
 
 
+def dispatch_alert(
+    alert: Mapping[str, Any],
+    webhook: str,
+    settings: AlertsConfig,
+    stats: DispatchStats,
+    stop: threading.Event,
+) -> bool:
+    """One SlaAlert read: posted to the webhook (`post_with_retries`), counted as read and
+    as delivered or failed (logged); True if delivered."""
+    stats.read += 1
+    ok = post_with_retries(webhook, alertmanager_alerts(alert), settings, stats, stop)
+    if ok:
+        stats.delivered += 1
+    else:
+        stats.failed += 1
+        log.error(
+            "alert %s (%s) not delivered after %d attempts: %s",
+            alert["alert_id"],
+            alert["state"],
+            settings.attempts,
+            stats.last_error,
+        )
+    return ok
+
+
 class AlertDispatcher:
     def __init__(
         self,
@@ -108,6 +134,11 @@ class AlertDispatcher:
         self.stats = DispatchStats()
         self._consumer = RecordConsumer(cluster, group, ["sla_alerts"], topics)
 
+    @property
+    def consumer_stats(self) -> ConsumerStats:
+        """Its consumer's counts: the alerts it took, the records sent to the dead letters."""
+        return self._consumer.stats
+
     def run(
         self, stop: threading.Event, on_alert: Callable[[dict[str, Any], bool], None] | None = None
     ) -> DispatchStats:
@@ -118,20 +149,7 @@ class AlertDispatcher:
                 if received is None:
                     continue
                 alert = received.record
-                ok = post_with_retries(
-                    self.webhook, alertmanager_alerts(alert), self.settings, self.stats, stop
-                )
-                if ok:
-                    self.stats.delivered += 1
-                else:
-                    self.stats.failed += 1
-                    log.error(
-                        "alert %s (%s) not delivered after %d attempts: %s",
-                        alert["alert_id"],
-                        alert["state"],
-                        self.settings.attempts,
-                        self.stats.last_error,
-                    )
+                ok = dispatch_alert(alert, self.webhook, self.settings, self.stats, stop)
                 if on_alert is not None:
                     on_alert(alert, ok)
         finally:

@@ -10,11 +10,45 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from p4bs.config import ConfigError, load_config
+from prometheus_client.registry import Collector
+
+from p4bs.config import Config, ConfigError, load_config
+from p4bs.metrics_endpoint import (
+    EndpointError,
+    add_metrics_address_option,
+    serve_metrics,
+    with_metrics_address,
+)
+
+SINK_METRICS = "sinks.metrics_address"
+DISPATCHER_METRICS = "alerts.metrics_address"
 
 
-def _serve(name: str, run: Callable[[threading.Event], Any], report: Callable[[], str]) -> int:
-    """Runs a sink until Ctrl-C or SIGTERM, printing its counters every 10 s."""
+def _serve(
+    name: str,
+    run: Callable[[threading.Event], Any],
+    report: Callable[[], str],
+    metrics: tuple[Config, str, Collector],
+) -> int:
+    """Runs a sink until Ctrl-C or SIGTERM, printing its counters every 10 s, its Prometheus
+    endpoint beside it (`metrics`: the config, the key of its address, its collector)."""
+    try:
+        endpoint = serve_metrics(*metrics)
+    except EndpointError as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 2
+    if endpoint is not None:
+        print(f"{name} metrics on {endpoint.url}", flush=True)
+    try:
+        return _run_until_stopped(name, run, report)
+    finally:
+        if endpoint is not None:
+            endpoint.stop()
+
+
+def _run_until_stopped(
+    name: str, run: Callable[[threading.Event], Any], report: Callable[[], str]
+) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     worker = threading.Thread(target=run, args=(stop,), name=name)
@@ -32,12 +66,14 @@ def _serve(name: str, run: Callable[[threading.Event], Any], report: Callable[[]
 
 def cmd_influx(args: argparse.Namespace) -> int:
     from p4bs_sinks.influx_sink import InfluxSink
+    from p4bs_sinks.metrics import SinkCollector
 
     try:
         config = load_config(args.config).for_kafka_component("sinks")
     except ConfigError as exc:
         print(f"p4bs sinks influx: {exc}", file=sys.stderr)
         return 2
+    config = with_metrics_address(config, SINK_METRICS, args.metrics_address)
     sink = InfluxSink(config.influxdb, config.kafka, config.kafka.topics)
     influx = config.influxdb
     print(f"InfluxDB sink: {config.kafka.bootstrap} -> {influx.url}/{influx.database}")
@@ -48,14 +84,21 @@ def cmd_influx(args: argparse.Namespace) -> int:
             f", last error: {s.last_error}" if s.last_error else ""
         )
 
-    return _serve("influx sink", sink.run, report)
+    return _serve(
+        "influx sink",
+        sink.run,
+        report,
+        (config, SINK_METRICS, SinkCollector(sink.stats, sink.consumer_stats)),
+    )
 
 
 def cmd_alerts(args: argparse.Namespace) -> int:
     from p4bs_sinks.alerts import AlertDispatcher
+    from p4bs_sinks.metrics import DispatcherCollector
 
     try:
         config = load_config(args.config).for_kafka_component("sinks")
+        config = with_metrics_address(config, DISPATCHER_METRICS, args.metrics_address)
         dispatcher = AlertDispatcher(config.kafka, config.kafka.topics, config.alerts)
     except (ConfigError, ValueError) as exc:
         print(f"p4bs sinks alerts: {exc}", file=sys.stderr)
@@ -64,9 +107,15 @@ def cmd_alerts(args: argparse.Namespace) -> int:
 
     def report() -> str:
         s = dispatcher.stats
-        return f"delivered {s.delivered:,}, failed {s.failed:,}, retries {s.retries:,}"
+        return (
+            f"read {s.read:,}, delivered {s.delivered:,}, failed {s.failed:,}, "
+            f"retries {s.retries:,}"
+        )
 
-    return _serve("alert dispatcher", dispatcher.run, report)
+    collector = DispatcherCollector(dispatcher.stats, dispatcher.consumer_stats)
+    return _serve(
+        "alert dispatcher", dispatcher.run, report, (config, DISPATCHER_METRICS, collector)
+    )
 
 
 def add_parser(sub: Any, default_config: Path) -> None:
@@ -75,6 +124,8 @@ def add_parser(sub: Any, default_config: Path) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
     influx = sinks_sub.add_parser("influx", parents=[common], help="Kafka -> InfluxDB sink")
+    add_metrics_address_option(influx, SINK_METRICS)
     influx.set_defaults(func=cmd_influx)
     alerts = sinks_sub.add_parser("alerts", parents=[common], help="SLA alerts -> webhook")
+    add_metrics_address_option(alerts, DISPATCHER_METRICS)
     alerts.set_defaults(func=cmd_alerts)

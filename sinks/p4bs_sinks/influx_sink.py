@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from p4bs import retention
-from p4bs.bus import Cluster, Received, RecordConsumer
+from p4bs.bus import Cluster, ConsumerStats, Received, RecordConsumer
 from p4bs.config import InfluxConfig
 from p4bs.influx import InfluxClient, InfluxError
 
@@ -94,6 +94,39 @@ class SinkStats:
     last_error: str | None = None
 
 
+def write_points(
+    influx: InfluxClient,
+    policy: str,
+    lines: list[str],
+    stats: SinkStats,
+    stop: threading.Event,
+) -> bool:
+    """Writes `lines` into retention policy `policy` until InfluxDB takes them (retrying a
+    failure with a doubling backoff) or rejects them for good (counted in `stats.rejected`,
+    logged); False if stopped first."""
+    backoff = 0.5
+    while True:
+        try:
+            influx.write(lines, retention_policy=policy, timeout_s=30)
+            stats.written += len(lines)
+            return True
+        except InfluxError as exc:
+            error = str(exc)
+            if exc.refused:
+                # Rejected for good (e.g. points older than the retention policy): no
+                # retry can help. Counted and logged; the records stay in Kafka.
+                stats.rejected += len(lines)
+                stats.last_error = error
+                log.error("InfluxDB rejected %d points: %s", len(lines), error)
+                return True
+        stats.last_error = error
+        log.warning("InfluxDB write of %d points failed: %s", len(lines), error)
+        if stop.wait(backoff):
+            return False
+        stats.retries += 1
+        backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+
 class InfluxSink:
     def __init__(
         self,
@@ -114,6 +147,11 @@ class InfluxSink:
         # Per rollup, the first and last window written too late for its continuous query.
         self._late: dict[retention.Rollup, tuple[int, int]] = {}
         self._summarised = time.monotonic()
+
+    @property
+    def consumer_stats(self) -> ConsumerStats:
+        """Its consumer's counts: the records it took, those it sent to the dead letters."""
+        return self._consumer.stats
 
     def _write_batch(self, batch: list[Received], stop: threading.Event) -> bool:
         """Writes the batch, each measurement into its retention policy, until InfluxDB
@@ -156,27 +194,7 @@ class InfluxSink:
 
     def _write_points(self, policy: str, points: list[Received], stop: threading.Event) -> bool:
         lines = [line_of(r.stream, r.record) for r in points]
-        backoff = 0.5
-        while True:
-            try:
-                self._influx.write(lines, retention_policy=policy, timeout_s=30)
-                self.stats.written += len(points)
-                return True
-            except InfluxError as exc:
-                error = str(exc)
-                if exc.refused:
-                    # Rejected for good (e.g. points older than the retention policy): no
-                    # retry can help. Counted and logged; the records stay in Kafka.
-                    self.stats.rejected += len(points)
-                    self.stats.last_error = error
-                    log.error("InfluxDB rejected %d points: %s", len(points), error)
-                    return True
-            self.stats.last_error = error
-            log.warning("InfluxDB write of %d points failed: %s", len(points), error)
-            if stop.wait(backoff):
-                return False
-            self.stats.retries += 1
-            backoff = min(backoff * 2, MAX_BACKOFF_S)
+        return write_points(self._influx, policy, lines, self.stats, stop)
 
     def run(
         self, stop: threading.Event, on_batch: Callable[[SinkStats], None] | None = None

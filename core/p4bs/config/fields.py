@@ -190,6 +190,11 @@ def endpoint(value: Any) -> str:
     return host_port
 
 
+def optional_endpoint(value: Any) -> str:
+    """host:port, or "" for none (a service's metrics_address: "" turns its endpoint off)."""
+    return "" if value == "" else endpoint(value)
+
+
 def url(value: Any) -> str:
     address = text(value)
     if not address.startswith(("http://", "https://")):

@@ -15,12 +15,16 @@ from p4bs.config.fields import Reader
 from p4bs.config.model import Config, ConfigError, LinkConfig
 from p4bs.config.network import read_dataplane, read_link, read_router, read_switch
 from p4bs.config.services import (
+    check_metrics_exposure,
     read_alerts,
+    read_dashboard,
     read_flink,
     read_influx,
     read_kafka,
     read_metrics,
     read_optimizer,
+    read_prometheus,
+    read_sinks,
 )
 from p4bs.config.testbed import read_testbed
 from p4bs.config.topology import check_references, junos_only_where_used
@@ -38,6 +42,9 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
         "metrics",
         "alerts",
         "optimizer",
+        "sinks",
+        "dashboard",
+        "prometheus",
         "switches",
         "routers",
         "links",
@@ -55,6 +62,19 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
     metrics = section("metrics", read_metrics)
     alerts = section("alerts", read_alerts)
     optimizer = section("optimizer", read_optimizer)
+    sinks = section("sinks", read_sinks)
+    dashboard = section("dashboard", read_dashboard)
+    prometheus = section("prometheus", read_prometheus)
+    check_metrics_exposure(
+        r,
+        {
+            "optimizer.metrics_address": optimizer.metrics_address,
+            "sinks.metrics_address": sinks.metrics_address,
+            "alerts.metrics_address": alerts.metrics_address,
+            "dashboard.metrics_address": dashboard.metrics_address,
+        },
+        prometheus,
+    )
     if flink.window_ns % dataplane.export_interval_ns:
         # A window then holds whole export intervals, each one record (or its parts).
         r.problem(
@@ -97,6 +117,9 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
         metrics=metrics,
         alerts=alerts,
         optimizer=optimizer,
+        sinks=sinks,
+        dashboard=dashboard,
+        prometheus=prometheus,
     )
     check_references(r, config)
     if r.problems:

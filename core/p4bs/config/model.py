@@ -119,6 +119,10 @@ class FlinkConfig:
     # Options for the JVM that `p4bs jobs run|submit` starts (PyFlink's JVM_ARGS): with an
     # embedded job it also runs the job.
     jvm_args: str = ""
+    # The local stack's standalone cluster (mode "remote"): Flink's own Prometheus reporter on
+    # this port or range ("9470-9479": the JobManager and each TaskManager one each); "":
+    # off. The reporter binds every interface, not the loopback alone (infra/README.md).
+    metrics_ports: str = ""
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,7 @@ class AlertsConfig:
     timeout_ns: int = 5_000_000_000
     attempts: int = 6  # per alert, then it is counted as failed and logged
     backoff_ns: int = 1_000_000_000  # before the second attempt, doubling up to 30 s
+    metrics_address: str = "127.0.0.1:9463"  # the dispatcher's Prometheus endpoint; "": none
 
 
 @dataclass(frozen=True)
@@ -171,6 +176,34 @@ class OptimizerConfig:
     # While this file exists no change is written to any router (`p4bs optimizer freeze`).
     freeze_file: str = field(default_factory=lambda: str(default_state_dir() / "optimizer.freeze"))
     dry_run: bool = False  # decide and record, apply nothing (ORed with --dry-run)
+    # The Prometheus endpoint of each process ("": none); a second process on one host
+    # takes another port (`p4bs optimizer run --metrics-address`).
+    metrics_address: str = "127.0.0.1:9461"
+
+
+@dataclass(frozen=True)
+class SinksConfig:
+    """The InfluxDB sink (`p4bs sinks run`)."""
+
+    metrics_address: str = "127.0.0.1:9462"  # its Prometheus endpoint; "": none
+
+
+@dataclass(frozen=True)
+class DashboardConfig:
+    """The dashboard (`p4bs dashboard`; its own address, token and TLS are options)."""
+
+    metrics_address: str = "127.0.0.1:9464"  # its Prometheus endpoint; "": none
+
+
+@dataclass(frozen=True)
+class PrometheusConfig:
+    """What every Prometheus endpoint ([optimizer], [sinks], [alerts], [dashboard]
+    metrics_address) needs on an address beyond the loopback, as the dashboard does: a
+    bearer token the scraper sends, and TLS. On the loopback both are optional."""
+
+    token: SecretRef | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
 
 
 LONG_FLOW_MODES = ("sketch", "window")
@@ -393,6 +426,9 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    sinks: SinksConfig = field(default_factory=SinksConfig)
+    dashboard: DashboardConfig = field(default_factory=DashboardConfig)
+    prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)
 
     def for_kafka_component(self, component: str) -> Config:
         """The config as `component` (KAFKA_COMPONENTS) uses it: its clients log in as its

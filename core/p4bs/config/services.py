@@ -14,6 +14,7 @@ from p4bs.config.fields import (
     fraction,
     int_in,
     one_of,
+    optional_endpoint,
     positive,
     positive_durations,
     secret,
@@ -27,13 +28,17 @@ from p4bs.config.model import (
     KAFKA_SECURITY,
     SASL_MECHANISMS,
     AlertsConfig,
+    DashboardConfig,
     FlinkConfig,
     InfluxConfig,
     KafkaConfig,
     KafkaUser,
     MetricsConfig,
     OptimizerConfig,
+    PrometheusConfig,
+    SinksConfig,
 )
+from p4bs.exposure import ExposureError, check_exposure
 from p4bs.units import parse_duration_ns
 from p4bs_schemas.registry import STREAMS
 
@@ -133,7 +138,16 @@ def private_transport(address: str) -> bool:
 def read_flink(r: Reader, data: dict[str, Any]) -> FlinkConfig:
     d = FlinkConfig()
     r.unknown(
-        data, {"mode", "jobmanager", "parallelism", "window", "checkpoint_interval", "jvm_args"}
+        data,
+        {
+            "mode",
+            "jobmanager",
+            "parallelism",
+            "window",
+            "checkpoint_interval",
+            "jvm_args",
+            "metrics_ports",
+        },
     )
     window = positive(parse_duration_ns, "the window")
     interval = positive(parse_duration_ns, "the checkpoint interval")
@@ -146,7 +160,23 @@ def read_flink(r: Reader, data: dict[str, Any]) -> FlinkConfig:
             data, "checkpoint_interval", interval, d.checkpoint_interval_ns
         ),
         jvm_args=r.get(data, "jvm_args", text, d.jvm_args),
+        metrics_ports=r.get(data, "metrics_ports", _port_range, d.metrics_ports),
     )
+
+
+def _port_range(value: Any) -> str:
+    """ "" (none), a port, or a range "first-last" of ports in 1024..65535."""
+    if value == "":
+        return ""
+    first, _, last = text(value).partition("-")
+    ports = [first, last or first]
+    if not all(p.isdigit() and 1024 <= int(p) <= 65535 for p in ports) or int(ports[0]) > int(
+        ports[1]
+    ):
+        raise ValueError(
+            f'must be "" (off), a port or a range "first-last" (1024..65535), got {value!r}'
+        )
+    return str(value)
 
 
 def read_metrics(r: Reader, data: dict[str, Any]) -> MetricsConfig:
@@ -165,7 +195,7 @@ def read_metrics(r: Reader, data: dict[str, Any]) -> MetricsConfig:
 
 def read_alerts(r: Reader, data: dict[str, Any]) -> AlertsConfig:
     d = AlertsConfig()
-    r.unknown(data, {"webhook", "timeout", "attempts", "backoff"})
+    r.unknown(data, {"webhook", "timeout", "attempts", "backoff", "metrics_address"})
     timeout = r.get(data, "timeout", positive(parse_duration_ns, "the timeout"), d.timeout_ns)
     backoff = r.get(data, "backoff", positive(parse_duration_ns, "the backoff"), d.backoff_ns)
     return AlertsConfig(
@@ -173,6 +203,7 @@ def read_alerts(r: Reader, data: dict[str, Any]) -> AlertsConfig:
         timeout_ns=timeout,
         attempts=r.get(data, "attempts", int_in(1, 1000), d.attempts),
         backoff_ns=backoff,
+        metrics_address=r.get(data, "metrics_address", optional_endpoint, d.metrics_address),
     )
 
 
@@ -191,6 +222,7 @@ def read_optimizer(r: Reader, data: dict[str, Any]) -> OptimizerConfig:
             "max_changes_per_router_per_minute",
             "freeze_file",
             "dry_run",
+            "metrics_address",
         },
     )
     session = r.get(
@@ -222,7 +254,54 @@ def read_optimizer(r: Reader, data: dict[str, Any]) -> OptimizerConfig:
         ),
         freeze_file=r.get(data, "freeze_file", text, d.freeze_file),
         dry_run=r.get(data, "dry_run", boolean, d.dry_run),
+        metrics_address=r.get(data, "metrics_address", optional_endpoint, d.metrics_address),
     )
+
+
+def read_sinks(r: Reader, data: dict[str, Any]) -> SinksConfig:
+    r.unknown(data, {"metrics_address"})
+    address = r.get(data, "metrics_address", optional_endpoint, SinksConfig().metrics_address)
+    return SinksConfig(metrics_address=address)
+
+
+def read_dashboard(r: Reader, data: dict[str, Any]) -> DashboardConfig:
+    r.unknown(data, {"metrics_address"})
+    default = DashboardConfig().metrics_address
+    return DashboardConfig(
+        metrics_address=r.get(data, "metrics_address", optional_endpoint, default)
+    )
+
+
+def read_prometheus(r: Reader, data: dict[str, Any]) -> PrometheusConfig:
+    r.unknown(data, {"token", "tls_cert", "tls_key"})
+    tls_cert = r.get(data, "tls_cert", text)
+    tls_key = r.get(data, "tls_key", text)
+    if (tls_cert is None) != (tls_key is None):
+        r.problem("tls_cert" if tls_cert is None else "tls_key", "tls_cert and tls_key go together")
+    return PrometheusConfig(token=r.get(data, "token", secret), tls_cert=tls_cert, tls_key=tls_key)
+
+
+def check_metrics_exposure(
+    r: Reader, addresses: dict[str, str], prometheus: PrometheusConfig
+) -> None:
+    """Each service's metrics_address (`addresses`: by its key, e.g. "optimizer.
+    metrics_address") beyond the loopback needs [prometheus] token and TLS, as the
+    dashboard's --bind does (p4bs.exposure)."""
+    tls = prometheus.tls_cert is not None and prometheus.tls_key is not None
+    for key, address in addresses.items():
+        if not address:
+            continue
+        try:
+            check_exposure(
+                address.rpartition(":")[0],
+                token=prometheus.token is not None,
+                tls=tls,
+                where=address,
+                what="the service's metrics",
+                remedy="set [prometheus] token, tls_cert and tls_key",
+            )
+        except ExposureError as exc:
+            r.problem(key, str(exc))
 
 
 def _step_ratio(value: Any) -> float:

@@ -26,7 +26,6 @@ import base64
 import binascii
 import hmac
 import html
-import ipaddress
 import json
 import math
 import time
@@ -46,10 +45,12 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from p4bs import paths
+from p4bs import exposure, paths
+from p4bs.metrics_endpoint import EndpointError, serve_metrics
 from p4bs.units import duration_for_bytes
 from p4bs_ops.dashboard.feed import Event, FeedReader, Fleet, LinkView
 from p4bs_ops.dashboard.link_history import CHARTS, HistoryError, link_history
+from p4bs_ops.dashboard.metrics import DashboardMetrics, RequestCounter
 from p4bs_ops.dashboard.search import NoSearch, search_view
 
 ASSETS_DIR = paths.cache_dir() / "dashboard" / "node_modules" / "uplot" / "dist"
@@ -75,18 +76,19 @@ def check_assets(assets: Path = ASSETS_DIR) -> None:
 
 
 def check_exposure(bind: str, token: str | None, tls: bool) -> None:
-    """A server reachable beyond this machine needs a token and TLS."""
-    if bind == "localhost":
-        return
+    """A server reachable beyond this machine needs a token and TLS (p4bs.exposure: the rule
+    every metrics endpoint follows too)."""
     try:
-        loopback = ipaddress.ip_address(bind).is_loopback
-    except ValueError:
-        raise SetupError(f"--bind {bind!r}: an IP address or localhost") from None
-    if not loopback and not (token and tls):
-        raise SetupError(
-            f"--bind {bind} exposes the dashboard beyond this machine: give a token "
-            "(--token-env or --token-file) and TLS (--tls-cert and --tls-key)"
+        exposure.check_exposure(
+            bind,
+            token=bool(token),
+            tls=tls,
+            where=f"--bind {bind}",
+            what="the dashboard",
+            remedy="give a token (--token-env or --token-file) and TLS (--tls-cert and --tls-key)",
         )
+    except exposure.ExposureError as exc:
+        raise SetupError(str(exc)) from None
 
 
 # ---- authentication ----------------------------------------------------------------------------
@@ -364,8 +366,15 @@ def _int_param(request: Request, name: str, default: int, low: int = 0) -> int:
         return default
 
 
-def build_app(fleet: Fleet, *, token: str | None = None, assets: Path = ASSETS_DIR) -> Starlette:
-    """The dashboard on `fleet` (filled by a `FeedReader`, or by a test)."""
+def build_app(
+    fleet: Fleet,
+    *,
+    token: str | None = None,
+    assets: Path = ASSETS_DIR,
+    metrics: DashboardMetrics | None = None,
+) -> Starlette:
+    """The dashboard on `fleet` (filled by a `FeedReader`, or by a test); its requests
+    counted in `metrics` when given."""
     static = resources.files("p4bs_ops.dashboard") / "static"
     influx = fleet.config.influxdb
     search_lock = asyncio.Lock()  # one fit at a time: each takes a core for a moment
@@ -478,7 +487,10 @@ def build_app(fleet: Fleet, *, token: str | None = None, assets: Path = ASSETS_D
         Mount("/assets", StaticFiles(directory=str(static)), name="assets"),
         Mount("/vendor/uplot", StaticFiles(directory=str(assets)), name="uplot"),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(TokenAuth, token=token)])
+    middleware = [Middleware(TokenAuth, token=token)]
+    if metrics is not None:  # outermost: a request the token refused counts too
+        middleware.insert(0, Middleware(RequestCounter, metrics=metrics, routes=routes))
+    return Starlette(routes=routes, middleware=middleware)
 
 
 async def _events(request: Request, fleet: Fleet, link_id: str) -> AsyncIterator[str]:
@@ -521,12 +533,19 @@ def serve(fleet: Fleet, options: ServeOptions, on_start: Callable[[str], None] =
     bind without a token and TLS)."""
     check_assets()
     check_exposure(options.bind, options.token, options.tls_cert is not None)
+    metrics = DashboardMetrics(fleet)
+    try:
+        endpoint = serve_metrics(fleet.config, "dashboard.metrics_address", metrics)
+    except EndpointError as exc:
+        raise SetupError(str(exc)) from None
+    if endpoint is not None:
+        on_start(f"p4bs dashboard metrics on {endpoint.url}")
     reader = FeedReader(fleet)
     reader.start()
     scheme = "https" if options.tls_cert else "http"
     server = uvicorn.Server(
         uvicorn.Config(
-            build_app(fleet, token=options.token),
+            build_app(fleet, token=options.token, metrics=metrics),
             host=options.bind,
             port=options.port,
             ssl_certfile=options.tls_cert,
@@ -541,3 +560,5 @@ def serve(fleet: Fleet, options: ServeOptions, on_start: Callable[[str], None] =
         server.run()
     finally:
         reader.stop()
+        if endpoint is not None:
+            endpoint.stop()

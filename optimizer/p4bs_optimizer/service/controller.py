@@ -393,9 +393,12 @@ class LinkController:
                 if self.guards.frozen() is None:
                     now_ns = self.clock.wall_ns()
                     wait_ns = self.state.last_change_ns + interval_ns - now_ns
-                    if not self.guards.dry_run:
-                        wait_ns = max(wait_ns, self.budget.wait_ns(now_ns))
+                    guard = "min_change_interval"
+                    budget_ns = 0 if self.guards.dry_run else self.budget.wait_ns(now_ns)
+                    if budget_ns > wait_ns:
+                        wait_ns, guard = budget_ns, "router_budget"
                     if wait_ns > 0:
+                        self.host.stats.guard_delays[guard] += 1
                         await self.clock.sleep(wait_ns / 1e9)  # a rate limit, not a sync
                         continue
                     if not self.guards.dry_run:
@@ -435,15 +438,19 @@ class LinkController:
             reason = decision.reason + (ignored_flows if decision.flows else "")
             if aim != decision.buffer_bytes:
                 reason += f"; held to the link's bounds ({decision.buffer_bytes} B asked)"
+                self.host.stats.guard_refusals["bounds"] += 1
             previous = self.state.in_force.get(decision.queue)
             if previous is None and driver is not None:
                 with contextlib.suppress(DriverError):  # the set below reports the failure
                     previous = await driver.get_buffer(self.link.interface, decision.queue)
             buffer, step_note = self._step(aim, previous, decision.phase)
             reason += step_note
+            if step_note:
+                self.host.stats.guard_refusals["max_step_ratio"] += 1
             frozen = self.guards.frozen()  # once more: a freeze takes effect at once
             if frozen is not None:
                 outcome, reason = "skipped", f"{reason}; not applied: {frozen}"
+                self.host.stats.guard_refusals["freeze"] += 1
             elif driver is None:
                 outcome = "dry_run"
             elif classifier_error is not None:

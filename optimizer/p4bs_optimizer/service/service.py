@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from p4bs.bus import (
+    ConsumerStats,
     Partition,
     Received,
     RecordConsumer,
@@ -107,6 +108,9 @@ class OptimizerService:
         self.dry_run = self.guards.dry_run  # the flag or the config's
         self.instance = instance or default_instance(config)
         self.stats = ServiceStats()
+        # Its consumer's counts (records taken, dead letters): those of the consumer `run`
+        # makes, once it runs.
+        self.consumer_stats = ConsumerStats()
         self.links = {link.id: link for link in config.links}
         self.routers = {router.name: router for router in config.routers}
         self.controllers: dict[str, LinkController] = {}
@@ -352,6 +356,7 @@ class OptimizerService:
             on_revoke=revoked,
             on_lost=lost,
         )
+        self.consumer_stats = consumer.stats
         follower = threading.Thread(
             target=self.follower.follow, args=(loop, self._stop), name="links"
         )

@@ -83,6 +83,10 @@ class NextTransaction:
             self.stats.failed += 1
         elif outcome == "skipped":
             self.stats.skipped += 1
+        elif outcome == "dry_run":
+            self.stats.dry_run += 1
+        if decision.window_end_ns is not None:
+            self.stats.window_lag.observe(max(0, made.ts_ns - decision.window_end_ns) / 1e9)
         record = {
             "link_id": link.id,
             "ts_ns": made.ts_ns,

@@ -170,8 +170,8 @@ public class IntervalSummary extends AggregateFunction<Row, IntervalSummary.Sums
 
   @Override
   public void open(FunctionContext context) {
-    skipped = context.getMetricGroup().counter("skipped_rtt_samples");
-    malformed = context.getMetricGroup().counter(IntervalReader.MALFORMED_METRIC);
+    skipped = JobCounters.counter(context, "skipped_rtt_samples");
+    malformed = JobCounters.counter(context, IntervalReader.MALFORMED_METRIC);
     reader = new IntervalReader();
     recordFlows = new long[16][];
   }

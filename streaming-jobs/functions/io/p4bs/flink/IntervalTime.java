@@ -30,7 +30,7 @@ public class IntervalTime extends ScalarFunction {
   @Override
   public void open(FunctionContext context) {
     reader = new IntervalReader();
-    malformed = context.getMetricGroup().counter(IntervalReader.MALFORMED_METRIC);
+    malformed = JobCounters.counter(context, IntervalReader.MALFORMED_METRIC);
   }
 
   public @DataTypeHint("BIGINT NOT NULL") long eval(byte[] record) {

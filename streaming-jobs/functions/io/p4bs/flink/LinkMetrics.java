@@ -248,8 +248,8 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
           "job parameter " + CONFIG_PARAMETER + " (the links and metrics settings) is not set");
     }
     parseConfig(new String(Base64.getDecoder().decode(encoded), StandardCharsets.UTF_8));
-    unknownLinks = context.getMetricGroup().counter("unknown_links");
-    nonFinite = context.getMetricGroup().counter("non_finite_link_metrics");
+    unknownLinks = JobCounters.counter(context, "unknown_links");
+    nonFinite = JobCounters.counter(context, "non_finite_link_metrics");
   }
 
   private void parseConfig(String text) {

@@ -22,7 +22,7 @@ public class LinkSpecTime extends ScalarFunction {
   @Override
   public void open(FunctionContext context) {
     reader = new LinkSpecReader();
-    malformed = context.getMetricGroup().counter(LinkSpecReader.MALFORMED_METRIC);
+    malformed = JobCounters.counter(context, LinkSpecReader.MALFORMED_METRIC);
   }
 
   public @DataTypeHint("BIGINT NOT NULL") long eval(String linkId, byte[] value) {

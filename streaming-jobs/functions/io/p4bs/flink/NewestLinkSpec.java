@@ -102,7 +102,7 @@ public class NewestLinkSpec extends AggregateFunction<Row, NewestLinkSpec.Newest
   @Override
   public void open(FunctionContext context) {
     reader = new LinkSpecReader();
-    malformed = context.getMetricGroup().counter(LinkSpecReader.MALFORMED_METRIC);
+    malformed = JobCounters.counter(context, LinkSpecReader.MALFORMED_METRIC);
   }
 
   @Override

@@ -1,0 +1,247 @@
+"""Every service's Prometheus endpoint on a running closed loop: the exporter, the metrics job
+on a standalone Flink cluster with Flink's own reporter on, the InfluxDB sink, the alert
+dispatcher (posting to a webhook of the test's own), the optimizer and the dashboard. Each
+is scraped over HTTP before and after 30 s of traffic (20 Cubic flows, GLOBECOM, an SLA of
+d-hat = 2 ms so that alerts are raised, as tests/testbed/test_grafana.py) and read with
+prometheus_client's parser: each service's counts must move with the traffic."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import tomllib
+from collections.abc import Callable, Iterator
+from functools import partial
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dashboard import running_dashboard
+from promscrape import Samples, scrape
+from test_closed_loop import cubic_testbed
+
+from p4bs import paths
+from p4bs_infra.procs import free_port_block, free_ports, wait_until
+from p4bs_infra.services import FlinkJobManager, FlinkTaskManager, InfluxDB
+from p4bs_infra.stack import Stack
+from p4bs_infra.testbed import TestbedPlan
+from p4bs_infra.traffic import Scenario, TrafficRun
+from p4bs_loop.closed_loop import ClosedLoop
+
+FLOWS = 20
+TRAFFIC_S = 30
+SLA = {"max_queue_delay": "2ms", "max_loss": 0.01}
+# The exporter's endpoint: its config's default (the exporter leaves it as the loop's config
+# has it; exporter/README.md).
+EXPORTER_METRICS = "127.0.0.1:9465"
+MOVE_TIMEOUT_S = 60  # for a count to show what already happened (scrapes, Flink's reporter)
+
+
+def total(samples: Samples, name: str, **labels: str) -> float:
+    """The sum of `name`'s samples whose labels include `labels` (0 when there is none)."""
+    wanted = set(labels.items())
+    return sum(v for (n, got), v in samples.items() if n == name and wanted <= got)
+
+
+class Webhook:
+    """An Alertmanager stand-in on a free loopback port: every POST is taken (200)."""
+
+    def __init__(self) -> None:
+        self.posts = 0
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                hook.posts += 1
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/api/v2/alerts"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+@pytest.fixture
+def webhook() -> Iterator[Webhook]:
+    hook = Webhook()
+    yield hook
+    hook.close()
+
+
+@pytest.fixture
+def flink_cluster(tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
+    """A JobManager and two TaskManagers with Flink's Prometheus reporter on a block of three
+    ports (one each, in whatever order they start): the JobManager's REST endpoint and the
+    reporters' URLs."""
+    rest, rpc = free_ports(2)
+    first = free_port_block(3, avoid=(rest, rpc))
+    ports = f"{first}-{first + 2}"
+    state = tmp_path / "flink"
+    services: list[Any] = [FlinkJobManager(state, rest, rpc, ports)]
+    services += [FlinkTaskManager(state, rest, rpc, i, ports) for i in range(2)]
+    try:
+        for service in services:
+            service.start()
+        for service in services:
+            assert wait_until(service.ready, 120, 0.5), service.failure("was not ready")
+        yield (
+            f"127.0.0.1:{rest}",
+            [f"http://127.0.0.1:{p}/metrics" for p in range(first, first + 3)],
+        )
+    finally:
+        for service in reversed(services):
+            service.stop()
+
+
+@contextlib.contextmanager
+def alert_dispatcher(config: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """`p4bs sinks alerts` with the loop's config, stopped by its PID at the end."""
+    argv = [sys.executable, "-m", "p4bs_cli", "sinks", "alerts", "--config", str(config)]
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        yield process
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+
+
+def answers(url: str) -> bool:
+    try:
+        scrape(url)
+    except OSError:
+        return False
+    return True
+
+
+def scrape_flink(urls: list[str]) -> Samples:
+    """Every reporter's samples, the TaskManagers' (the job's operators) among them; a port
+    of the block that no process took is left out."""
+    merged: Samples = {}
+    for url in urls:
+        with contextlib.suppress(OSError):
+            for (name, labels), value in scrape(url).items():
+                key = (name, labels | {("reporter", url)})
+                merged[key] = value
+    return merged
+
+
+def test_every_service_s_metrics_move_with_the_traffic_of_a_closed_loop(
+    unique_plan: Callable[..., TestbedPlan],
+    stack: Stack,
+    influx_database: InfluxDB,
+    flink_cluster: tuple[str, list[str]],
+    webhook: Webhook,
+    tmp_path: Path,
+) -> None:
+    jobmanager, flink_urls = flink_cluster
+    optimizer_port, sink_port, alerts_port = free_ports(3)
+    endpoints = {
+        "optimizer": f"http://127.0.0.1:{optimizer_port}/metrics",
+        "sink": f"http://127.0.0.1:{sink_port}/metrics",
+        "alerts": f"http://127.0.0.1:{alerts_port}/metrics",
+        "exporter": f"http://{EXPORTER_METRICS}/metrics",
+    }
+    sections = {
+        "influxdb": {"database": influx_database.database},
+        "optimizer": {"metrics_address": f"127.0.0.1:{optimizer_port}"},
+        "sinks": {"metrics_address": f"127.0.0.1:{sink_port}"},
+        "alerts": {"metrics_address": f"127.0.0.1:{alerts_port}", "webhook": webhook.url},
+    }
+    with cubic_testbed(unique_plan, (FLOWS, 0)) as testbed:
+        base = tomllib.loads(paths.default_config().read_text())
+        loop = ClosedLoop(
+            base,
+            testbed,
+            tmp_path / "loop",
+            bootstrap=stack.kafka.bootstrap,
+            policy="globecom",
+            influx_url=influx_database.url,
+            sections=sections,
+            link_settings={"sla": SLA},
+            jobmanager=jobmanager,
+        )
+        loop.start(progress=lambda _: None)
+        try:
+            with (
+                alert_dispatcher(loop.config_path, tmp_path / "alerts.log"),
+                running_dashboard(loop.config_path, tmp_path / "dashboard") as dashboard,
+            ):
+                endpoints["dashboard"] = dashboard.metrics_url  # the port running_dashboard gave
+                for url in endpoints.values():  # each process serves once it has started
+                    assert wait_until(partial(answers, url), 60, 0.5), f"{url} does not answer"
+                before = {name: scrape(url) for name, url in endpoints.items()}
+                flink_before = scrape_flink(flink_urls)
+                scenario = Scenario(duration_s=TRAFFIC_S, warmup_s=5)
+                TrafficRun(testbed, tmp_path / "run", scenario).run(progress=lambda _: None)
+                assert dashboard.get("/api/fleet").status == 200
+
+                def moved(name: str, metric: str, **labels: str) -> bool:
+                    now = scrape(endpoints[name])
+                    return total(now, metric, **labels) > total(before[name], metric, **labels)
+
+                checks = [
+                    ("optimizer", "p4bs_optimizer_decisions_total", {"outcome": "applied"}),
+                    ("optimizer", "p4bs_optimizer_window_lag_seconds_count", {}),
+                    ("optimizer", "p4bs_optimizer_windows_total", {"kind": "decided"}),
+                    ("sink", "p4bs_sink_points_written_total", {}),
+                    ("alerts", "p4bs_alerts_read_total", {}),
+                    ("alerts", "p4bs_alerts_sent_total", {}),
+                    ("dashboard", "p4bs_dashboard_feed_records_total", {"stream": "link_metrics"}),
+                    ("dashboard", "p4bs_dashboard_requests_total", {"route": "/api/fleet"}),
+                    ("exporter", "p4bs_exporter_records_total", {}),
+                ]
+                for name, metric, labels in checks:
+                    assert wait_until(
+                        partial(moved, name, metric, **labels), MOVE_TIMEOUT_S, 1.0
+                    ), (
+                        f"{name}: {metric}{labels} did not move: "
+                        f"{total(scrape(endpoints[name]), metric, **labels)}"
+                    )
+                after = {name: scrape(url) for name, url in endpoints.items()}
+                records_in = "flink_taskmanager_job_task_operator_numRecordsIn"
+                assert wait_until(
+                    lambda: (
+                        total(scrape_flink(flink_urls), records_in)
+                        > total(flink_before, records_in)
+                    ),
+                    MOVE_TIMEOUT_S,
+                    1.0,
+                ), "Flink's reporter: the job's operators took no record"
+                flink_after = scrape_flink(flink_urls)
+        finally:
+            loop.stop()
+    # The loop's one link, owned by its one optimizer process; no refusal for a clean run.
+    assert total(after["optimizer"], "p4bs_optimizer_links_owned") == 1
+    assert total(after["optimizer"], "p4bs_optimizer_decisions_total", outcome="failed") == 0
+    assert total(after["sink"], "p4bs_sink_dead_letters_total") == 0
+    assert total(after["sink"], "p4bs_sink_points_rejected_total") == 0
+    assert total(after["alerts"], "p4bs_alerts_failed_total") == 0 and webhook.posts > 0
+    assert 0 <= total(after["dashboard"], "p4bs_dashboard_feed_lag_seconds") < 30
+    # The job's own counters are reported under their names (none malformed in this run).
+    malformed = "flink_taskmanager_job_task_operator_p4bs_malformed_link_counters"
+    assert any(name == malformed for name, _ in flink_after), sorted({n for n, _ in flink_after})
+    assert total(flink_after, malformed) == 0
