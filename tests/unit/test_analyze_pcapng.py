@@ -36,7 +36,15 @@ def to_pcapng(pcap: Path) -> Path:
 def taps(directory: Path) -> tuple[Path, Path]:
     """Classic nanosecond pcaps of a long flow with drops and a short flow."""
     long_flow = FlowPlan(
-        "10.201.1.10", "10.201.2.2", 40000, 5201, T0, 2200, 100_123, 30_000_011, 2_000_007,
+        "10.201.1.10",
+        "10.201.2.2",
+        40000,
+        5201,
+        T0,
+        2200,
+        100_123,
+        30_000_011,
+        2_000_007,
         drop_every=50,
     )
     short_flow = FlowPlan(
@@ -88,7 +96,10 @@ def test_mergecap_pcapng_with_two_interfaces_reads_as_one_tap(tmp_path: Path) ->
     wireshark_tool("mergecap", "-I", "none", "-F", "pcapng", "-w", merged, *halves)
     interfaces = subprocess.run(
         ["tshark", "-r", str(merged), "-T", "fields", "-e", "frame.interface_id"],
-        check=True, capture_output=True, text=True, timeout=60,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
     ).stdout.split()
     assert set(interfaces) == {"0", "1"}
     assert analysis(merged, after) == analysis(before, after)
