@@ -19,7 +19,10 @@ from pcapgen import FlowPlan, write_taps
 from p4bs import paths
 from p4bs.config import ConfigError, parse_config
 from p4bs_exporter import run_spec
+from p4bs_exporter.metrics import serve_exporter_metrics
 from p4bs_exporter.model_target import socket_address
+from p4bs_exporter.target import ExporterStats
+from p4bs_exporter.tofino import REGISTER_READS
 from p4bs_infra.procs import free_port
 
 NAMES = (
@@ -119,3 +122,40 @@ def test_the_binary_serves_its_metrics_while_it_waits_for_kafka(tmp_path: Path) 
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def scrape(address: str) -> str:
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as reply:
+        assert reply.status == 200
+        text: str = reply.read().decode()
+        return text
+
+
+def test_the_tofino_exporters_endpoint_reads_its_stats_at_each_scrape() -> None:
+    stats = ExporterStats(target="tofino", produced_total=12, dropped=1, failed=2, in_flight=5)
+    stats.frames = 40  # digests taken from the data plane
+    stats.pipeline[REGISTER_READS] = 7
+    address = f"127.0.0.1:{free_port()}"
+    server = serve_exporter_metrics(address, lambda: stats, "p4bs.link_counters")
+    try:
+        text = scrape(address)
+        for line in (
+            'p4bs_exporter_records_total{topic="p4bs.link_counters"} 12.0',
+            'p4bs_exporter_records_dropped_total{reason="queue_full"} 1.0',
+            'p4bs_exporter_records_dropped_total{reason="invalid"} 0.0',
+            'p4bs_exporter_records_dropped_total{reason="delivery_failed"} 2.0',
+            "p4bs_exporter_in_flight 5.0",
+            "p4bs_exporter_digests_total 40.0",
+            "p4bs_exporter_register_reads_total 7.0",
+        ):
+            assert line in text.splitlines(), (line, text)
+        stats.produced_total, stats.in_flight = 30, 0
+        text = scrape(address)
+        assert 'p4bs_exporter_records_total{topic="p4bs.link_counters"} 30.0' in text
+        assert "p4bs_exporter_in_flight 0.0" in text
+        # The address is taken now: a second exporter there fails at start.
+        with pytest.raises(OSError):
+            serve_exporter_metrics(address, lambda: stats, "p4bs.link_counters")
+    finally:
+        server.shutdown()
+        server.server_close()
