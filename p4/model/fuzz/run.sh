@@ -106,7 +106,7 @@ hex "$(shb le32) $(idb le32 "$(tsresol le32 09)") $(idb le32 "$(tsresol le32 94)
   $(epb le32 0 1700000001 "$tcp_4_bytes") $(epb le32 1 123456 "$options_vlan")
   $(spb le32 "$udp")" >"$seeds/read_pcap/pcapng_le"
 hex "$(shb be32) $(idb be32 "$(half be32 14) $(half be32 8) 0000000000000064 00000000")
-  $(block be32 4 "0001 0008 0ac9010a 686f7374 0000 0000") $(epb be32 0 7 "$qinq_syn")
+  $(block be32 4 "0001 0009 0ac9010a 686f7374 00000000 0000 0000") $(epb be32 0 7 "$qinq_syn")
   $(shb le32) $(idb le32 "") $(block le32 5 "00000000 00000000 00000000")
   $(epb le32 0 99 "$ipv6")" >"$seeds/read_pcap/pcapng_two_sections"
 
