@@ -188,8 +188,8 @@ def add_parser(sub: Any, default_config: Path) -> None:
         "lines (kind: rtt_sample, long_flow, link_counters, queue_delay). Counters of what "
         "was skipped, and damaged input, are reported on stderr.",
     )
-    analyze.add_argument("before", type=Path, help="pcap captured before the router")
-    analyze.add_argument("--after", type=Path, help="pcap captured after the router")
+    analyze.add_argument("before", type=Path, help="capture (pcap, pcapng) before the router")
+    analyze.add_argument("--after", type=Path, help="capture (pcap, pcapng) after the router")
     analyze.add_argument(
         "--config", type=Path, help="deployment config: its [dataplane] settings and link"
     )
