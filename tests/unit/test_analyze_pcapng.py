@@ -1,16 +1,22 @@
-"""`p4bs analyze` on pcapng written by Wireshark's tools (tshark, editcap, mergecap): the same
-records as on the same packets in classic pcap, at nanosecond and microsecond resolution, and
-with the packets of one tap spread over two interfaces of one file."""
+"""`p4bs analyze` on pcapng written by Wireshark's tools (tshark, editcap, mergecap, dumpcap):
+the same records as on the same packets in classic pcap, at nanosecond and microsecond
+resolution, with the packets of one tap spread over two interfaces of one file, and on
+dumpcap's capture of the test's own loopback traffic."""
 
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from pcapgen import FlowPlan, write_taps
 from test_analyze import RECEIVERS, T0, analyze, records
+
+from p4bs_infra.procs import free_port
 
 TOOLS = ("tshark", "editcap", "mergecap")
 pytestmark = pytest.mark.skipif(
@@ -103,3 +109,53 @@ def test_mergecap_pcapng_with_two_interfaces_reads_as_one_tap(tmp_path: Path) ->
     ).stdout.split()
     assert set(interfaces) == {"0", "1"}
     assert analysis(merged, after) == analysis(before, after)
+
+
+def loopback_traffic_until(port: int, done: Callable[[], bool], timeout_s: float) -> None:
+    """A TCP connection on 127.0.0.1:`port` trading small messages, each answered before the
+    next goes (a segment each), until `done()` (dumpcap has its packets: it may start
+    capturing some time after it says so)."""
+    deadline = time.monotonic() + timeout_s
+    with (
+        socket.create_server(("127.0.0.1", port)) as server,
+        socket.create_connection(("127.0.0.1", port), timeout=10) as client,
+    ):
+        peer, _ = server.accept()
+        with peer:
+            while not done():
+                assert time.monotonic() < deadline, "dumpcap never got its packets"
+                client.sendall(b"x" * 100)
+                assert peer.recv(100)
+                peer.sendall(b"y")
+                assert client.recv(1) == b"y"
+
+
+@pytest.mark.skipif(shutil.which("dumpcap") is None, reason="needs dumpcap")
+def test_dumpcap_pcapng_of_loopback_traffic_gives_the_classic_records(tmp_path: Path) -> None:
+    """dumpcap's own pcapng (section and interface options, an interface statistics block
+    at the end) reads as tshark's classic copy of it does."""
+    port, packets = free_port(), 40
+    capture = tmp_path / "lo.pcapng"
+    dumpcap = subprocess.Popen(
+        ["dumpcap", "-q", "-i", "lo", "-f", f"tcp port {port}", "-c", str(packets), "-w", capture],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert dumpcap.stderr is not None
+        started = dumpcap.stderr.readline()  # "Capturing on 'Loopback: lo'", or why not
+        if "Capturing on" not in started:
+            pytest.skip(f"dumpcap cannot capture on lo here: {started.strip()}")
+        loopback_traffic_until(port, lambda: dumpcap.poll() is not None, timeout_s=60)
+        assert dumpcap.wait(timeout=60) == 0
+    finally:
+        if dumpcap.poll() is None:
+            dumpcap.kill()
+            dumpcap.wait()
+    assert capture.read_bytes()[:4] == PCAPNG_MAGIC
+    classic = tmp_path / "lo.pcap"
+    wireshark_tool("tshark", "-r", capture, "-w", classic, "-F", "nsecpcap")
+    out = records(analyze(capture, "--output-prefix", "127.0.0.1/32"))
+    assert out == records(analyze(classic, "--output-prefix", "127.0.0.1/32"))
+    counters = [r for r in out if r["kind"] == "link_counters"]
+    assert sum(c["packets"] for c in counters) == packets
