@@ -19,7 +19,7 @@ from p4bs.config import Config, ConfigError, DataplaneConfig, SwitchConfig, load
 from p4bs_exporter import dataplane_spec
 from p4bs_exporter.model_target import ModelTarget, choose_switch, run_spec
 from p4bs_exporter.target import ExporterError, ExporterStats, SpecError, Target
-from p4bs_exporter.tofino import TofinoTarget
+from p4bs_exporter.tofino import STREAM, TofinoTarget
 
 
 def _analyze_spec(args: argparse.Namespace) -> dict[str, object]:
@@ -104,6 +104,21 @@ def _exporter_target(
     return ModelTarget(spec)
 
 
+def _serve_tofino_metrics(target: Target, switch: SwitchConfig) -> None:
+    """A Tofino exporter's Prometheus endpoint, served by this process for its life (the
+    model's binary serves its own, from the run spec)."""
+    if not isinstance(target, TofinoTarget) or not switch.metrics_address:
+        return
+    from p4bs_exporter.metrics import serve_exporter_metrics  # the Tofino host's dependency
+
+    try:
+        serve_exporter_metrics(switch.metrics_address, target.stats, target.topics[STREAM])
+    except OSError as exc:
+        raise ExporterError(
+            f"switches ({switch.name}) metrics_address {switch.metrics_address}: {exc}"
+        ) from None
+
+
 def cmd_exporter_run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config).for_kafka_component("exporter")
@@ -111,6 +126,7 @@ def cmd_exporter_run(args: argparse.Namespace) -> int:
         default = paths.home() / ".run" / "exporter" / switch.name / "stats.json"
         stats_path = (args.stats or default).resolve()
         target = _exporter_target(args, config, switch, stats_path)
+        _serve_tofino_metrics(target, switch)
         target.start()
     except (ConfigError, SpecError) as exc:
         print(f"p4bs exporter run: {exc}", file=sys.stderr)
@@ -172,8 +188,8 @@ def add_parser(sub: Any, default_config: Path) -> None:
         "lines (kind: rtt_sample, long_flow, link_counters, queue_delay). Counters of what "
         "was skipped, and damaged input, are reported on stderr.",
     )
-    analyze.add_argument("before", type=Path, help="pcap captured before the router")
-    analyze.add_argument("--after", type=Path, help="pcap captured after the router")
+    analyze.add_argument("before", type=Path, help="capture (pcap, pcapng) before the router")
+    analyze.add_argument("--after", type=Path, help="capture (pcap, pcapng) after the router")
     analyze.add_argument(
         "--config", type=Path, help="deployment config: its [dataplane] settings and link"
     )

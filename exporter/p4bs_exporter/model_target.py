@@ -61,6 +61,7 @@ def run_spec(
     flush_timeout_s: float = 60.0,
     topics: Mapping[str, str] | None = None,
     kafka_properties: Mapping[str, str] | None = None,
+    metrics_address: str | None = None,
 ) -> dict[str, Any]:
     """The run spec of `p4bs-exporter` for one switch of the deployment config.
 
@@ -69,7 +70,8 @@ def run_spec(
     switch's tap interfaces, captured live in network namespace `netns` (None: this one).
     `topics` overrides the config's [kafka.topics] (tests use their own). The Kafka
     credentials go in by reference (`secret_properties`, an environment variable or a file
-    the binary reads at start): the spec file never holds a secret.
+    the binary reads at start): the spec file never holds a secret. The Prometheus endpoint
+    is the switch's `metrics_address` unless `metrics_address` is given ("": none).
     """
     chosen = choose_switch(config, switch)
     links = switch_links(config, chosen)
@@ -107,7 +109,21 @@ def run_spec(
         "source": source,
         "stats": {"path": str(stats_path), "interval_s": stats_interval_s},
         "flush_timeout_s": flush_timeout_s,
+        "metrics_address": socket_address(
+            chosen.metrics_address if metrics_address is None else metrics_address
+        ),
     }
+
+
+def socket_address(host_port: str) -> str:
+    """A config's host:port as the binary parses it (IP:PORT, IPv6 in brackets); "" stays."""
+    if not host_port:
+        return ""
+    host, _, port = host_port.rpartition(":")
+    host = host.strip("[]")
+    if host == "localhost":
+        host = "127.0.0.1"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class ModelTarget:

@@ -138,6 +138,9 @@ QDELAY_EWMA_SHIFT = 3
 # bfrt_grpc's own names (not in the P4; the README's contract documents them).
 ENTRY_TTL = "$ENTRY_TTL"
 REGISTER_INDEX = "$REGISTER_INDEX"
+# The pipeline counter of register reads (one Sync and read of one register each): the
+# endpoint's p4bs_exporter_register_reads_total (p4bs_exporter.metrics).
+REGISTER_READS = "register_reads"
 REGISTER_PARAM_VALUE = "value"
 REGISTER_SYNC = "Sync"  # operations_execute: copy a register table from the hardware at once
 LPF_INDEX = "$LPF_INDEX"
@@ -912,6 +915,7 @@ class TofinoTarget:
             self._register_keys[register] = keys
         wanted = {s.index for s in self.links}
         seen = set()
+        self._count_pipeline(REGISTER_READS)
         table.operations_execute(self._target, REGISTER_SYNC)
         for data, key, *_ in table.entry_get(self._target, keys, {"from_hw": False}):
             index = _as_int(key.to_dict()[REGISTER_INDEX]["value"], REGISTER_INDEX)

@@ -9,6 +9,7 @@
 mod avro;
 mod intervals;
 mod kafka;
+mod metrics;
 mod spec;
 mod stats;
 
@@ -25,14 +26,15 @@ use p4bs_model::record::Record;
 use p4bs_model::source::PcapMerge;
 
 use kafka::{Full, Sink};
+use metrics::Metrics;
 use spec::{Pace, RunSpec, Source};
 use stats::Monitor;
 
 const USAGE: &str = "usage: p4bs-exporter --spec RUN.json [--check]
 
 RUN.json (written by `p4bs exporter run`, see exporter/README.md): the pipeline spec, Kafka,
-the link_counters topic and schema, the source (pcap files or live interfaces) and the stats
-file. --check validates it and exits. Exit codes: 0 ok, 1 runtime failure, 2 bad spec.";
+the link_counters topic and schema, the source (pcap files or live interfaces), the stats
+file and the metrics endpoint (metrics_address: GET /metrics, Prometheus). --check validates it and exits. Exit codes: 0 ok, 1 runtime failure, 2 bad spec.";
 
 /// Live frames are held this long so the taps' copies merge in time order (as p4bs-model).
 const LIVE_REORDER_NS: u64 = 50_000_000;
@@ -219,10 +221,18 @@ fn run(spec: &RunSpec) -> Result<(), String> {
         .collect();
     let mut sink = Sink::new(spec, &link_ids, spec.pipeline.export.interval_ns)
         .inspect_err(|e| write_early_failure(spec, e))?;
+    // Served before the broker is checked, so a scraper sees an exporter waiting for Kafka.
+    let metrics = Metrics::new(&spec.stream.topic);
+    if let Some(address) = spec.metrics_address {
+        let bound = metrics
+            .serve(address)
+            .inspect_err(|e| write_early_failure(spec, e))?;
+        eprintln!("p4bs-exporter: metrics on http://{bound}/metrics");
+    }
     sink.check_topic(spec.startup_timeout)
         .inspect_err(|e| write_early_failure(spec, e))?;
     install_signal_handlers();
-    let mut monitor = Monitor::new(spec.stats_path.clone(), spec.stats_interval);
+    let mut monitor = Monitor::new(spec.stats_path.clone(), spec.stats_interval, metrics);
     monitor.state = "running";
     monitor.write(&sink, &pipeline, false);
     let mut records = Vec::with_capacity(CHUNK * 2);

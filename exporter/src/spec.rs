@@ -2,6 +2,7 @@
 //! `link_counters` stream, how many RTT samples a record holds, the source and the stats
 //! file. Every problem is reported at once, each as `field.path: what is wrong`.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -70,6 +71,8 @@ pub struct RunSpec {
     pub stats_interval: Duration,
     pub flush_timeout: Duration,
     pub startup_timeout: Duration,
+    /// Where `/metrics` is served (the config's `metrics_address`); None: not served.
+    pub metrics_address: Option<SocketAddr>,
 }
 
 struct Reader {
@@ -440,6 +443,7 @@ impl RunSpec {
                 "stats",
                 "flush_timeout_s",
                 "startup_timeout_s",
+                "metrics_address",
             ],
         );
         let pipeline = pipeline(&mut r, m.get("pipeline"));
@@ -462,6 +466,27 @@ impl RunSpec {
         };
         let flush_timeout = r.seconds(m, "flush_timeout_s", "spec", 60.0);
         let startup_timeout = r.seconds(m, "startup_timeout_s", "spec", 10.0);
+        let metrics_address = match m.get("metrics_address") {
+            None => None,
+            Some(Value::String(s)) if s.is_empty() => None,
+            Some(Value::String(s)) => match s.parse::<SocketAddr>() {
+                Ok(address) => Some(address),
+                Err(_) => {
+                    r.problem(
+                        "spec.metrics_address",
+                        format!("must be IP:PORT or \"\" (off), got {s:?}"),
+                    );
+                    None
+                }
+            },
+            Some(other) => {
+                r.problem(
+                    "spec.metrics_address",
+                    format!("must be a string, got {}", kind(other)),
+                );
+                None
+            }
+        };
         match (
             pipeline,
             kafka,
@@ -496,6 +521,7 @@ impl RunSpec {
                 stats_interval,
                 flush_timeout,
                 startup_timeout,
+                metrics_address,
             }),
             _ => Err(r.problems),
         }

@@ -1,5 +1,6 @@
 //! The exporter's own counters: rewritten atomically (temp file + rename) into the stats JSON
-//! file every interval, with one short line on stderr. Field names are those of the Python
+//! file every interval, with one short line on stderr, and brought to the Prometheus metrics
+//! (`crate::metrics`) at the same time. Field names are those of the Python
 //! `p4bs_exporter.ExporterStats`.
 
 use std::path::{Path, PathBuf};
@@ -10,6 +11,7 @@ use serde_json::{json, Map, Value};
 
 use crate::avro;
 use crate::kafka::Sink;
+use crate::metrics::{Metrics, Totals};
 
 pub struct Monitor {
     path: PathBuf,
@@ -26,6 +28,7 @@ pub struct Monitor {
     /// Seconds from the first produced record to the end of the final flush.
     pub active_s: Option<f64>,
     pub undelivered_at_exit: Option<u64>,
+    metrics: Metrics,
 }
 
 fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
@@ -48,7 +51,7 @@ fn thousands(n: u64) -> String {
 }
 
 impl Monitor {
-    pub fn new(path: PathBuf, interval: Duration) -> Monitor {
+    pub fn new(path: PathBuf, interval: Duration, metrics: Metrics) -> Monitor {
         let now = Instant::now();
         Monitor {
             path,
@@ -64,6 +67,7 @@ impl Monitor {
             problems: Vec::new(),
             active_s: None,
             undelivered_at_exit: None,
+            metrics,
         }
     }
 
@@ -89,6 +93,18 @@ impl Monitor {
         self.next = now + self.interval;
         let uptime_s = now.duration_since(self.started).as_secs_f64();
         let in_flight = sink.in_flight();
+        let pipeline_counters = &pipeline.counters;
+        self.metrics.update(&Totals {
+            records: produced,
+            queue_full: sink.dropped,
+            invalid: sink.invalid,
+            delivery_failed: sink.failed(),
+            in_flight,
+            digests: pipeline_counters.rtt_samples
+                + pipeline_counters.long_flow_starts
+                + pipeline_counters.long_flow_ends,
+            register_reads: 0,
+        });
         let counters: Map<String, Value> = pipeline
             .counters
             .named()

@@ -185,7 +185,7 @@ def test_unusable_input_is_an_error_naming_it(tmp_path: Path) -> None:
     not_pcap.write_text("not a capture at all, just some words\n")
     result = analyze(not_pcap)
     assert result.returncode == 1
-    assert f"{not_pcap}: not a pcap file" in result.stderr
+    assert f"{not_pcap}: not a pcap or pcapng file" in result.stderr
     missing = analyze(tmp_path / "missing.pcap")
     assert missing.returncode == 1 and "missing.pcap" in missing.stderr
     bad_prefix = analyze(not_pcap, "--output-prefix", "10.0.0.1/33")

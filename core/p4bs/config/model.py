@@ -240,6 +240,10 @@ class SwitchConfig:
     target: str
     address: str | None  # bfrt gRPC endpoint for a Tofino; unused by the software model
     device_id: int = 0
+    # The switch's exporter's Prometheus endpoint (exporter/README.md); "": none. Loopback
+    # only: the endpoint has no token or TLS (p4bs.exposure's rule). A second switch's
+    # exporter on one host takes another port.
+    metrics_address: str = "127.0.0.1:9465"
 
 
 # Junos's default confirm-timeout of `commit confirmed` (10 min); Junos takes 1..65535 min.

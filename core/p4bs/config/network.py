@@ -42,6 +42,7 @@ from p4bs.config.model import (
     Tap,
     junos_defaults,
 )
+from p4bs.exposure import ExposureError, check_exposure
 from p4bs.units import parse_duration_ns, parse_rate_bps
 
 
@@ -133,16 +134,41 @@ def _ipv4_prefixes(value: Any) -> tuple[str, ...]:
 
 
 def read_switch(r: Reader, data: dict[str, Any]) -> SwitchConfig:
-    r.unknown(data, {"name", "target", "address", "device_id"})
+    r.unknown(data, {"name", "target", "address", "device_id", "metrics_address"})
     # A missing target is reported; "model" stands in so the other fields are checked.
     target = r.get(data, "target", one_of(SWITCH_TARGETS), "model", required=True)
     address = r.get(data, "address", endpoint, required=target == "tofino")
+    metrics_address = r.get(
+        data, "metrics_address", exporter_metrics_address, SwitchConfig.metrics_address
+    )
     return SwitchConfig(
         name=r.get(data, "name", text, "", required=True),
         target=target,
         address=address,
         device_id=r.get(data, "device_id", int_in(0, 255), 0),
+        metrics_address=metrics_address,
     )
+
+
+def exporter_metrics_address(value: Any) -> str:
+    """host:port on the loopback, or "" (no endpoint): the exporter's endpoint has no token
+    or TLS, which the dashboard's rule (p4bs.exposure) needs beyond the loopback."""
+    if value == "":
+        return ""
+    host, _, _ = endpoint(value).rpartition(":")
+    try:
+        check_exposure(
+            host,
+            token=False,
+            tls=False,
+            where="the address",
+            what="the exporter's metrics",
+            remedy="it has no token or TLS: bind the loopback (a scraper on this host, or a "
+            "TLS proxy in front)",
+        )
+    except ExposureError as exc:
+        raise ValueError(str(exc)) from None
+    return str(value)
 
 
 def _netns_address(value: Any) -> str:

@@ -77,6 +77,38 @@ hex "$(pcap le32 0xa1b2c3d4 "$tcp_4_bytes" "$options_vlan" "$udp")" >"$seeds/rea
 hex "$(pcap be32 0xa1b23c4d "$qinq_syn" "$ipv6")" >"$seeds/read_pcap/ns_be"
 hex "$(pcap le32 0xa1b2c3d4 "$arp") 0a000000 00000000 64000000 64000000 0102" \
   >"$seeds/read_pcap/truncated"
+# pcapng blocks: type, total length, the body padded to 4 bytes, the total length again.
+block() { # word-function type body
+  local word=$1 type=$2 body
+  body=$(tr -d ' \n' <<<"$3")
+  while ((${#body} % 8)); do body+=00; done
+  local length=$((12 + ${#body} / 2))
+  echo "$($word "$type") $($word $length) $body $($word $length)"
+}
+half() { # word-function 16-bit value
+  if [[ $1 == le32 ]]; then printf '%02x%02x' $(($2 & 255)) $(($2 >> 8)); else printf '%04x' "$2"; fi
+}
+# Section header (byte-order magic, version 1.0, unknown length), Ethernet interfaces
+# (snaplen 65535; options: if_tsresol 10^-9 or 2^-20, if_tsoffset), enhanced packets (interface,
+# timestamp high and low, captured and original length, frame, a comment option).
+shb() { block "$1" 0x0a0d0d0a "$($1 0x1a2b3c4d) $(half "$1" 1) $(half "$1" 0) ffffffffffffffff"; }
+idb() { block "$1" 1 "$(half "$1" 1) 0000 $($1 65535) $2"; }
+epb() { # word-function interface timestamp frame
+  local len=$(($(tr -d ' \n' <<<"$4" | wc -c) / 2)) data
+  data=$(tr -d ' \n' <<<"$4")
+  while ((${#data} % 8)); do data+=00; done
+  block "$1" 6 "$($1 "$2") $($1 0) $($1 "$3") $($1 $len) $($1 $len) $data
+    $(half "$1" 1) $(half "$1" 3) 61626300 00000000"
+}
+spb() { block "$1" 3 "$($1 $(($(tr -d ' \n' <<<"$2" | wc -c) / 2))) $2"; }
+tsresol() { echo "$(half "$1" 9) $(half "$1" 1) ${2}000000 00000000"; }
+hex "$(shb le32) $(idb le32 "$(tsresol le32 09)") $(idb le32 "$(tsresol le32 94)")
+  $(epb le32 0 1700000001 "$tcp_4_bytes") $(epb le32 1 123456 "$options_vlan")
+  $(spb le32 "$udp")" >"$seeds/read_pcap/pcapng_le"
+hex "$(shb be32) $(idb be32 "$(half be32 14) $(half be32 8) 0000000000000064 00000000")
+  $(block be32 4 "0001 0009 0ac9010a 686f7374 00000000 0000 0000") $(epb be32 0 7 "$qinq_syn")
+  $(shb le32) $(idb le32 "") $(block le32 5 "00000000 00000000 00000000")
+  $(epb le32 0 99 "$ipv6")" >"$seeds/read_pcap/pcapng_two_sections"
 
 failed=()
 for target in "${targets[@]}"; do

@@ -1,5 +1,6 @@
 //! The software model of the p4bs data plane, following `p4/SPEC.md`: the same tables,
-//! hashes, thresholds and timeouts as the Tofino program, over pcap files or live interfaces.
+//! hashes, thresholds and timeouts as the Tofino program, over capture files (pcap,
+//! pcapng) or live interfaces.
 
 pub mod config;
 pub mod hash;
@@ -8,6 +9,7 @@ pub mod longflow;
 pub mod loss;
 pub mod parse;
 pub mod pcap;
+pub mod pcapng;
 pub mod pipeline;
 pub mod qdelay;
 pub mod record;

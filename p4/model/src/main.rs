@@ -1,5 +1,6 @@
-//! `p4bs-model`: the software data plane on pcap files (`analyze`) or live interfaces
-//! (`live`), writing its records as JSON lines (or per-link totals with `--summary`).
+//! `p4bs-model`: the software data plane on capture files, pcap or pcapng (`analyze`), or
+//! live interfaces (`live`), writing its records as JSON lines (or per-link totals with
+//! `--summary`).
 
 use std::collections::BTreeMap;
 use std::io::{self, BufWriter, Write};

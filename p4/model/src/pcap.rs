@@ -1,14 +1,18 @@
-//! Reading classic pcap files (microsecond or nanosecond, either byte order) as the testbed's
-//! tcpdump writes them. A damaged file ends with an error saying where, never a panic.
+//! Reading capture files: classic pcap (microsecond or nanosecond, either byte order) as the
+//! testbed's tcpdump writes it, and pcapng (`crate::pcapng`) as Wireshark, dumpcap and tshark
+//! write by default, told apart by their first four bytes. A damaged file ends with an error
+//! saying where, never a panic.
 
 use std::fmt;
 use std::io::{self, Read};
 
+use crate::pcapng::{PcapngReader, SECTION_HEADER};
+
 const MAGIC_US: u32 = 0xa1b2_c3d4;
 const MAGIC_NS: u32 = 0xa1b2_3c4d;
-const LINKTYPE_ETHERNET: u32 = 1;
+pub(crate) const LINKTYPE_ETHERNET: u32 = 1;
 /// Larger records are corrupt headers, not frames (tcpdump's own limit is 256 KiB).
-const MAX_RECORD: u32 = 262_144;
+pub const MAX_RECORD: u32 = 262_144;
 
 #[derive(Debug)]
 pub enum PcapError {
@@ -23,25 +27,98 @@ pub enum PcapError {
         index: u64,
         length: u32,
     },
+    /// pcapng: the file ends inside block `block` (0-based), after `records` packets.
+    TruncatedBlock {
+        block: u64,
+        records: u64,
+    },
+    /// pcapng: block `block` breaks the format, as `reason` says.
+    Malformed {
+        block: u64,
+        reason: String,
+    },
+    /// pcapng: a packet block on an interface whose link type is not Ethernet.
+    InterfaceNotEthernet {
+        block: u64,
+        interface: u32,
+        linktype: u16,
+    },
 }
 
 impl fmt::Display for PcapError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PcapError::Io(e) => write!(f, "read error: {e}"),
-            PcapError::BadMagic(m) => write!(f, "not a pcap file (magic {m:#010x})"),
+            PcapError::BadMagic(m) => {
+                write!(f, "not a pcap or pcapng file (magic {m:#010x})")
+            }
             PcapError::NotEthernet(l) => write!(f, "link type {l} is not Ethernet"),
             PcapError::Truncated { index } => write!(f, "file ends inside record {index}"),
             PcapError::RecordTooLarge { index, length } => {
                 write!(f, "record {index} claims {length} bytes: corrupt")
             }
+            PcapError::TruncatedBlock { block, records } => {
+                write!(
+                    f,
+                    "file ends inside block {block} (after {records} packets)"
+                )
+            }
+            PcapError::Malformed { block, reason } => write!(f, "pcapng block {block}: {reason}"),
+            PcapError::InterfaceNotEthernet {
+                block,
+                interface,
+                linktype,
+            } => write!(
+                f,
+                "pcapng block {block}: interface {interface}'s link type {linktype} is not \
+                 Ethernet"
+            ),
         }
     }
 }
 
 impl std::error::Error for PcapError {}
 
+/// A capture file of either format, read record by record.
 pub struct PcapReader<R: Read> {
+    format: Format<R>,
+}
+
+enum Format<R: Read> {
+    Classic(ClassicReader<R>),
+    Pcapng(PcapngReader<R>),
+}
+
+impl<R: Read> PcapReader<R> {
+    /// Reads the file's header (pcap) or first section header (pcapng).
+    pub fn new(mut input: R) -> Result<Self, PcapError> {
+        let mut magic = [0u8; 4];
+        match read_full(&mut input, &mut magic) {
+            Ok(true) => {}
+            Ok(false) => return Err(PcapError::Truncated { index: 0 }),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                return Err(PcapError::Truncated { index: 0 })
+            }
+            Err(e) => return Err(PcapError::Io(e)),
+        }
+        let format = if u32::from_le_bytes(magic) == SECTION_HEADER {
+            Format::Pcapng(PcapngReader::new(input)?)
+        } else {
+            Format::Classic(ClassicReader::new(input, magic)?)
+        };
+        Ok(PcapReader { format })
+    }
+
+    /// The next record's timestamp (ns since the epoch) and its captured bytes, in `buf`.
+    pub fn next_into(&mut self, buf: &mut Vec<u8>) -> Result<Option<u64>, PcapError> {
+        match &mut self.format {
+            Format::Classic(reader) => reader.next_into(buf),
+            Format::Pcapng(reader) => reader.next_into(buf),
+        }
+    }
+}
+
+struct ClassicReader<R: Read> {
     input: R,
     nanos: bool,
     swapped: bool,
@@ -49,7 +126,7 @@ pub struct PcapReader<R: Read> {
 }
 
 /// Fills `buf` completely; Ok(false) if the input ended before its first byte.
-fn read_full<R: Read>(input: &mut R, buf: &mut [u8]) -> io::Result<bool> {
+pub(crate) fn read_full<R: Read>(input: &mut R, buf: &mut [u8]) -> io::Result<bool> {
     let mut filled = 0;
     while filled < buf.len() {
         match input.read(&mut buf[filled..]) {
@@ -63,10 +140,12 @@ fn read_full<R: Read>(input: &mut R, buf: &mut [u8]) -> io::Result<bool> {
     Ok(true)
 }
 
-impl<R: Read> PcapReader<R> {
-    pub fn new(mut input: R) -> Result<Self, PcapError> {
+impl<R: Read> ClassicReader<R> {
+    /// After the file's first four bytes, `magic`: reads the rest of the file header.
+    fn new(mut input: R, magic: [u8; 4]) -> Result<Self, PcapError> {
         let mut header = [0u8; 24];
-        match read_full(&mut input, &mut header) {
+        header[0..4].copy_from_slice(&magic);
+        match read_full(&mut input, &mut header[4..]) {
             Ok(true) => {}
             Ok(false) => return Err(PcapError::Truncated { index: 0 }),
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
@@ -74,7 +153,7 @@ impl<R: Read> PcapReader<R> {
             }
             Err(e) => return Err(PcapError::Io(e)),
         }
-        let magic = u32::from_le_bytes(header[0..4].try_into().unwrap());
+        let magic = u32::from_le_bytes(magic);
         let (nanos, swapped) = match magic {
             MAGIC_US => (false, false),
             MAGIC_NS => (true, false),
@@ -82,7 +161,7 @@ impl<R: Read> PcapReader<R> {
             m if m.swap_bytes() == MAGIC_NS => (true, true),
             m => return Err(PcapError::BadMagic(m)),
         };
-        let reader = PcapReader {
+        let reader = ClassicReader {
             input,
             nanos,
             swapped,
@@ -104,8 +183,7 @@ impl<R: Read> PcapReader<R> {
         }
     }
 
-    /// The next record's timestamp (ns since the epoch) and its captured bytes, in `buf`.
-    pub fn next_into(&mut self, buf: &mut Vec<u8>) -> Result<Option<u64>, PcapError> {
+    fn next_into(&mut self, buf: &mut Vec<u8>) -> Result<Option<u64>, PcapError> {
         let mut header = [0u8; 16];
         let index = self.index;
         match read_full(&mut self.input, &mut header) {

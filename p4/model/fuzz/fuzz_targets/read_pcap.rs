@@ -1,7 +1,8 @@
-//! `PcapReader` on arbitrary bytes as a pcap file, read to its end or its first error. Beyond
-//! "never panics", it checks that the reader accounts for every byte, that an error names the
-//! record where the file broke, that it never allocates more than a record's size limit for
-//! a corrupt length, and that short or interrupted reads (a pipe) give the same records.
+//! `PcapReader` on arbitrary bytes as a capture file (classic pcap, or pcapng when the bytes
+//! start with a section header), read to its end or its first error. Beyond "never panics", it
+//! checks that an error names the record where the file broke, that the reader never allocates
+//! more than a record's size limit for a corrupt length, that short or interrupted reads (a
+//! pipe) give the same records, and for classic pcap that the reader accounts for every byte.
 #![no_main]
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -10,10 +11,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use libfuzzer_sys::fuzz_target;
 use p4bs_model::parse::parse;
-use p4bs_model::pcap::{PcapError, PcapReader};
+use p4bs_model::pcap::{PcapError, PcapReader, MAX_RECORD as RECORD_LIMIT};
+use p4bs_model::pcapng::SECTION_HEADER;
 
-/// The reader's record limit (`MAX_RECORD` in src/pcap.rs, tcpdump's 256 KiB).
-const MAX_RECORD: usize = 262_144;
+const MAX_RECORD: usize = RECORD_LIMIT as usize;
 const FILE_HEADER: usize = 24;
 const RECORD_HEADER: usize = 16;
 
@@ -59,6 +60,10 @@ enum End {
     },
     /// `new` refused the file header.
     Header,
+    /// pcapng: the file ends inside a block.
+    TruncatedBlock,
+    /// pcapng: a block breaks the format, or a packet's interface is not Ethernet.
+    Refused,
 }
 
 /// Every record's timestamp and bytes, and how the file ended.
@@ -90,7 +95,9 @@ impl Read for Pipe<'_> {
 
 fuzz_target!(|data: &[u8]| {
     let whole = read_all(data, true);
-    check_accounting(data, &whole);
+    if data.get(0..4) != Some(&SECTION_HEADER.to_le_bytes()[..]) {
+        check_accounting(data, &whole);
+    }
     // The same file through a pipe, one to seven bytes at a time (the count taken from the
     // file's last byte, so the fuzzer varies it too), with a fresh buffer for each record.
     let chunk = usize::from(data.last().copied().unwrap_or(0) % 7) + 1;
@@ -143,6 +150,18 @@ fn read_all<R: Read>(input: R, reuse_buffer: bool) -> Reading {
                 assert!(length as usize > MAX_RECORD);
                 break End::TooLarge { index, length };
             }
+            Err(PcapError::TruncatedBlock { records: n, .. }) => {
+                assert_eq!(
+                    n,
+                    records.len() as u64,
+                    "the error counts the packets before it"
+                );
+                break End::TruncatedBlock;
+            }
+            Err(e @ (PcapError::Malformed { .. } | PcapError::InterfaceNotEthernet { .. })) => {
+                assert!(e.to_string().starts_with("pcapng block "));
+                break End::Refused;
+            }
             Err(e) => panic!("after {} records: {e}", records.len()),
         }
     };
@@ -184,7 +203,7 @@ fn check_accounting(data: &[u8], reading: &Reading) {
             assert!(rest.len() >= RECORD_HEADER);
             assert_eq!(record_word(data, &rest[8..12]), length);
         }
-        End::Header => unreachable!(),
+        End::Header | End::TruncatedBlock | End::Refused => unreachable!("classic pcap"),
     }
     // Each record's bytes are the file's, right after its header, and its timestamp is the
     // header's seconds and fraction (µs or ns, as the magic number says) in ns.

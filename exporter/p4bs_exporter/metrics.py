@@ -1,0 +1,76 @@
+"""The Tofino exporter's Prometheus endpoint (issue 40): the counters of its `ExporterStats`,
+read when scraped, under the names the model's binary serves (exporter/src/metrics.rs):
+
+- `p4bs_exporter_records_total{topic}`: records handed to Kafka;
+- `p4bs_exporter_records_dropped_total{reason}`: `queue_full` (the client's queue was full),
+  `invalid` (the schema cannot carry it, or the client refused it), `delivery_failed`;
+- `p4bs_exporter_in_flight`: produced, not yet acknowledged;
+- `p4bs_exporter_digests_total`: digests taken from the data plane;
+- `p4bs_exporter_register_reads_total`: register reads (a Sync and a read of one register).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from p4bs_exporter.target import ExporterStats
+from p4bs_exporter.tofino import REGISTER_READS
+
+
+class ExporterCollector(Collector):
+    """The metrics of `stats()` at each scrape."""
+
+    def __init__(self, stats: Callable[[], ExporterStats], topic: str) -> None:
+        self.stats = stats
+        self.topic = topic
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.stats()
+        records = CounterMetricFamily(
+            "p4bs_exporter_records", "Records handed to Kafka", labels=["topic"]
+        )
+        records.add_metric([self.topic], s.produced_total)
+        dropped = CounterMetricFamily(
+            "p4bs_exporter_records_dropped",
+            "Records lost, by reason: queue_full, invalid, delivery_failed",
+            labels=["reason"],
+        )
+        for reason, count in (
+            ("queue_full", s.dropped),
+            ("invalid", s.invalid),
+            ("delivery_failed", s.failed),
+        ):
+            dropped.add_metric([reason], count)
+        yield records
+        yield dropped
+        yield GaugeMetricFamily(
+            "p4bs_exporter_in_flight",
+            "Records produced and not yet acknowledged by Kafka",
+            value=s.in_flight,
+        )
+        yield CounterMetricFamily(
+            "p4bs_exporter_digests", "Digests taken from the data plane", value=s.frames
+        )
+        yield CounterMetricFamily(
+            "p4bs_exporter_register_reads",
+            "Register reads from the data plane",
+            value=s.pipeline.get(REGISTER_READS, 0),
+        )
+
+
+def serve_exporter_metrics(
+    address: str, stats: Callable[[], ExporterStats], topic: str
+) -> WSGIServer:
+    """Serves the metrics on `address` (the config's checked `metrics_address`: host:port,
+    IPv6 in brackets) from a thread until the server is shut down; OSError if it cannot be
+    bound."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ExporterCollector(stats, topic))
+    host, _, port = address.rpartition(":")
+    server, _ = start_http_server(int(port), addr=host.strip("[]"), registry=registry)
+    return server
