@@ -32,8 +32,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import tomli_w
+
 from p4bs.bus import Cluster, ensure_topics
-from p4bs.config import Config, InfluxConfig, KafkaConfig, SecretRef, config_toml
+from p4bs.config import Config, InfluxConfig, KafkaConfig, SecretRef
 from p4bs.config.model import KafkaUser, OptimizerConfig
 from p4bs_infra import kafka_acls, procs
 from p4bs_infra.services import (
@@ -282,7 +284,7 @@ class Stack:
             }
         self.client_file.write_text(
             "# What a p4bs config's [kafka] needs to reach this stack's broker.\n"
-            + config_toml({"kafka": section})
+            + tomli_w.dumps({"kafka": section})
         )
 
     @property

@@ -27,10 +27,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import tomli_w
 from confluent_kafka import KafkaException
 
 from p4bs.bus import client_settings, ensure_topics
-from p4bs.config import Config, FlowGroup, config_toml, parse_config
+from p4bs.config import Config, FlowGroup, parse_config
 from p4bs.topic_range import SECOND_NS, Deadline, reader, watermarks
 from p4bs_exporter import ModelTarget, run_spec
 from p4bs_infra.procs import free_ports, wait_until
@@ -201,7 +202,7 @@ class ClosedLoop:
                 data[table] = {**data.get(table, {}), "metrics_address": address}
         self.config: Config = parse_config(data, "closed loop")
         self.config_path = work_dir / "config.toml"
-        self.config_path.write_text(config_toml(data))
+        self.config_path.write_text(tomli_w.dumps(data))
         self.influx = influx_url is not None
         self.remote = jobmanager is not None
         self.optimizers = [

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomli_w
 from confluent_kafka import Producer
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -32,7 +33,7 @@ from dashboard import Dashboard, running_dashboard
 
 from p4bs import paths
 from p4bs.bus import RecordProducer
-from p4bs.config import config_toml, load_config
+from p4bs.config import load_config
 from p4bs.links import spec_record
 from p4bs_infra.procs import wait_until
 from p4bs_infra.services import InfluxDB
@@ -153,7 +154,7 @@ def deployment(
     (router,) = data["routers"]
     router["interfaces"] = [*router.get("interfaces", []), "xe*"]
     config_path = tmp_path / "config.toml"
-    config_path.write_text(config_toml(data))
+    config_path.write_text(tomli_w.dumps(data))
     config = load_config(config_path)
     link = config.links[0]
     producer = RecordProducer(stack.kafka.bootstrap, topics)

@@ -18,7 +18,6 @@ from p4bs.config import (
     FlowGroup,
     JunosLinkConfig,
     SecretRef,
-    config_toml,
     link_from_table,
     load_config,
     parse_config,
@@ -377,13 +376,6 @@ def test_cli_check_asks_the_optimizer_for_each_links_policy_and_options(
     assert main(["config", "check", str(bad_option)]) == 1
     err = capsys.readouterr().err
     assert "link r1:eth1:" in err and "nope" in err, err
-
-
-def test_config_toml_writes_what_load_config_reads_back(example: dict[str, Any]) -> None:
-    example["optimizer"] = {"group": 'a "quoted" group', "stale_after": "2s"}
-    example["links"][0]["policy_options"] = {"gamma": 0.2, "nested": {"on": True}}
-    assert tomllib.loads(config_toml(example)) == example
-    assert parse_config(tomllib.loads(config_toml(example))).optimizer.stale_after_ns == 2 * 10**9
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,8 @@ Credentials never appear in the file: a secret is `{ env = "VAR" }` or `{ file =
 
 The modules, bottom up: `model` (the dataclasses), `fields` (the reader and the field
 converters), `authority` (what each router lets p4bs manage), `services` and `network` (the
-sections), `testbed`, `topology` (the cross-checks), `loader` (the whole file); `toml_writer`
-writes config data back.
+sections), `testbed`, `topology` (the cross-checks), `loader` (the whole file). Config
+data is written back as TOML by `tomli_w.dumps` (tomllib only reads).
 """
 
 from p4bs.config.loader import link_from_table, load_config, parse_config
@@ -52,7 +52,6 @@ from p4bs.config.model import (
     junos_defaults,
     tap_ports,
 )
-from p4bs.config.toml_writer import config_toml
 
 __all__ = [
     "CCAS",
@@ -90,7 +89,6 @@ __all__ = [
     "SwitchConfig",
     "Tap",
     "TestbedConfig",
-    "config_toml",
     "junos_defaults",
     "link_from_table",
     "load_config",
