@@ -83,7 +83,7 @@ def unique_plan(
     with each other or with a testbed a developer has up."""
 
     def make(**changes: object) -> TestbedPlan:
-        plan = TestbedPlan.from_config(load_config(paths.default_config()))
+        plan = TestbedPlan.from_config(load_config(paths.example_config()))
         name = f"t{uuid.uuid4().hex[:6]}"
         block = random.randrange(1, 16_000)  # a /30 in 10.204.0.0/16
         address = f"10.204.{block // 64}.{(block % 64) * 4 + 2}"

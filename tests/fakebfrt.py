@@ -649,7 +649,7 @@ def write_config(
     told apart by the example's output_prefixes; from link `optical_from` on, an optical
     tap's per-direction ports instead (before: p out, p + 2 back; after: p + 1 out, p + 3
     back) and no prefixes."""
-    text = paths.default_config().read_text()
+    text = paths.example_config().read_text()
     table = ", ".join(f'{s} = "{t}"' for s, t in topics.items())
     text = re.sub(
         r"^bootstrap = .*$", f'bootstrap = "{bootstrap}"\ntopics = {{ {table} }}', text, flags=re.M

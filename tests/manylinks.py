@@ -34,7 +34,7 @@ def many_links_config(
     number in `interfaces` (eth<n>, taps tap<n>-in/-out; the example's 100 Mbit/s unless
     `capacities` says otherwise), each driven by `policy` with `options` (TOML), in a
     consumer group of its own."""
-    text = paths.default_config().read_text()
+    text = paths.example_config().read_text()
     table = ", ".join(f'{s} = "{t}"' for s, t in topics.items())
     block = re.search(r"^\[\[links\]\]\n(?:.*\n)*?policy = .*\n", text, re.M)
     assert block is not None

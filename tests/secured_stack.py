@@ -89,7 +89,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
             f'bootstrap = "127.0.0.1:{kafka}"\nsecurity = "sasl_ssl"\n'
             f'username = {{ env = "{USER_VAR}" }}\npassword = {{ env = "{PASSWORD_VAR}" }}\n'
             f"users = {{ {', '.join(users)} }}",
-            paths.default_config().read_text(),
+            paths.example_config().read_text(),
         ).replace("127.0.0.1:8086", f"127.0.0.1:{influx}")
     )
     state = folder / "state"

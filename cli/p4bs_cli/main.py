@@ -1,33 +1,103 @@
-"""The `p4bs` command line: one entry point wiring each part's own subcommands."""
+"""The `p4bs` command line: one entry point wiring each part's own subcommands.
+
+A part's module is imported only when one of its commands runs (or for `p4bs --help`), so a
+host that installed one extra (`pip install 'p4bs[optimizer]'`) runs that part's commands,
+and another part's command tells which extra it needs. `p4bs --version` imports nothing of
+the project's dependencies.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
-import logging
+import importlib
 import sys
-import tomllib
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
-from confluent_kafka import KafkaException
+from p4bs import logs, paths
 
-from p4bs import paths
-from p4bs.config import ConfigError, load_config
-from p4bs.links import DEFAULT_LEAD_NS, apply_links, published
-from p4bs.units import UnitError, parse_duration_ns
-from p4bs_eval import cli as eval_cli
-from p4bs_exporter import cli as exporter_cli
-from p4bs_infra import cli as infra_cli
-from p4bs_jobs import cli as jobs_cli
-from p4bs_loop import cli as loop_cli
-from p4bs_ops import cli as ops_cli
-from p4bs_optimizer import cli as optimizer_cli
-from p4bs_sinks import cli as sinks_cli
+
+@dataclass(frozen=True)
+class Part:
+    """A part's command-line module (its `add_parser(sub)` adds `commands`) and the extra of
+    pyproject.toml a host installs to run them (None: the base install has what it needs)."""
+
+    module: str
+    extra: str | None
+    commands: tuple[str, ...]
+
+
+PARTS = (
+    Part("p4bs_infra.cli", "testbed", ("stack", "testbed")),
+    Part("p4bs_exporter.cli", None, ("analyze", "exporter")),
+    Part("p4bs_jobs.cli", "jobs", ("jobs",)),
+    Part("p4bs_sinks.cli", None, ("sinks",)),
+    Part("p4bs_optimizer.cli", "optimizer", ("optimizer",)),
+    Part("p4bs_eval.cli", "eval", ("eval",)),
+    Part("p4bs_loop.cli", "loop", ("demo", "chaos")),
+    Part("p4bs_ops.cli", "ops", ("status", "dashboard")),
+)
+# `config check` and `links apply|list` (here) ask the optimizer about each link's policy.
+POLICY_CHECK = Part("p4bs_optimizer.cli", "optimizer", ("config", "links"))
+
+
+class MissingExtra(Exception):
+    """A part's module needs a package this install lacks; the message names the extra."""
+
+
+def load(part: Part) -> ModuleType:
+    """The part's command-line module, or MissingExtra when a package it imports is not
+    installed."""
+    try:
+        return importlib.import_module(part.module)
+    except ModuleNotFoundError as exc:
+        raise missing_extra(part, exc) from exc
+
+
+def missing_extra(part: Part, exc: ModuleNotFoundError) -> MissingExtra:
+    """What to install for `part` when importing `exc.name` failed; a missing module of the
+    project's own is a broken install, raised as it is."""
+    if exc.name is None or exc.name.split(".")[0].startswith("p4bs"):
+        raise exc
+    extra = f"p4bs[{part.extra}]" if part.extra else "p4bs"
+    return MissingExtra(
+        f"p4bs {'/'.join(part.commands)} needs the Python package {exc.name!r}, which this "
+        f"install lacks: install the {part.extra or 'base'} dependencies "
+        f"(pip install '{extra}', with hashes: see README.md, Installing)"
+    )
+
+
+def version_text() -> str:
+    """The installed package's version, and the commit when running from a git checkout."""
+    import importlib.metadata
+    import subprocess
+
+    try:
+        version = importlib.metadata.version("p4bs")
+    except importlib.metadata.PackageNotFoundError:
+        version = "(not installed)"
+    home = paths.home()
+    if not (home / ".git").exists():  # an installed package: no checkout around it
+        return f"p4bs {version}"
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(home), "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return f"p4bs {version}"
+    return f"p4bs {version} (git {commit})"
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
     """The config as core reads it, then each link's policy as the optimizer makes it."""
+    from p4bs.config import ConfigError, load_config
+
+    optimizer_cli = load(POLICY_CHECK)
     try:
         config = load_config(args.file)
         problems = optimizer_cli.check_policies(config)
@@ -51,6 +121,15 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 
 def cmd_links_apply(args: argparse.Namespace) -> int:
     """The links topic made to say what the config's [[links]] say (core/p4bs/links.py)."""
+    import tomllib
+    from datetime import UTC, datetime
+
+    from confluent_kafka import KafkaException
+
+    from p4bs.config import ConfigError, load_config
+    from p4bs.links import DEFAULT_LEAD_NS, apply_links
+
+    optimizer_cli = load(POLICY_CHECK)
     try:
         config = load_config(args.config).for_kafka_component("links")
         problems = optimizer_cli.check_policies(config)
@@ -58,7 +137,11 @@ def cmd_links_apply(args: argparse.Namespace) -> int:
             raise ConfigError(str(args.config), problems)
         tables = tomllib.loads(Path(args.config).read_text())["links"]
         changes = apply_links(
-            config, tables, prune=args.prune, lead_ns=args.lead, republish=args.republish
+            config,
+            tables,
+            prune=args.prune,
+            lead_ns=DEFAULT_LEAD_NS if args.lead is None else args.lead,
+            republish=args.republish,
         )
     except (ConfigError, KafkaException, RuntimeError) as exc:
         print(f"p4bs links apply: {exc}", file=sys.stderr)
@@ -84,6 +167,13 @@ def cmd_links_apply(args: argparse.Namespace) -> int:
 
 def cmd_links_list(args: argparse.Namespace) -> int:
     """The links the topic describes now."""
+    import json
+
+    from confluent_kafka import KafkaException
+
+    from p4bs.config import ConfigError, load_config
+    from p4bs.links import published
+
     try:
         config = load_config(args.config).for_kafka_component("links")
         links = published(config.kafka, dict(config.kafka.topics))
@@ -106,14 +196,21 @@ def cmd_links_list(args: argparse.Namespace) -> int:
 
 def duration_ns_arg(text: str) -> int:
     """A command-line duration ("2s", "500ms") in ns."""
+    from p4bs.units import UnitError, parse_duration_ns
+
     try:
         return parse_duration_ns(text)
     except UnitError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="p4bs", description=__doc__)
+def build_parser(command: str | None = None, with_parts: bool = True) -> argparse.ArgumentParser:
+    """The command line with the parts of `command` loaded: the one part owning it, none for
+    the commands owned here or without `with_parts`, every part when None or unknown
+    (`p4bs --help`: a part whose packages are missing is listed with the extra it needs).
+    Raises MissingExtra when the part owning `command` cannot be loaded."""
+    parser = argparse.ArgumentParser(prog="p4bs", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=version_text())
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -123,52 +220,75 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("file", type=Path)
     check.set_defaults(func=cmd_config_check)
 
-    default_config = paths.default_config()
     links = sub.add_parser("links", help="the links as data: the topic the parts follow")
     links_sub = links.add_subparsers(dest="action", required=True)
     apply = links_sub.add_parser(
         "apply", help="publish the config's links: new and changed ones (--prune: remove others)"
     )
-    apply.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
+    paths.add_config_option(apply)
     apply.add_argument(
         "--prune", action="store_true", help="remove the links the topic has and the config not"
     )
     apply.add_argument(
         "--lead",
         type=duration_ns_arg,
-        default=DEFAULT_LEAD_NS,
         help="the changes take effect this long after the command runs, so that every part "
         "has them by then (default 2s)",
     )
     apply.add_argument("--republish", action="store_true", help="publish unchanged links again too")
     apply.set_defaults(func=cmd_links_apply)
     listing = links_sub.add_parser("list", help="the links the topic describes now")
-    listing.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
+    paths.add_config_option(listing)
     listing.add_argument("--all", action="store_true", help="removed links too")
     listing.set_defaults(func=cmd_links_list)
 
-    parts = (
-        infra_cli,
-        exporter_cli,
-        jobs_cli,
-        sinks_cli,
-        optimizer_cli,
-        eval_cli,
-        loop_cli,
-        ops_cli,
-    )
-    for part in parts:
-        part.add_parser(sub, default_config)
+    owning = [part for part in PARTS if command in part.commands]
+    if command in POLICY_CHECK.commands or not with_parts:
+        return parser
+    for part in owning or PARTS:
+        try:
+            module = load(part)
+        except MissingExtra:
+            if owning:
+                raise
+            for name in part.commands:
+                sub.add_parser(name, help=f"(not installed: needs the [{part.extra}] extra)")
+            continue
+        module.add_parser(sub)
     return parser
 
 
+def command_word(argv: list[str]) -> str | None:
+    """The subcommand `argv` names: its first word that is not an option."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    code: int = args.func(args)
+    argv = sys.argv[1:] if argv is None else argv
+    command = command_word(argv)
+    try:
+        parser = build_parser(command, with_parts=command is not None or "--version" not in argv)
+    except MissingExtra as exc:
+        print(f"p4bs: {exc}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
+    service = " ".join(filter(None, ["p4bs", args.command, getattr(args, "action", None)]))
+    logs.configure(getattr(args, "log_format", logs.TEXT), verbose=args.verbose, service=service)
+    if getattr(args, "config_has_default", False) and args.config is None:
+        try:
+            args.config = paths.deployment_config()
+        except paths.NoConfigFile as exc:
+            print(f"p4bs {args.command}: {exc}", file=sys.stderr)
+            return 2
+    try:
+        code: int = args.func(args)
+    except MissingExtra as exc:
+        print(f"p4bs: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:  # a part imports its heavy modules when its command runs
+        owner = next(p for p in (*PARTS, POLICY_CHECK) if args.command in p.commands)
+        print(f"p4bs: {missing_extra(owner, exc)}", file=sys.stderr)
+        return 2
     return code
 
 

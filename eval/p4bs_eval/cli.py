@@ -399,7 +399,7 @@ def cmd_detection(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: Any, default_config: Path) -> None:
+def add_parser(sub: Any) -> None:
     evaluation = sub.add_parser("eval", help="run the papers' experiments and report them")
     eval_sub = evaluation.add_subparsers(dest="action", required=True)
     run = eval_sub.add_parser("run", help="every run of a scenario, then its report")
@@ -416,7 +416,7 @@ def add_parser(sub: Any, default_config: Path) -> None:
         help="complete the runs this folder of the same scenario has not finished (missing, "
         "or failed); --repeat may add repeats",
     )
-    run.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
+    paths.add_config_option(run)
     run.set_defaults(func=cmd_run)
     report = eval_sub.add_parser("report", help="report.md and plots from a run folder")
     report.add_argument("run_dir", type=Path)
@@ -449,7 +449,7 @@ def add_parser(sub: Any, default_config: Path) -> None:
     offline.add_argument(
         "--initial-buffer-ms", type=float, default=200.0, help="the router's buffer at start (200)"
     )
-    offline.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
+    paths.add_config_option(offline)
     offline.add_argument(
         "--out", type=Path, help="default: RUN_DIR/offline.md, or NAME-offline.md beside FILE"
     )
@@ -540,16 +540,12 @@ def add_parser(sub: Any, default_config: Path) -> None:
         metavar="traffic_NAME=VALUE",
         help="a threshold of the traffic detector, as a policy option (optimizer/README.md)",
     )
-    detection.add_argument(
-        "--config", type=Path, default=default_config, help="default: %(default)s"
-    )
+    paths.add_config_option(detection)
     detection.set_defaults(func=cmd_detection)
     everything = eval_sub.add_parser(
         "all",
         help=f"the full set: {', '.join(FULL_SET)}, then Fig. 10 (seeded and measured curves)",
     )
     everything.add_argument("--out", type=Path, help="default: .run/eval/all-<time>")
-    everything.add_argument(
-        "--config", type=Path, default=default_config, help="default: %(default)s"
-    )
+    paths.add_config_option(everything)
     everything.set_defaults(func=cmd_all)

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from p4bs import paths
+from p4bs import logs, paths
 from p4bs.config import Config, ConfigError, DataplaneConfig, SwitchConfig, load_config
 from p4bs_exporter import dataplane_spec
 from p4bs_exporter.model_target import ModelTarget, choose_switch, run_spec
@@ -135,16 +135,23 @@ def cmd_exporter_run(args: argparse.Namespace) -> int:
         print(f"p4bs exporter run: {exc}", file=sys.stderr)
         return 1
     where = f", log in {target.log_path}" if isinstance(target, ModelTarget) else ""
-    print(f"exporter ({target.name}) started: stats in {stats_path}{where}")
+    logs.status_line(f"exporter ({target.name}) started: stats in {stats_path}{where}")
     # SIGTERM stops the exporter as Ctrl-C does: it finishes the pipeline and flushes Kafka.
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     began = time.monotonic()
     try:
         while not target.wait(1.0):
-            print(_exporter_line(target.stats()), flush=True)
+            now = target.stats()
+            logs.status_line(
+                _exporter_line(now),
+                records_per_s=now.records_per_s,
+                delivered=now.delivered,
+                in_flight=now.in_flight,
+                dropped=now.dropped,
+            )
         stats = target.stats()
     except KeyboardInterrupt:
-        print("stopping: finishing the pipeline and flushing Kafka", flush=True)
+        logs.status_line("stopping: finishing the pipeline and flushing Kafka")
         stats = target.stop(timeout_s=args.stop_timeout + 15)
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -152,16 +159,18 @@ def cmd_exporter_run(args: argparse.Namespace) -> int:
             target.stop(timeout_s=args.stop_timeout + 15)
     took = time.monotonic() - began
     produced = ", ".join(f"{k} {v:,}" for k, v in sorted(stats.produced.items()))
-    print(
+    logs.status_line(
         f"exporter {stats.state} after {took:.1f} s: produced {stats.produced_total:,} "
         f"({produced}; {stats.rtt_samples_produced:,} RTT samples in them), "
         f"delivered {stats.delivered:,}, failed {stats.failed:,}, "
         f"dropped {stats.dropped:,}, undelivered {stats.undelivered_at_exit or 0:,}"
     )
     if stats.active_s:
-        print(f"  {stats.delivered / stats.active_s:,.0f} records/s delivered on average")
+        logs.status_line(
+            f"  {stats.delivered / stats.active_s:,.0f} records/s delivered on average"
+        )
     for problem in stats.problems:
-        print(f"  problem: {problem}")
+        logs.status_line(f"  problem: {problem}")
     if stats.state != "done":
         print("p4bs exporter run: failed", file=sys.stderr)
         if isinstance(target, ModelTarget):
@@ -179,7 +188,7 @@ def _ipv4_prefix(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def add_parser(sub: Any, default_config: Path) -> None:
+def add_parser(sub: Any) -> None:
     analyze = sub.add_parser(
         "analyze",
         help="run the software data plane on captures; records as JSON lines",
@@ -215,7 +224,7 @@ def add_parser(sub: Any, default_config: Path) -> None:
         "(--pcap) or it is stopped (Ctrl-C, SIGTERM), printing its counters once per second. "
         "Exit codes: 0 ok, 1 runtime failure, 2 bad config.",
     )
-    run.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
+    paths.add_config_option(run)
     run.add_argument("--switch", help="the switch whose links to export (default: the first)")
     run.add_argument("--link", help="with --pcap: the captured link (default: the switch's first)")
     run.add_argument(
@@ -232,4 +241,5 @@ def add_parser(sub: Any, default_config: Path) -> None:
     run.add_argument(
         "--stop-timeout", type=float, default=60.0, help="seconds to flush when stopped"
     )
+    logs.add_log_format_option(run)
     run.set_defaults(func=cmd_exporter_run)

@@ -163,7 +163,7 @@ def cmd_testbed_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: Any, default_config: Path) -> None:
+def add_parser(sub: Any) -> None:
     stack = sub.add_parser("stack", help="the local Kafka broker and InfluxDB")
     stack_sub = stack.add_subparsers(dest="action", required=True)
     state = argparse.ArgumentParser(add_help=False)
@@ -174,7 +174,7 @@ def add_parser(sub: Any, default_config: Path) -> None:
         help="where pid files, logs and data live (default: %(default)s)",
     )
     up = stack_sub.add_parser("up", parents=[state], help="start and wait until ready")
-    up.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
+    paths.add_config_option(up)
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for readiness")
     for flag in (
         "kafka-port",
@@ -204,7 +204,7 @@ def add_parser(sub: Any, default_config: Path) -> None:
     acls = stack_sub.add_parser(
         "acls", help="the Kafka ACLs of each component's user ([kafka.users]); --apply sets them"
     )
-    acls.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
+    paths.add_config_option(acls)
     acls.add_argument(
         "--apply", action="store_true", help="create them, as the config's admin component"
     )
@@ -217,7 +217,7 @@ def add_parser(sub: Any, default_config: Path) -> None:
     named = argparse.ArgumentParser(add_help=False, parents=[where])
     named.add_argument("--name", default="p4bs", help="the testbed's name (default: %(default)s)")
     up = testbed_sub.add_parser("up", parents=[where], help="build it from the config's [testbed]")
-    up.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
+    paths.add_config_option(up)
     up.add_argument(
         "--aqm",
         choices=("red", "codel"),

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from p4bs import paths
 from p4bs.config import ConfigError
 from p4bs_infra.services import StackError
 from p4bs_infra.testbed import TestbedError
@@ -73,11 +74,11 @@ def cmd_chaos_run(args: argparse.Namespace) -> int:
     return 1 if failed_checks(report) else 0
 
 
-def add_parser(sub: Any, default_config: Path) -> None:
+def add_parser(sub: Any) -> None:
     demo = sub.add_parser(
         "demo", help="the whole system on this machine, live, with a report; torn down after"
     )
-    demo.add_argument("--config", type=Path, default=default_config, help="%(default)s")
+    paths.add_config_option(demo)
     demo.add_argument("--policy", default="p4bs", choices=POLICIES, help="default: %(default)s")
     demo.add_argument(
         "--groups", type=_flow_groups, default=(10, 20, 20), help="Cubic flows per group (10,20,20)"
@@ -97,7 +98,7 @@ def add_parser(sub: Any, default_config: Path) -> None:
         help="kill (SIGKILL) and restart the exporter, a Kafka node, a TaskManager, an "
         "optimizer instance and the router agent during one closed-loop run; check and cost it",
     )
-    run.add_argument("--config", type=Path, default=default_config, help="%(default)s")
+    paths.add_config_option(run)
     run.add_argument("--flows", type=int, default=20, help="Cubic flows (20)")
     run.add_argument("--duration", type=float, default=150.0, help="s of traffic (150)")
     run.add_argument("--first-fault", type=float, default=30.0, help="s into it (30)")

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from p4bs import logs, paths
 from p4bs.config import Config, ConfigError, SecretRef, load_config
 from p4bs.metrics_endpoint import add_metrics_address_option, with_metrics_address
 from p4bs.units import UnitError, parse_duration_ns
@@ -120,7 +121,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     options = ServeOptions(args.bind, args.port, token, args.tls_cert, args.tls_key)
     config = with_metrics_address(config, "dashboard.metrics_address", args.metrics_address)
     try:
-        serve(Fleet(config), options, on_start=lambda line: print(line, flush=True))
+        serve(Fleet(config), options, on_start=logs.status_line)
     except SetupError as exc:
         print(f"p4bs dashboard: {exc}", file=sys.stderr)
         return 2
@@ -137,12 +138,12 @@ def _port(text: str) -> int:
     return value
 
 
-def add_parser(sub: Any, default_config: Path) -> None:
-    _add_status(sub, default_config)
-    _add_dashboard(sub, default_config)
+def add_parser(sub: Any) -> None:
+    _add_status(sub)
+    _add_dashboard(sub)
 
 
-def _add_dashboard(sub: Any, default_config: Path) -> None:
+def _add_dashboard(sub: Any) -> None:
     dashboard = sub.add_parser(
         "dashboard",
         help="the deployment's web view: fleet, links, searches, live from Kafka",
@@ -150,9 +151,7 @@ def _add_dashboard(sub: Any, default_config: Path) -> None:
         "records (Kafka), a P4BS link's Bayesian search. Only on this machine unless "
         "--bind says otherwise, which needs a token and TLS.",
     )
-    dashboard.add_argument(
-        "--config", type=Path, default=default_config, help="default: %(default)s"
-    )
+    paths.add_config_option(dashboard)
     dashboard.add_argument(
         "--bind", default="127.0.0.1", help="address to listen on (default %(default)s)"
     )
@@ -165,17 +164,18 @@ def _add_dashboard(sub: Any, default_config: Path) -> None:
     dashboard.add_argument("--tls-cert", type=Path, help="serve HTTPS with this certificate")
     dashboard.add_argument("--tls-key", type=Path, help="... and this private key")
     add_metrics_address_option(dashboard, "dashboard.metrics_address")
+    logs.add_log_format_option(dashboard)
     dashboard.set_defaults(func=cmd_dashboard)
 
 
-def _add_status(sub: Any, default_config: Path) -> None:
+def _add_status(sub: Any) -> None:
     status = sub.add_parser(
         "status",
         help="health of a whole deployment: Kafka, Flink, exporters, optimizer, routers, "
         "InfluxDB; exit 1 if a part is unhealthy",
         description=__doc__,
     )
-    status.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
+    paths.add_config_option(status)
     status.add_argument("--json", action="store_true", help="one JSON object instead of text")
     status.add_argument("--brief", action="store_true", help="one line per part, no details")
     status.add_argument(

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from p4bs import logs, paths
 from p4bs.config import Config, ConfigError, load_config
 from p4bs.metrics_endpoint import (
     EndpointError,
@@ -59,12 +60,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"p4bs optimizer run: {exc}", file=sys.stderr)
         return 2
     topics = config.kafka.topics
-    print(
+    logs.status_line(
         f"optimizer{' (dry run: deciding, not applying)' if service.dry_run else ''}: "
         f"{topics['link_metrics']} -> {topics['buffer_decisions']} and the routers; group "
         f"{config.optimizer.group} (instance {service.instance}), {len(config.links)} links "
         f"in the config, their state in {topics['optimizer_state']}",
-        flush=True,
+        instance=service.instance,
+        dry_run=service.dry_run,
     )
 
     async def main() -> None:
@@ -77,7 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             nonlocal ticks
             ticks += 1
             if ticks % args.report_every == 0:
-                print(summary_line(s), flush=True)
+                logs.status_line(summary_line(s))
 
         await service.run(progress)
 
@@ -86,7 +88,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         if endpoint is not None:
             endpoint.stop()
-    print(f"optimizer stopped: {summary_line(service)}")
+    logs.status_line(f"optimizer stopped: {summary_line(service)}")
     return 0
 
 
@@ -97,7 +99,7 @@ def _start_metrics(service: OptimizerService) -> MetricsEndpoint | None:
 
     endpoint = serve_metrics(service.config, METRICS_KEY, OptimizerCollector(service))
     if endpoint is not None:
-        print(f"optimizer metrics on {endpoint.url}", flush=True)
+        logs.status_line(f"optimizer metrics on {endpoint.url}", metrics_url=endpoint.url)
     return endpoint
 
 
@@ -135,11 +137,11 @@ def cmd_unfreeze(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: Any, default_config: Path) -> None:
+def add_parser(sub: Any) -> None:
     optimizer = sub.add_parser("optimizer", help="decide and apply buffer sizes")
     optimizer_sub = optimizer.add_subparsers(dest="action", required=True)
     run = optimizer_sub.add_parser("run", help="the optimizer service, until Ctrl-C")
-    run.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
+    paths.add_config_option(run)
     run.add_argument("--dry-run", action="store_true", help="decide and record, apply nothing")
     run.add_argument(
         "--instance",
@@ -148,13 +150,14 @@ def add_parser(sub: Any, default_config: Path) -> None:
     )
     run.add_argument("--report-every", type=int, default=10, help="seconds between progress lines")
     add_metrics_address_option(run, METRICS_KEY)  # a second process on a host: its own port
+    logs.add_log_format_option(run)
     run.set_defaults(func=cmd_run)
     frozen = optimizer_sub.add_parser(
         "freeze", help="stop every change to the routers at once (the config's freeze_file)"
     )
-    frozen.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
+    paths.add_config_option(frozen)
     frozen.add_argument("--reason", required=True, help="why, recorded with each held decision")
     frozen.set_defaults(func=cmd_freeze)
     thawed = optimizer_sub.add_parser("unfreeze", help="let changes reach the routers again")
-    thawed.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
+    paths.add_config_option(thawed)
     thawed.set_defaults(func=cmd_unfreeze)

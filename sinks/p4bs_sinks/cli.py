@@ -7,11 +7,11 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from prometheus_client.registry import Collector
 
+from p4bs import logs, paths
 from p4bs.config import Config, ConfigError, load_config
 from p4bs.metrics_endpoint import (
     EndpointError,
@@ -38,7 +38,7 @@ def _serve(
         print(f"{name}: {exc}", file=sys.stderr)
         return 2
     if endpoint is not None:
-        print(f"{name} metrics on {endpoint.url}", flush=True)
+        logs.status_line(f"{name} metrics on {endpoint.url}", metrics_url=endpoint.url)
     try:
         return _run_until_stopped(name, run, report)
     finally:
@@ -56,11 +56,11 @@ def _run_until_stopped(
     try:
         while worker.is_alive():
             worker.join(10.0)
-            print(report(), flush=True)
+            logs.status_line(report())
     except KeyboardInterrupt:
         stop.set()
         worker.join()
-    print(f"{name} stopped: {report()}")
+    logs.status_line(f"{name} stopped: {report()}")
     return 0
 
 
@@ -76,7 +76,7 @@ def cmd_influx(args: argparse.Namespace) -> int:
     config = with_metrics_address(config, SINK_METRICS, args.metrics_address)
     sink = InfluxSink(config.influxdb, config.kafka, config.kafka.topics)
     influx = config.influxdb
-    print(f"InfluxDB sink: {config.kafka.bootstrap} -> {influx.url}/{influx.database}")
+    logs.status_line(f"InfluxDB sink: {config.kafka.bootstrap} -> {influx.url}/{influx.database}")
 
     def report() -> str:
         s = sink.stats
@@ -103,7 +103,9 @@ def cmd_alerts(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"p4bs sinks alerts: {exc}", file=sys.stderr)
         return 2
-    print(f"alert dispatcher: {config.kafka.topics['sla_alerts']} -> {config.alerts.webhook}")
+    logs.status_line(
+        f"alert dispatcher: {config.kafka.topics['sla_alerts']} -> {config.alerts.webhook}"
+    )
 
     def report() -> str:
         s = dispatcher.stats
@@ -118,14 +120,16 @@ def cmd_alerts(args: argparse.Namespace) -> int:
     )
 
 
-def add_parser(sub: Any, default_config: Path) -> None:
+def add_parser(sub: Any) -> None:
     sinks = sub.add_parser("sinks", help="the topics out of Kafka: InfluxDB, alert webhook")
     sinks_sub = sinks.add_subparsers(dest="action", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
+    paths.add_config_option(common)
     influx = sinks_sub.add_parser("influx", parents=[common], help="Kafka -> InfluxDB sink")
     add_metrics_address_option(influx, SINK_METRICS)
+    logs.add_log_format_option(influx)
     influx.set_defaults(func=cmd_influx)
     alerts = sinks_sub.add_parser("alerts", parents=[common], help="SLA alerts -> webhook")
     add_metrics_address_option(alerts, DISPATCHER_METRICS)
+    logs.add_log_format_option(alerts)
     alerts.set_defaults(func=cmd_alerts)

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from p4bs import paths
+from p4bs import logs, paths
 from p4bs.config import Config, ConfigError, load_config
 
 
@@ -51,11 +51,10 @@ def _start_job(args: argparse.Namespace, mode: str) -> tuple[Any, Config]:
     topics = config.kafka.topics
     result = run_metrics_job(config, topics, conf, group_id=args.group, bounded=args.bounded)
     where = f"from {restore}" if restore else "from the group's committed offsets"
-    print(
+    logs.status_line(
         f"metrics + SLA job ({mode}) started {where}: {topics['link_counters']}, "
         f"{topics['links']} -> "
-        f"{topics['link_metrics']}, {topics['sla_alerts']}; checkpoints in {checkpoints}",
-        flush=True,
+        f"{topics['link_metrics']}, {topics['sla_alerts']}; checkpoints in {checkpoints}"
     )
     return result, config
 
@@ -89,13 +88,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         done.wait()
     except KeyboardInterrupt:
-        print("cancelling; restart with --resume to continue from the last checkpoint", flush=True)
+        logs.status_line("cancelling; restart with --resume to continue from the last checkpoint")
         client.cancel().result()
         return 0
     if ended[0] is not None:  # the job failed; Flink's own exception says why
         print(f"p4bs jobs run: the job failed: {ended[0]}", file=sys.stderr)
         return 1
-    print("job finished")
+    logs.status_line("job finished")
     return 0
 
 
@@ -111,11 +110,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: Any, default_config: Path) -> None:
+def add_parser(sub: Any) -> None:
     jobs = sub.add_parser("jobs", help="the streaming jobs (Flink)")
     jobs_sub = jobs.add_subparsers(dest="action", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", type=Path, default=default_config, help="default: %(default)s")
+    paths.add_config_option(common)
     job = argparse.ArgumentParser(add_help=False, parents=[common])
     job.add_argument("--group", default="p4bs-metrics", help="Kafka group and checkpoint name")
     job.add_argument("--checkpoints", type=Path, help="default: .run/flink/checkpoints/<group>")
@@ -125,6 +124,7 @@ def add_parser(sub: Any, default_config: Path) -> None:
     run = jobs_sub.add_parser(
         "run", parents=[job], help="metrics + SLA job in the embedded MiniCluster"
     )
+    logs.add_log_format_option(run)
     run.set_defaults(func=cmd_run)
     submit = jobs_sub.add_parser(
         "submit", parents=[job], help="submit the metrics + SLA job to a standalone cluster"

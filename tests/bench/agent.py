@@ -58,7 +58,7 @@ def main() -> None:
     os.environ.setdefault("P4BS_ROUTER_PASSWORD", "bench-password")
     user, password = os.environ["P4BS_ROUTER_USER"], os.environ["P4BS_ROUTER_PASSWORD"]
     with tempfile.TemporaryDirectory() as tmp:
-        plan = TestbedPlan.from_config(load_config(paths.default_config()))
+        plan = TestbedPlan.from_config(load_config(paths.example_config()))
         plan = TestbedPlan(**{**plan.__dict__, "name": "bagent", "state_dir": Path(tmp) / "tb"})
         testbed = Testbed(plan)
         took = testbed.up()

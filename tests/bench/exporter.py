@@ -219,7 +219,7 @@ def main() -> int:
         broker.start()
         wait_ready(broker, 90)
         pin(broker.pid, BROKER_CPU)
-        base = load_config(paths.default_config())
+        base = load_config(paths.example_config())
         config = dataclasses.replace(base, kafka=KafkaConfig(bootstrap=broker.bootstrap))
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
         print(

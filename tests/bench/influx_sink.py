@@ -50,7 +50,7 @@ WINDOWS_PER_S = 10
 
 def windows(links: int, seconds: float, first_end_ns: int) -> Iterator[dict[str, object]]:
     """`seconds` of every link's windows, in time order."""
-    base = load_config(paths.default_config()).links[0]
+    base = load_config(paths.example_config()).links[0]
     model = LinkModel(f_noise=0.01)
     for k in range(int(seconds * WINDOWS_PER_S)):
         end_ns = first_end_ns + k * WINDOW_NS

@@ -338,7 +338,7 @@ def steady_rate(arrivals: list[float], per_record: int) -> float:
 
 
 def bench_config(bootstrap: str, links: int) -> Config:
-    base = load_config(paths.default_config())
+    base = load_config(paths.example_config())
     link = base.links[0]
     return dataclasses.replace(
         base,

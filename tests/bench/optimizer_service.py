@@ -203,7 +203,7 @@ def produce_windows(
     """In its own process: every link's window as it ends, one per `period_ns` from
     `first_end_ns` on, its SRTT switching every `switch_windows` (each link at its own
     phase)."""
-    base = load_config(paths.default_config()).links[0]
+    base = load_config(paths.example_config()).links[0]
     specs = bench_links(base, links)
     templates = [[WindowTemplate(s, srtt, first_end_ns) for srtt in SRTTS_NS] for s in specs]
     check_end = first_end_ns + 7 * WINDOW_NS
@@ -233,7 +233,7 @@ def produce_windows(
 
 
 def capacity_config(bootstrap: str, topics: dict[str, str], links: int) -> Config:
-    base = load_config(paths.default_config())
+    base = load_config(paths.example_config())
     local = RouterConfig("r1", "linux-tc", None, None, None, None, 5_000_000_000, 4)
     return dataclasses.replace(
         base,
@@ -342,7 +342,7 @@ class KernelWatch:
 
 
 def reaction_config(bootstrap: str, topics: dict[str, str], testbed: Testbed) -> Config:
-    base = load_config(paths.default_config())
+    base = load_config(paths.example_config())
     plan = testbed.plan
     router = dataclasses.replace(
         base.routers[0],
@@ -362,7 +362,7 @@ def reaction_config(bootstrap: str, topics: dict[str, str], testbed: Testbed) ->
 def bench_reaction(bootstrap: str, steps: int, work: Path) -> bool:
     os.environ.setdefault("P4BS_ROUTER_USER", "bench")
     os.environ.setdefault("P4BS_ROUTER_PASSWORD", "bench-password")
-    plan = TestbedPlan.from_config(load_config(paths.default_config()))
+    plan = TestbedPlan.from_config(load_config(paths.example_config()))
     plan = dataclasses.replace(plan, name=f"o{uuid.uuid4().hex[:6]}", state_dir=work / "testbed")
     testbed = Testbed(plan)
     testbed.up()
@@ -478,7 +478,7 @@ def search_windows(
     """In its own process: each link's window as it ends, at the buffer the service last
     decided for it (`buffers`, shared with the service: a dry run applies nothing), with
     loss falling and delay rising with that buffer, and noise on f."""
-    base = load_config(paths.default_config()).links[0]
+    base = load_config(paths.example_config()).links[0]
     specs = search_links(base, len(buffers))
     model = LinkModel(loss_scale_bytes=60_000, f_noise=0.01, seed=1)
     producer = RecordProducer(bootstrap, {"link_metrics": topic}, client_id="bench-search")

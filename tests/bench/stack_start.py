@@ -58,7 +58,7 @@ def one_cold_start(config_text: str) -> float:
 
 def main() -> None:
     repeat = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    config_text = (paths.default_config()).read_text()
+    config_text = (paths.example_config()).read_text()
     times = []
     for i in range(repeat):
         times.append(one_cold_start(config_text))

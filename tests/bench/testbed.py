@@ -32,7 +32,7 @@ UP_TARGET_S = 30.0
 
 
 def example_plan(state: Path) -> TestbedPlan:
-    plan = TestbedPlan.from_config(load_config(paths.default_config()))
+    plan = TestbedPlan.from_config(load_config(paths.example_config()))
     name = f"b{uuid.uuid4().hex[:6]}"
     return dataclasses.replace(plan, name=name, state_dir=state / name)
 

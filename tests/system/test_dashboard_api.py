@@ -147,7 +147,7 @@ def deployment(
     open alert (then more than a tail of alerts raised and resolved), a P4BS optimizer state
     with three trials, and one malformed record."""
     influx = influx_database
-    data = tomllib.loads(paths.default_config().read_text())
+    data = tomllib.loads(paths.example_config().read_text())
     data["kafka"] = {**data["kafka"], "bootstrap": stack.kafka.bootstrap, "topics": topics}
     data["influxdb"] = {**data["influxdb"], "url": influx.url, "database": influx.database}
     # The router lets p4bs manage the links topic's xe<i> too (p4bs.config.authority).
@@ -362,7 +362,7 @@ def test_tls_is_served_with_the_certificate_given(deployment: Deployment, tmp_pa
     ],
 )
 def test_refused_before_starting(options: list[str], message: str) -> None:
-    argv = [sys.executable, "-m", "p4bs_cli", "dashboard", "--config", str(paths.default_config())]
+    argv = [sys.executable, "-m", "p4bs_cli", "dashboard", "--config", str(paths.example_config())]
     env = {**os.environ, "P4BS_DASHBOARD_TOKEN": TOKEN}
     env.pop("P4BS_NO_SUCH_VARIABLE", None)
     done = subprocess.run(

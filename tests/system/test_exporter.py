@@ -51,7 +51,7 @@ MODEL_FIELDS = {
 
 def write_config(directory: Path, bootstrap: str, topics: dict[str, str]) -> Path:
     """The example config on the test's broker and topics, long flows from 100 packets."""
-    text = (paths.default_config()).read_text()
+    text = (paths.example_config()).read_text()
     table = ", ".join(f'{s} = "{t}"' for s, t in topics.items())
     text = re.sub(
         r"^bootstrap = .*$",

@@ -135,7 +135,7 @@ def test_the_acl_set_names_the_parts_own_groups_and_the_command_prints_it(
     # The config a client needs: the [kafka] lines the stack wrote (its CA among them).
     written = secured.stack.client_file.read_text().split("[kafka]\n", 1)[1].strip()
     config = secured.folder / "acls.toml"
-    config.write_text(kafka_section(written, paths.default_config().read_text()))
+    config.write_text(kafka_section(written, paths.example_config().read_text()))
     assert main(["stack", "acls", "--config", str(config)]) == 0
     printed = capsys.readouterr().out
     assert "User:p4bs-dashboard: ALLOW READ on TOPIC:LITERAL:p4bs.links" in printed

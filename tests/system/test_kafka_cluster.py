@@ -53,7 +53,7 @@ def test_a_killed_node_loses_no_record(cluster: Stack) -> None:
     broker_config = admin.describe_configs([resource])[resource].result(30)
     assert broker_config["min.insync.replicas"].value == "2"
 
-    links = load_config(paths.default_config()).links[0]
+    links = load_config(paths.example_config()).links[0]
     link_ids = [f"r1:eth{i}" for i in range(4)]
     model = LinkModel()
     producer = RecordProducer(cluster.bootstrap, topics, client_id="cluster-test")

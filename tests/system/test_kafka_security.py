@@ -152,7 +152,7 @@ def _write_client_config(secured: Secured, path: Path, topics: dict[str, str]) -
     lines = written.split("[kafka]\n", 1)[1].strip()
     # The [kafka] user's login only: the topics here are the test's own, outside the ACLs.
     lines = "\n".join(line for line in lines.splitlines() if not line.startswith("users = "))
-    text = kafka_section(lines, paths.default_config().read_text(), topics)
+    text = kafka_section(lines, paths.example_config().read_text(), topics)
     # Long flows from 100 packets, as the exporter tests' captures have them.
     text = re.sub(r"^long_flow_threshold = .*$", "long_flow_threshold = 100", text, flags=re.M)
     path.write_text(text)

@@ -62,7 +62,7 @@ def test_a_nan_window_is_dead_lettered_with_its_reason_and_the_next_window_comes
 def test_a_saved_state_that_cannot_be_resumed_is_refused_and_counted(
     stack: Stack, topics: dict[str, str]
 ) -> None:
-    config = load_config(paths.default_config())
+    config = load_config(paths.example_config())
     base = config.links[0]
     links = {
         name: dataclasses.replace(base, interface=name, policy="p4bs")

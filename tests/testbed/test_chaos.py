@@ -40,7 +40,7 @@ def test_the_loop_through_a_fault_of_each_part_loses_and_doubles_nothing(
     link's bounds; no process or namespace left. What each fault cost is printed."""
     # 180 s: after the TaskManager's failover the job took 45-86 s to come back here.
     plan = ChaosPlan(flows=10, duration_s=180, first_fault_s=20, fault_every_s=25, down_s=3)
-    report = chaos_run(paths.default_config(), tmp_path, plan, progress=lambda _: None)
+    report = chaos_run(paths.example_config(), tmp_path, plan, progress=lambda _: None)
     print(summary(report))
     assert [f["part"] for f in report["faults"]] == list(FAULTS)
     assert report["windows"]["windows"] > 200  # 500 ms windows over most of 180 s
@@ -109,7 +109,7 @@ def poison_run(
     work = tmp_path_factory.mktemp("poison")
     with cubic_testbed(unique_plan, (10, 0)) as testbed:
         loop = ClosedLoop(
-            tomllib.loads(paths.default_config().read_text()),
+            tomllib.loads(paths.example_config().read_text()),
             testbed,
             work / "loop",
             bootstrap=stack.kafka.bootstrap,

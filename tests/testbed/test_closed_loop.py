@@ -84,7 +84,7 @@ def test_globecom_brings_rtt_to_base_and_keeps_the_link_busy(
 ) -> None:
     """Within 30 s of traffic the RTT through the router is within 20% of the idle RTT and
     the link is at least 90% busy (measured by a probe and the router, not by p4bs)."""
-    base = tomllib.loads((paths.default_config()).read_text())
+    base = tomllib.loads((paths.example_config()).read_text())
     loop = ClosedLoop(
         base, testbed, tmp_path / "loop", bootstrap=stack.kafka.bootstrap, policy="globecom"
     )
@@ -138,7 +138,7 @@ def test_globecom_over_junos_netconf_sizes_the_scheduler_end_to_end(
     decision is a confirmed commit of `buffer-size temporal`, which the router's FIFO
     follows; the RTT comes down and the link stays busy."""
     testbed = junos_testbed
-    base = tomllib.loads((paths.default_config()).read_text())
+    base = tomllib.loads((paths.example_config()).read_text())
     loop = ClosedLoop(
         base, testbed, tmp_path / "loop", bootstrap=stack.kafka.bootstrap, policy="globecom"
     )
@@ -170,7 +170,7 @@ def joining_testbed(unique_plan: Callable[..., TestbedPlan]) -> Iterator[Testbed
 def test_p4bs_searches_settles_and_searches_again_when_flows_join(
     joining_testbed: Testbed, stack: Stack, tmp_path: Path
 ) -> None:
-    base = tomllib.loads((paths.default_config()).read_text())
+    base = tomllib.loads((paths.example_config()).read_text())
     loop = ClosedLoop(
         base, joining_testbed, tmp_path / "loop", bootstrap=stack.kafka.bootstrap, policy="p4bs"
     )
@@ -248,7 +248,7 @@ def test_jenks_puts_each_rtt_group_in_its_own_queue_sized_by_stanford(
     Stanford rule on its own flows; each queue then gets its equal share of the link,
     whatever its flows' RTT."""
     testbed = two_rtt_testbed
-    base = tomllib.loads((paths.default_config()).read_text())
+    base = tomllib.loads((paths.example_config()).read_text())
     loop = ClosedLoop(
         base,
         testbed,

@@ -129,7 +129,7 @@ def test_dashboard_pages_in_chromium_on_a_live_closed_loop(
     with cubic_testbed(unique_plan, (FLOWS, 0)) as testbed:
         link = testbed.plan.link_id
         loop = ClosedLoop(
-            tomllib.loads(paths.default_config().read_text()),
+            tomllib.loads(paths.example_config().read_text()),
             testbed,
             tmp_path / "loop",
             bootstrap=stack.kafka.bootstrap,

@@ -109,7 +109,7 @@ def _capture(
     finally:
         testbed.down()
     config = run_dir.parent / "p4bs.toml"
-    example = (paths.default_config()).read_text()
+    example = (paths.example_config()).read_text()
     config.write_text(
         example.replace(
             "long_flow_threshold = 2000", f"long_flow_threshold = {LONG_FLOW_THRESHOLD}"

@@ -103,7 +103,7 @@ def test_every_dashboard_query_returns_data_after_a_closed_loop_run(
     try:
         with cubic_testbed(unique_plan, (FLOWS, 0)) as testbed:
             link = testbed.plan.link_id
-            base = tomllib.loads(paths.default_config().read_text())
+            base = tomllib.loads(paths.example_config().read_text())
             loop = ClosedLoop(
                 base,
                 testbed,

@@ -65,7 +65,7 @@ def _driver(testbed: Testbed, **options: Any) -> RouterDriver:
     """The driver as the optimizer makes it: from the router's config and its link's."""
     router = _router(testbed)
     link = dataclasses.replace(
-        load_config(paths.default_config()).links[0], router=router.name, junos=LINK
+        load_config(paths.example_config()).links[0], router=router.name, junos=LINK
     )
     driver = driver_for(router, links=[link], **options)
     assert isinstance(driver, JunosDriver)

@@ -50,7 +50,7 @@ def write_config(
     """The example config on the test's broker, topics and testbed router, with `policy`,
     a 1 s stale limit and changes at least 0.3 s apart; `buffer` replaces the link's buffer
     table (TOML)."""
-    text = (paths.default_config()).read_text()
+    text = (paths.example_config()).read_text()
     table = ", ".join(f'{s} = "{t}"' for s, t in topics.items())
     plan = testbed.plan
     replacements = {

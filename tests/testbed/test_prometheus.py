@@ -172,7 +172,7 @@ def test_every_service_s_metrics_move_with_the_traffic_of_a_closed_loop(
         "alerts": {"metrics_address": f"127.0.0.1:{alerts_port}", "webhook": webhook.url},
     }
     with cubic_testbed(unique_plan, (FLOWS, 0)) as testbed:
-        base = tomllib.loads(paths.default_config().read_text())
+        base = tomllib.loads(paths.example_config().read_text())
         loop = ClosedLoop(
             base,
             testbed,

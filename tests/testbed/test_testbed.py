@@ -111,7 +111,7 @@ def test_group_delay_is_fixed_per_sender_address(make_testbed: MakeTestbed) -> N
 
 
 def _example_plan() -> TestbedPlan:
-    return TestbedPlan.from_config(load_config(paths.default_config()))
+    return TestbedPlan.from_config(load_config(paths.example_config()))
 
 
 def _capture(testbed: Testbed, interface: str) -> subprocess.Popen[str]:

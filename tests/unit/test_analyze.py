@@ -191,7 +191,7 @@ def test_unusable_input_is_an_error_naming_it(tmp_path: Path) -> None:
     bad_prefix = analyze(not_pcap, "--output-prefix", "10.0.0.1/33")
     assert bad_prefix.returncode == 2 and "--output-prefix" in bad_prefix.stderr
     config = tmp_path / "p4bs.toml"
-    text = (paths.default_config()).read_text()
+    text = (paths.example_config()).read_text()
     config.write_text(text.replace("rtt_slots = 65536", "rtt_slots = 1000"))
     bad_config = analyze(not_pcap, "--config", config)
     assert bad_config.returncode == 1

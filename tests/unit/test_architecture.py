@@ -148,4 +148,4 @@ def test_the_reader_sees_a_known_import() -> None:
     found = {(i.module, i.target) for i in imports()}
     assert ("p4bs_optimizer.drivers.linux_tc", "p4bs_linux_tc.queues") in found
     assert ("p4bs_exporter.model_target", "p4bs_exporter.dataplane_spec") in found
-    assert ("p4bs_cli.main", "p4bs_loop.cli") in found
+    assert ("p4bs_loop.cli", "p4bs_infra.testbed") in found

@@ -27,7 +27,7 @@ NOW = 1_800_000_000_000_000_000
 
 def _fleet(extra: int) -> tuple[Fleet, str]:
     """The example config's fleet, with `extra` links more from the links topic."""
-    config = load_config(paths.default_config())
+    config = load_config(paths.example_config())
     # The router lets p4bs manage the links topic's xe<i> too (p4bs.config.authority).
     (router,) = config.routers
     router = dataclasses.replace(router, interfaces=(*router.interfaces, "xe*"))
@@ -36,7 +36,7 @@ def _fleet(extra: int) -> tuple[Fleet, str]:
     link = config.links[0]
     table = next(
         t
-        for t in tomllib.loads(paths.default_config().read_text())["links"]
+        for t in tomllib.loads(paths.example_config().read_text())["links"]
         if f"{t['router']}:{t['interface']}" == link.id
     )
     for i in range(extra):

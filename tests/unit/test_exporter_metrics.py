@@ -35,7 +35,7 @@ NAMES = (
 
 
 def config_with_switch(**switch: str) -> dict[str, object]:
-    data = tomllib.loads(paths.default_config().read_text())
+    data = tomllib.loads(paths.example_config().read_text())
     data["switches"] = [{**data["switches"][0], **switch}]
     return data
 
@@ -93,7 +93,7 @@ def test_the_binary_serves_its_metrics_while_it_waits_for_kafka(tmp_path: Path) 
     before, _ = write_taps(
         tmp_path, [FlowPlan("10.201.1.10", "10.201.2.2", 40000, 5201, 10**18, 50, 10**5, 10**7)]
     )
-    config = parse_config(tomllib.loads(paths.default_config().read_text()))
+    config = parse_config(tomllib.loads(paths.example_config().read_text()))
     address = f"127.0.0.1:{free_port()}"
     spec = run_spec(
         config,

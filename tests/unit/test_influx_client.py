@@ -270,7 +270,7 @@ def test_a_password_over_plain_http_is_refused_but_to_the_loopback() -> None:
     for address in ("https://db.example", "http://127.0.0.1:8086", "http://localhost:8086"):
         InfluxClient(InfluxConfig(url=address)).close()  # no password: any address
     # The config says so before any client is made, naming the field and the url.
-    text = paths.default_config().read_text()
+    text = paths.example_config().read_text()
     text = text.replace(
         'url = "http://127.0.0.1:8086"',
         'url = "http://db.example:8086"\npassword = { env = "P4BS_TEST_INFLUX_PASSWORD" }',

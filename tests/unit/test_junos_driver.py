@@ -509,7 +509,7 @@ def test_another_sessions_confirm_and_cancel_are_refused(pki: dict[str, Path]) -
 def test_confirm_window_and_temporal_range_in_the_config(
     fields: dict[str, Any], expected: Any
 ) -> None:
-    data = tomllib.loads(paths.default_config().read_text())
+    data = tomllib.loads(paths.example_config().read_text())
     data["routers"][0] |= {"driver": "netconf-junos", "address": "192.0.2.1:830"} | fields
     if isinstance(expected, str):
         with pytest.raises(ConfigError, match=re.escape(expected)):

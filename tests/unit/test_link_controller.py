@@ -39,7 +39,7 @@ ROUTER_BUFFER = 100_000  # what the router holds before the first change
 
 @functools.cache
 def example_link() -> LinkConfig:
-    return load_config(paths.default_config()).links[0]
+    return load_config(paths.example_config()).links[0]
 
 
 class MemoryRouter(RouterDriver):
@@ -622,7 +622,7 @@ def test_the_freeze_command_writes_the_file_the_guards_read(tmp_path: Path) -> N
     `unfreeze` lets changes through again."""
     flag = tmp_path / "frozen" / "optimizer.freeze"
     config = tmp_path / "p4bs.toml"
-    example = paths.default_config().read_text()
+    example = paths.example_config().read_text()
     config.write_text(example.replace("[optimizer]\n", f'[optimizer]\nfreeze_file = "{flag}"\n'))
     guards = Guards.of(load_config(config).optimizer, dry_run=False)
     assert guards.frozen() is None

@@ -126,7 +126,7 @@ def test_the_optimizer_s_decisions_guards_fallbacks_and_lag_move_on_its_endpoint
     """A change applied, one held to the link's bound, then the safe buffer when metrics stop:
     three applied decisions, one refusal by the bounds guard, one stale-metrics fallback, two
     windows' lags, one link owned."""
-    service = OptimizerService(load_config(paths.default_config()))
+    service = OptimizerService(load_config(paths.example_config()))
     link = Link(GUARDS)
     # The controller counts into its host's stats: those are the service's here.
     service.stats = link.host.stats
@@ -252,7 +252,7 @@ def test_an_endpoint_beyond_the_loopback_needs_a_token_and_tls(access: Prometheu
 
 
 def _example_data() -> dict[str, Any]:
-    return tomllib.loads(paths.default_config().read_text())
+    return tomllib.loads(paths.example_config().read_text())
 
 
 @pytest.mark.parametrize("section", ["optimizer", "sinks", "alerts", "dashboard"])
@@ -271,7 +271,7 @@ def test_the_config_refuses_a_metrics_address_beyond_the_loopback_without_its_op
 
 
 def test_the_config_s_metrics_addresses_default_to_the_loopback_and_empty_turns_one_off() -> None:
-    config = load_config(paths.default_config())
+    config = load_config(paths.example_config())
     addresses = [
         config.optimizer.metrics_address,
         config.sinks.metrics_address,
@@ -351,7 +351,7 @@ def test_every_service_metric_the_grafana_row_and_the_alert_rules_name_is_served
     """The Prometheus dashboard (ops/grafana/prometheus) and ops/DEPLOYING.md (table, alert
     rules) name only metrics the Python services serve (the exporter's are its own)."""
     fleet, _ = _fleet(0)
-    optimizer = OptimizerService(load_config(paths.default_config()))
+    optimizer = OptimizerService(load_config(paths.example_config()))
     optimizer.consumer_stats.dead_letters["link_metrics", "malformed_record"] += 1
     collectors = [
         OptimizerCollector(optimizer),
@@ -391,7 +391,7 @@ def test_each_service_takes_another_metrics_address_on_its_command_line(
     """What runs a second process of a service on one host (two optimizers of a group) gives
     it a port of its own; "" for none; a port without its host refused by the parser."""
     parser = build_parser()
-    config = load_config(paths.default_config())
+    config = load_config(paths.example_config())
     section = key.partition(".")[0]
     for given, expected in (("127.0.0.1:9466", "127.0.0.1:9466"), ("", "")):
         args = parser.parse_args([*command, "--metrics-address", given])
@@ -412,7 +412,7 @@ def test_an_address_already_taken_is_an_error_naming_the_setting(
     endpoints.append(first)
     port = first.server.server_address[1]
     key = "sinks.metrics_address"
-    busy = with_metrics_address(load_config(paths.default_config()), key, f"127.0.0.1:{port}")
+    busy = with_metrics_address(load_config(paths.example_config()), key, f"127.0.0.1:{port}")
     with pytest.raises(EndpointError, match=rf"^sinks\.metrics_address 127\.0\.0\.1:{port}: "):
         serve_metrics(busy, key, SinkCollector(SinkStats(), ConsumerStats()))
     assert value(scrape(first.url), "p4bs_test_things_total") == 7  # the first serves on

@@ -28,7 +28,7 @@ from p4bs_optimizer.policies.base import Decision, Policy, Window
 RATE_BPS = 100_000_000
 WINDOW_NS = 500_000_000
 BUFFERS = (25_000, 50_000, 100_000, 200_000, 400_000, 800_000)
-CONFIG = load_config(paths.default_config())
+CONFIG = load_config(paths.example_config())
 # The surface's largest buffer is the link's buffer.max and the initial buffer: a simulated
 # buffer above the measured ones would get the largest one's windows.
 LINK = dataclasses.replace(

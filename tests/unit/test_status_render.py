@@ -152,7 +152,7 @@ def test_a_check_that_raises_or_hangs_is_an_unhealthy_part_and_the_others_still_
     monkeypatch.setattr(runner, "CHECKS", checks)
     monkeypatch.setattr(runner, "GRACE_NS", 100 * MS)
     options = StatusOptions(timeout_ns=200 * MS, influx_interval_ns=MS)
-    config = load_config(paths.default_config())
+    config = load_config(paths.example_config())
     began = time.monotonic()
     try:
         got = status.run_status(config, options, ["routers", "influxdb", "flink", "kafka"])
@@ -225,7 +225,7 @@ def test_an_embedded_flink_job_is_reported_as_not_observable_and_how_to_run_it(
 ) -> None:
     """The example config runs the job in the embedded mini cluster; only Flink is checked."""
     skip = "kafka,exporters,optimizer,routers,influxdb"
-    config = str(paths.default_config())
+    config = str(paths.example_config())
     assert main(["status", "--config", config, "--skip", skip, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["healthy"] is True and list(out["parts"]) == ["flink"]
@@ -247,7 +247,7 @@ def test_the_groups_and_streams_it_looks_at_are_the_parts_own() -> None:
     assert dispatcher == status.ALERT_DISPATCHER_GROUP
     assert status.INFLUX_SINK_STREAMS == influx_sink.STREAMS
     parser = argparse.ArgumentParser()
-    jobs_cli.add_parser(parser.add_subparsers(), paths.default_config())
+    jobs_cli.add_parser(parser.add_subparsers())
     assert parser.parse_args(["jobs", "run"]).group == status.METRICS_GROUP
     # The metrics job reads these two streams and is named after its sink table.
     metrics = (paths.home() / "streaming-jobs" / "p4bs_jobs" / "metrics.py").read_text()
@@ -255,6 +255,6 @@ def test_the_groups_and_streams_it_looks_at_are_the_parts_own() -> None:
     assert '"intervals_in",\n            "link_counters"' in metrics
     assert '"links_in",\n            "links"' in metrics
     assert status.METRICS_STREAMS == ("link_counters", "links")
-    config = load_config(paths.default_config())
+    config = load_config(paths.example_config())
     groups = status.group_streams(config, StatusOptions())
     assert groups[config.optimizer.group] == ("link_metrics",)

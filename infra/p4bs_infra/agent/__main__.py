@@ -17,6 +17,7 @@ from pathlib import Path
 import grpc
 from pygnmi.spec.v080 import gnmi_pb2_grpc as pb_grpc
 
+from p4bs import logs
 from p4bs.yang import YangError, YangModel
 from p4bs_infra.agent import netconf_server
 from p4bs_infra.agent.datastore import AgentError, RouterQos
@@ -61,12 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-file", type=Path, help="where classifier terms are kept")
     parser.add_argument("--username-env", default="P4BS_ROUTER_USER")
     parser.add_argument("--password-env", default="P4BS_ROUTER_PASSWORD")
+    logs.add_log_format_option(parser)
     args = parser.parse_args(argv)
     if args.confirm_minute_s <= 0:
         parser.error(f"--confirm-minute-s must be positive, got {args.confirm_minute_s}")
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(args.log_format, service="p4bs router agent")
     log = logging.getLogger("p4bs_infra.agent")
     username = os.environ.get(args.username_env)
     password = os.environ.get(args.password_env)

@@ -551,6 +551,7 @@ def serve(fleet: Fleet, options: ServeOptions, on_start: Callable[[str], None] =
             ssl_certfile=options.tls_cert,
             ssl_keyfile=options.tls_key,
             log_level="warning",
+            log_config=None,  # its records through p4bs.logs' handlers (--log-format)
             # Event streams stay open: a stop does not wait for the pages to close them.
             timeout_graceful_shutdown=2,
         )

@@ -200,6 +200,13 @@ class RouterDriver(ABC):
             buffer_bytes,
             reported,
             (time.perf_counter_ns() - began) / 1e6,
+            extra={
+                "router": self.router.name,
+                "interface": interface,
+                "queue": queue,
+                "buffer_bytes": buffer_bytes,
+                "reported_bytes": reported,
+            },
         )
         return reported
 

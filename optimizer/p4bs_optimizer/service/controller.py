@@ -197,7 +197,12 @@ class LinkController:
         try:
             buffer = await driver.get_buffer(self.link.interface, 0)
         except DriverError as exc:
-            log.warning("link %s: the buffer in force could not be read: %s", self.link.id, exc)
+            log.warning(
+                "link %s: the buffer in force could not be read: %s",
+                self.link.id,
+                exc,
+                extra={"link": self.link.id},
+            )
             return
         self.state.in_force.setdefault(0, buffer)
         if not self.state.buffer_changes:
@@ -270,7 +275,12 @@ class LinkController:
         self.dirty = True
         if self.policy_failure is not None:
             # The policy decides again: its buffers return (those it decides now win).
-            log.info("link %s: policy %s decides again", self.link.id, self.link.policy)
+            log.info(
+                "link %s: policy %s decides again",
+                self.link.id,
+                self.link.policy,
+                extra={"link": self.link.id, "policy": self.link.policy},
+            )
             self.policy_failure = None
             self._resume(window, "the policy decides again; its buffer returns")
         made_on = [replace(d, window_end_ns=window.window_end_ns) for d in decisions]
@@ -298,6 +308,7 @@ class LinkController:
                 self.link.policy,
                 where,
                 cause,
+                extra={"link": self.link.id, "policy": self.link.policy},
             )
             self.save()
             return
@@ -309,6 +320,11 @@ class LinkController:
             where,
             cause,
             exc_info=exc,
+            extra={
+                "link": self.link.id,
+                "policy": self.link.policy,
+                "buffer_bytes": self.link.safe_buffer_bytes,
+            },
         )
         self.policy_failure = cause
         reason = f"policy {self.link.policy} raised {cause}: the safe buffer"
@@ -334,7 +350,12 @@ class LinkController:
             f"no link metrics for {quiet_ns / 1e9:.1f} s (limit "
             f"{self.guards.stale_after_ns / 1e9:g} s): the safe buffer"
         )
-        log.warning("link %s: %s", self.link.id, reason)
+        log.warning(
+            "link %s: %s",
+            self.link.id,
+            reason,
+            extra={"link": self.link.id, "buffer_bytes": self.link.safe_buffer_bytes},
+        )
         self.submit([Decision(self.link.safe_buffer_bytes, "fallback", reason)], from_policy=False)
 
     # ---- decisions out -----------------------------------------------------------------
