@@ -93,6 +93,19 @@ def version_text() -> str:
     return f"p4bs {version} (git {commit})"
 
 
+class VersionAction(argparse.Action):
+    """`--version`: `version_text` when asked for (git runs only then), then exit 0."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(
+            option_strings, argparse.SUPPRESS, nargs=0, help="the version, and the git commit"
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(version_text())
+        parser.exit()
+
+
 def cmd_config_check(args: argparse.Namespace) -> int:
     """The config as core reads it, then each link's policy as the optimizer makes it."""
     from p4bs.config import ConfigError, load_config
@@ -210,7 +223,7 @@ def build_parser(command: str | None = None, with_parts: bool = True) -> argpars
     (`p4bs --help`: a part whose packages are missing is listed with the extra it needs).
     Raises MissingExtra when the part owning `command` cannot be loaded."""
     parser = argparse.ArgumentParser(prog="p4bs", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--version", action="version", version=version_text())
+    parser.add_argument("--version", action=VersionAction)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
 
