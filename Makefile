@@ -24,7 +24,7 @@ GNMI_VERSION     := v0.14.1
 PYTHON_SOURCES   := core schemas linux-tc infra streaming-jobs sinks exporter optimizer loop ops eval cli tests
 
 .PHONY: help setup apt python jars tools dashboard-assets build test test-unit test-system \
-        test-testbed lint format clean-stack
+        test-testbed lint format clean-stack locks
 help:
 	@echo "make setup         install system packages, the venv, the JVM jars and the Go tools"
 	@echo "make test          lint, type-check and run every test (starts Kafka/InfluxDB itself)"
@@ -32,6 +32,7 @@ help:
 	@echo "make test-system   tests/system: against real Kafka, InfluxDB and Flink"
 	@echo "make test-testbed  tests/testbed: root, network namespaces, real TCP through the router"
 	@echo "make format        apply ruff's formatting and fixes"
+	@echo "make locks         requirements/*.lock again from pyproject.toml (after changing a dependency)"
 
 setup: apt python jars tools dashboard-assets build fuzz-tools
 	@echo "setup done: $$(du -sh $(VENV) | cut -f1) venv, $$(du -sh $(CACHE) | cut -f1) cache"
@@ -51,11 +52,13 @@ apt:
 	@command -v npm >/dev/null || { echo "npm is required (the machine image ships it)"; exit 1; }
 
 python: $(STAMPS)/python
-$(STAMPS)/python: requirements.lock pyproject.toml
+# Every extra and the development tools, from the development lock (hashes checked); the
+# project itself, editable, in a second call (a local path has no hash to check).
+$(STAMPS)/python: requirements/dev.lock pyproject.toml
 	@mkdir -p $(STAMPS)
 	[ -x $(PY) ] || python3.11 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.lock
+	$(PY) -m pip install -q --require-hashes -r requirements/dev.lock
 	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
@@ -136,6 +139,11 @@ $(CACHE)/cargo/bin/cargo-fuzz:
 # Each fuzz target for FUZZ_SECONDS (default 60); a crash fails it and names its input file.
 fuzz: fuzz-tools
 	p4/model/fuzz/run.sh
+
+# The locks in requirements/ from pyproject.toml, at the versions dev.lock holds (uv, installed
+# into .cache/uv the first time); `make setup` then installs what changed.
+locks: $(STAMPS)/python
+	UPGRADE="$(UPGRADE)" requirements/compile.sh
 
 # Stops a stack left by `p4bs stack up` in the default state folder.
 clean-stack:
