@@ -7,7 +7,9 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
+import socket
 import subprocess
+import time
 import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,7 +27,7 @@ from p4bs.yang import yang_model
 from p4bs_infra.stack import Stack
 from p4bs_infra.testbed import Testbed, TestbedPlan, sender_group
 from p4bs_infra.traffic import Scenario, TrafficRun
-from p4bs_loop.closed_loop import ClosedLoop
+from p4bs_loop.closed_loop import ClosedLoop, ClosedLoopError
 from p4bs_optimizer.drivers.junos import temporal_us
 
 RATE_BPS = 100_000_000
@@ -287,3 +289,24 @@ def test_jenks_puts_each_rtt_group_in_its_own_queue_sized_by_stanford(
     assert router["throughput_bps"] >= 0.9 * RATE_BPS
     shares = [router["queues"][q]["throughput_bps"] for q in ("10:", "11:")]
     assert min(shares) >= 0.8 * max(shares), shares
+
+
+def test_a_loop_whose_exporter_cannot_start_stops_at_once_with_its_log(
+    unique_plan: Callable[..., TestbedPlan], stack: Stack, tmp_path: Path
+) -> None:
+    """The exporter's metrics port taken (by another exporter, or a leaked endpoint): the
+    loop says so within seconds, not after waiting 240 s for windows that cannot come."""
+    with cubic_testbed(unique_plan, (2, 0)) as testbed:
+        base = tomllib.loads(paths.default_config().read_text())
+        loop = ClosedLoop(
+            base, testbed, tmp_path / "loop", bootstrap=stack.kafka.bootstrap, policy="globecom"
+        )
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            loop.metrics_addresses["exporter"] = f"127.0.0.1:{taken.getsockname()[1]}"
+            began = time.monotonic()
+            with pytest.raises(ClosedLoopError, match=r"(?s)the exporter exited.*in use"):
+                loop.start(progress=lambda _: None)
+        assert time.monotonic() - began < 60
+        assert all(process.poll() is not None for process in loop.processes.values())

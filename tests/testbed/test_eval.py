@@ -16,8 +16,9 @@ from conftest import ROUTER_PASSWORD, ROUTER_USER
 
 SCENARIO = """
 title = "GLOBECOM, short"
-duration = "40s"
-warmup = "25s"
+duration = "25s"
+# 15 s: 20 Cubic flows fill the fixed 200 ms buffer in ~7-10 s (eval/README.md, "fill")
+warmup = "15s"
 buffer = "200ms"
 policies = ["none", "globecom"]
 reports = ["sweep", "timeseries"]

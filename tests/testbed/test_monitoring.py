@@ -51,9 +51,6 @@ from p4bs_ops import grafana
 FLOWS = 20
 TRAFFIC_S = 30
 SLA = {"max_queue_delay": "2ms", "max_loss": 0.01}
-# The exporter's endpoint: its config's default (the exporter leaves it as the loop's config
-# has it; exporter/README.md).
-EXPORTER_METRICS = "127.0.0.1:9465"
 MOVE_TIMEOUT_S = 60  # for a count to show what already happened (scrapes, Flink's reporter)
 MINUTE_NS = 60 * 10**9
 # Columns a GLOBECOM run leaves empty: its decisions are no optimisation trials and carry
@@ -259,7 +256,6 @@ def test_every_service_s_metrics_move_and_every_grafana_query_has_data_after_a_c
         "optimizer": f"http://127.0.0.1:{optimizer_port}/metrics",
         "sink": f"http://127.0.0.1:{sink_port}/metrics",
         "alerts": f"http://127.0.0.1:{alerts_port}/metrics",
-        "exporter": f"http://{EXPORTER_METRICS}/metrics",
     }
     sections = {
         "influxdb": {"database": influx_database.database},
@@ -282,6 +278,7 @@ def test_every_service_s_metrics_move_and_every_grafana_query_has_data_after_a_c
             link_settings={"sla": SLA},
             jobmanager=jobmanager,
         )
+        endpoints["exporter"] = f"http://{loop.metrics_addresses['exporter']}/metrics"
         loop.start(progress=lambda _: None)
         try:
             with (
