@@ -13,10 +13,10 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
-from wsgiref.simple_server import WSGIServer
 
 from p4bs import paths
 from p4bs.config import Config, ConfigError, DataplaneConfig, SwitchConfig, load_config
+from p4bs.metrics_endpoint import MetricsEndpoint
 from p4bs_exporter import dataplane_spec
 from p4bs_exporter.model_target import ModelTarget, choose_switch, run_spec
 from p4bs_exporter.target import ExporterError, ExporterStats, SpecError, Target
@@ -105,7 +105,7 @@ def _exporter_target(
     return ModelTarget(spec)
 
 
-def _serve_tofino_metrics(target: Target, switch: SwitchConfig) -> WSGIServer | None:
+def _serve_tofino_metrics(target: Target, switch: SwitchConfig) -> MetricsEndpoint | None:
     """A Tofino exporter's Prometheus endpoint, served by this process until the run ends
     (the model's binary serves its own, from the run spec); None when it serves none."""
     if not isinstance(target, TofinoTarget) or not switch.metrics_address:
@@ -145,8 +145,7 @@ def cmd_exporter_run(args: argparse.Namespace) -> int:
         # The port goes with the run: a caller in the same process (a test, a second run)
         # may bind it again.
         if endpoint is not None:
-            endpoint.shutdown()
-            endpoint.server_close()
+            endpoint.stop()
 
 
 def _run_to_the_end(target: Target, stats_path: Path, stop_timeout: float) -> int:

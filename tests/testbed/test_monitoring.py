@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import subprocess
 import sys
 import threading
@@ -40,7 +38,7 @@ from promscrape import Samples, scrape
 from test_closed_loop import cubic_testbed
 
 from p4bs import paths, retention
-from p4bs_infra.procs import free_port_block, free_ports, wait_until
+from p4bs_infra.procs import free_port_block, free_ports, stop_session, wait_until
 from p4bs_infra.services import FlinkJobManager, FlinkTaskManager, InfluxDB
 from p4bs_infra.stack import Stack
 from p4bs_infra.testbed import TestbedPlan
@@ -136,13 +134,7 @@ def alert_dispatcher(config: Path, log: Path) -> Iterator[subprocess.Popen[bytes
     try:
         yield process
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(10)
+        stop_session(process)
 
 
 def _select(influx: InfluxDB, statement: str) -> dict[str, Any]:
