@@ -138,6 +138,9 @@ def cmd_exporter_run(args: argparse.Namespace) -> int:
         endpoint = _serve_tofino_metrics(target, switch)
         target.start()
         return _run_to_the_end(target, stats_path, args.stop_timeout)
+    except SpecError as exc:  # what the run spec asks for that cannot be (e.g. a tap's name)
+        print(f"p4bs exporter run: {exc}", file=sys.stderr)
+        return 2
     except ExporterError as exc:
         print(f"p4bs exporter run: {exc}", file=sys.stderr)
         return 1
