@@ -115,11 +115,13 @@ format:
 
 test: lint build
 	$(CARGO) test -q --release --locked $(WORKSPACE) --target-dir $(CURDIR)/$(CACHE)/target
-	FUZZ_SECONDS=60 p4/model/fuzz/run.sh
-	# Unit tests on both cores (they are CPU-bound and share nothing: 194 s -> 140 s here); the
-	# system and testbed tests one at a time, because they time real traffic and services.
+	# 20 s a target here, a smoke test on a fresh corpus; `make fuzz` runs them longer.
+	FUZZ_SECONDS=20 p4/model/fuzz/run.sh
+	# Unit tests on both cores (they are CPU-bound and share nothing: 194 s -> 140 s here).
+	# Then the testbed tests, one after another on one worker (they time real TCP through the
+	# router), beside the system tests on the other (groups: tests/conftest.py).
 	$(VENV)/bin/pytest -ra --durations=10 -n 2 tests/unit
-	$(VENV)/bin/pytest -ra --durations=30 tests/system tests/testbed
+	$(VENV)/bin/pytest -ra --durations=30 -n 2 --dist loadgroup tests/testbed tests/system
 
 # The three folders of tests/ (tests/README.md), each on its own; `make test` runs them all.
 test-unit: build

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from conftest import ROUTER_PASSWORD, ROUTER_USER
+from p4bs_infra.testbed import Testbed
 
 SCENARIO = """
 title = "GLOBECOM, short"
@@ -52,15 +53,16 @@ def _eval_run(scenario_text: str, tmp_path: Path) -> Path:
     return out
 
 
-def _namespaces() -> set[str]:
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
-    return {line.split()[0] for line in out.stdout.splitlines() if line.strip()}
+def _runs_namespaces() -> list[str]:
+    """The namespaces of the runs' testbeds (named ev*: `make test` runs system tests beside,
+    with namespaces of their own)."""
+    return [n for n in Testbed._existing_namespaces() if n.startswith("ev")]
 
 
 def test_resizing_cuts_the_rtt_at_full_utilisation_and_the_report_says_so(
     tmp_path: Path,
 ) -> None:
-    before = _namespaces()
+    before = _runs_namespaces()
     out = _eval_run(SCENARIO, tmp_path)
     rows = {r["policy"]: r for r in map(json.loads, (out / "results.jsonl").open())}
     fixed, resized = rows["none"], rows["globecom"]
@@ -82,4 +84,4 @@ def test_resizing_cuts_the_rtt_at_full_utilisation_and_the_report_says_so(
     assert resumed.returncode == 0
     assert "2 runs finished, 0 to run" in resumed.stdout
     assert (out / "report.md").read_text() == report
-    assert _namespaces() == before
+    assert _runs_namespaces() == before
