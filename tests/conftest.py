@@ -24,20 +24,6 @@ from p4bs_infra.testbed import Testbed, TestbedPlan
 from p4bs_schemas.registry import STREAMS
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Groups for pytest-xdist's `--dist loadgroup`, with which `make test` runs tests/testbed
-    beside tests/system on two workers: every testbed test in one group, so that they run one
-    after another on one worker (each times real TCP through the router; some count the
-    machine's namespaces), and each system module in a group of its own, so that its module
-    fixtures (a three-node cluster, a secured broker) start once. Without xdist, no effect."""
-    for item in items:
-        folder = item.path.parent.name
-        if folder == "testbed":
-            item.add_marker(pytest.mark.xdist_group("testbed"))
-        elif folder == "system":
-            item.add_marker(pytest.mark.xdist_group(f"system-{item.path.stem}"))
-
-
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     settings = StackSettings.on_free_ports(
