@@ -32,7 +32,7 @@ from p4bs_loop.closed_loop import ClosedLoop
 from p4bs_schemas.intervals import NO_COUNTS
 
 
-# 423 s here on a quiet machine, more beside the system tests: above pytest's 600 s default.
+# 423 s here on a quiet machine (558 s under load): near pytest's 600 s default.
 @pytest.mark.timeout(900)
 def test_the_loop_through_a_fault_of_each_part_loses_and_doubles_nothing(
     router_credentials: tuple[str, str], tmp_path: Path

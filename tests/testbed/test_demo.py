@@ -29,7 +29,7 @@ def test_a_short_demo_reports_and_tears_everything_down(tmp_path: Path) -> None:
     stored = re.search(r"(\d+) link_metrics, (\d+) buffer_decisions points", report)
     assert stored and int(stored[1]) > 0 and int(stored[2]) > 0, report
     assert (tmp_path / "run.png").stat().st_size > 10_000
-    # Its testbed's namespaces (`make test` runs system tests beside, with their own).
+    # Its testbed's namespaces (others may be up: a developer's testbed, another test's).
     testbed = re.search(r"testbed (\S+) up in", done.stdout)
     assert testbed, done.stdout
     assert not [n for n in Testbed._existing_namespaces() if n.startswith(f"{testbed[1]}-")]

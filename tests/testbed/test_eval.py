@@ -54,8 +54,8 @@ def _eval_run(scenario_text: str, tmp_path: Path) -> Path:
 
 
 def _runs_namespaces() -> list[str]:
-    """The namespaces of the runs' testbeds (named ev*: `make test` runs system tests beside,
-    with namespaces of their own)."""
+    """The namespaces of the runs' testbeds (named ev*; others may be up: a developer's
+    testbed, another test's)."""
     return [n for n in Testbed._existing_namespaces() if n.startswith("ev")]
 
 
