@@ -56,16 +56,10 @@ def _eval_run(scenario_text: str, tmp_path: Path) -> Path:
     return out
 
 
-def _runs_namespaces() -> list[str]:
-    """The namespaces of the runs' testbeds (named ev*; others may be up: a developer's
-    testbed, another test's)."""
-    return [n for n in Testbed._existing_namespaces() if n.startswith("ev")]
-
-
 def test_resizing_cuts_the_rtt_at_full_utilisation_and_the_report_says_so(
     tmp_path: Path,
 ) -> None:
-    before = _runs_namespaces()
+    before = set(Testbed._existing_namespaces())
     out = _eval_run(SCENARIO, tmp_path)
     rows = {r["policy"]: r for r in map(json.loads, (out / "results.jsonl").open())}
     fixed, resized = rows["none"], rows["globecom"]
@@ -87,4 +81,4 @@ def test_resizing_cuts_the_rtt_at_full_utilisation_and_the_report_says_so(
     assert resumed.returncode == 0
     assert "2 runs finished, 0 to run" in resumed.stdout
     assert (out / "report.md").read_text() == report
-    assert _runs_namespaces() == before
+    assert set(Testbed._existing_namespaces()) == before

@@ -286,6 +286,8 @@ class OptimizerService:
         offsets = self.owned.saved_offsets(self.owned.partitions)
         if not records and not offsets:
             return
+        # The metadata first: if the member id is cleared after it, it names the old member,
+        # whom the coordinator refuses.
         metadata = consumer.group_metadata()
         if not consumer.member_id():
             # Dropped from the group (its session expired while the process stalled), the
