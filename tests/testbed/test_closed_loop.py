@@ -55,13 +55,6 @@ def cubic_testbed(
         built.down()
 
 
-@pytest.fixture
-def testbed(unique_plan: Callable[..., TestbedPlan]) -> Iterator[Testbed]:
-    """50 Cubic flows."""
-    with cubic_testbed(unique_plan, (50, 0)) as built:
-        yield built
-
-
 def _decisions(loop: ClosedLoop) -> list[dict[str, Any]]:
     return read_stream(loop.config.kafka.bootstrap, "buffer_decisions", loop.topics)
 
@@ -79,30 +72,6 @@ def _session_commands(leader: int) -> list[list[str]]:
         except (OSError, ValueError):  # the process ended meanwhile
             continue
     return commands
-
-
-def test_globecom_brings_rtt_to_base_and_keeps_the_link_busy(
-    testbed: Testbed, stack: Stack, tmp_path: Path
-) -> None:
-    """Within 30 s of traffic the RTT through the router is within 20% of the idle RTT and
-    the link is at least 90% busy (measured by a probe and the router, not by p4bs)."""
-    base = tomllib.loads((paths.default_config()).read_text())
-    loop = ClosedLoop(
-        base, testbed, tmp_path / "loop", bootstrap=stack.kafka.bootstrap, policy="globecom"
-    )
-    loop.start()
-    try:
-        # The loop's metrics job runs in a JVM with the loop's options (faster start-up).
-        jvm_args = loop.config.flink.jvm_args.split()
-        assert jvm_args
-        javas = [c for c in _session_commands(loop.processes["metrics-job"].pid) if "java" in c[0]]
-        assert javas and all(set(jvm_args) <= set(c) for c in javas), javas
-        scenario = Scenario(duration_s=45, warmup_s=30)
-        summary = TrafficRun(testbed, tmp_path / "run", scenario).run(progress=lambda _: None)
-    finally:
-        loop.stop()
-    _globecom_held_its_buffers_and_brought_the_rtt_down(loop, summary)
-    assert summary["long_flows"]["flows_seen"] == 50
 
 
 def _globecom_held_its_buffers_and_brought_the_rtt_down(
@@ -136,9 +105,11 @@ def junos_testbed(unique_plan: Callable[..., TestbedPlan]) -> Iterator[Testbed]:
 def test_globecom_over_junos_netconf_sizes_the_scheduler_end_to_end(
     junos_testbed: Testbed, stack: Stack, tmp_path: Path
 ) -> None:
-    """The loop of the gNMI test above with the optimizer driving a Junos router: each
-    decision is a confirmed commit of `buffer-size temporal`, which the router's FIFO
-    follows; the RTT comes down and the link stays busy."""
+    """GLOBECOM on 50 Cubic flows with the optimizer driving a Junos router: each decision
+    is a confirmed commit of `buffer-size temporal`, which the router's FIFO follows; within
+    30 s of traffic the RTT through the router is within 20% of the idle RTT and the link at
+    least 90% busy (measured by a probe and the router, not by p4bs). The loop over gNMI,
+    the testbed's default, is test_eval's, test_monitoring's and test_dashboard's."""
     testbed = junos_testbed
     base = tomllib.loads((paths.default_config()).read_text())
     loop = ClosedLoop(
@@ -147,11 +118,17 @@ def test_globecom_over_junos_netconf_sizes_the_scheduler_end_to_end(
     assert loop.config.routers[0].driver == "netconf-junos"
     loop.start()
     try:
+        # The loop's metrics job runs in a JVM with the loop's options (faster start-up).
+        jvm_args = loop.config.flink.jvm_args.split()
+        assert jvm_args
+        javas = [c for c in _session_commands(loop.processes["metrics-job"].pid) if "java" in c[0]]
+        assert javas and all(set(jvm_args) <= set(c) for c in javas), javas
         scenario = Scenario(duration_s=45, warmup_s=30)
         summary = TrafficRun(testbed, tmp_path / "run", scenario).run(progress=lambda _: None)
     finally:
         loop.stop()
     applied = _globecom_held_its_buffers_and_brought_the_rtt_down(loop, summary)
+    assert summary["long_flows"]["flows_seen"] == 50
     # The router's running configuration holds the last decision as whole µs of the link.
     running = junos_config(testbed)
     yang_model("junos").validate(running)
