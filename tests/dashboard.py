@@ -7,7 +7,6 @@ import base64
 import contextlib
 import json
 import os
-import signal
 import ssl
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from p4bs_infra.procs import free_ports, wait_until
+from p4bs_infra.procs import free_ports, stop_session, wait_until
 
 
 @dataclass
@@ -111,10 +110,4 @@ def running_dashboard(
         assert wait_until(answers, timeout_s, interval_s=0.2), dashboard.log_text()
         yield dashboard
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(10)
+        stop_session(process, 15)

@@ -489,6 +489,11 @@ class RecordConsumer:
         """This member of the group as it is now (for a transaction's offsets)."""
         return self._consumer.consumer_group_metadata()
 
+    def member_id(self) -> str:
+        """This consumer's member id in the group; "" while it has none (not joined yet, or
+        dropped from the group and not yet told the application its partitions are lost)."""
+        return self._consumer.memberid() or ""
+
     def committed(
         self, partitions: Iterable[Partition], timeout_s: float = 30.0
     ) -> dict[Partition, int]:

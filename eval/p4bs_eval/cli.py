@@ -363,7 +363,8 @@ def cmd_detection(args: argparse.Namespace) -> int:
     """Each folder's runs replayed through loss-delay-fit's traffic detector and scored, with
     the metrics job's flag, against the phases (detection.py): detection.json and .md."""
     from p4bs.config import ConfigError
-    from p4bs_eval.detection import DetectionError, folder_summary, load_folder, markdown
+    from p4bs_eval.detection import DetectionError, folder_summary, markdown
+    from p4bs_eval.report import load_results
     from p4bs_eval.scenario import config_with_link_settings
     from p4bs_optimizer.policies.base import PolicyOptionError
     from p4bs_optimizer.policies.baselines import OptionReader
@@ -386,7 +387,7 @@ def cmd_detection(args: argparse.Namespace) -> int:
         options = TrafficChangeOptions.parse(reader)
         reader.finish()
         for folder in args.run_dirs:
-            scenario, rows = load_folder(folder)
+            scenario, rows = load_results(folder, DetectionError)
             config = config_with_link_settings(args.config, scenario.get("link_settings", {}))
             summary = folder_summary(folder, scenario, rows, config.links[0], options, args.within)
             (folder / "detection.json").write_text(json.dumps(summary, indent=1) + "\n")

@@ -27,7 +27,6 @@ from typing import Any
 
 from p4bs.config import LinkConfig
 from p4bs_eval.figures import read_jsonl
-from p4bs_eval.report import load_results
 from p4bs_eval.scenario import fixed_buffer_ms
 from p4bs_optimizer.policies.base import Window
 from p4bs_optimizer.policies.loss_delay_fit import mathis_loss
@@ -163,16 +162,6 @@ def _run_windows(run: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
         if start <= w["window_start_ns"] and w["window_end_ns"] <= end
     ]
     return windows, read_jsonl(run / "decisions.jsonl"), start
-
-
-def load_folder(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """A run folder's scenario and rows, or DetectionError."""
-    try:
-        return load_results(folder)
-    except OSError as exc:
-        raise DetectionError(
-            f"{folder}: not a run folder ({exc.strerror}: {exc.filename})"
-        ) from None
 
 
 def folder_summary(

@@ -40,15 +40,23 @@ def run_key(row: dict[str, Any]) -> tuple[str, str, int]:
     return row["point"], row["policy"], row["repeat"]
 
 
-def load_results(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def load_results(
+    run_dir: Path, error: type[Exception] | None = None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The scenario and one row per run, in the order the runs first ran: a run done again
-    (`p4bs eval run --resume` after it failed) is its latest row."""
-    scenario = json.loads((run_dir / "scenario.json").read_text())
-    latest: dict[tuple[str, str, int], dict[str, Any]] = {}
-    for line in (run_dir / "results.jsonl").open():
-        if line.strip():
-            row = json.loads(line)
-            latest[run_key(row)] = row
+    (`p4bs eval run --resume` after it failed) is its latest row. Given `error`, a file
+    missing or unreadable raises it, naming the folder, instead of OSError."""
+    try:
+        scenario = json.loads((run_dir / "scenario.json").read_text())
+        latest: dict[tuple[str, str, int], dict[str, Any]] = {}
+        for line in (run_dir / "results.jsonl").open():
+            if line.strip():
+                row = json.loads(line)
+                latest[run_key(row)] = row
+    except OSError as exc:
+        if error is None:
+            raise
+        raise error(f"{run_dir}: not a run folder ({exc.strerror}: {exc.filename})") from None
     return scenario, list(latest.values())
 
 

@@ -27,16 +27,6 @@ from p4bs_eval.surface import (
 STEP_SNAP = 0.02
 
 
-def _results(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """A run folder's scenario and rows, or SurfaceError."""
-    try:
-        return load_results(run_dir)
-    except OSError as exc:
-        raise SurfaceError(
-            f"{run_dir}: not a run folder ({exc.strerror}: {exc.filename})"
-        ) from None
-
-
 def _traffic_windows(run: Path) -> list[WindowRecord]:
     """A run's windows of its traffic (traffic/timeline.json) from link_metrics.jsonl."""
     try:
@@ -66,7 +56,7 @@ def surfaces(run_dir: Path) -> dict[str, Surface]:
     """The surfaces of a buffer sweep's run folder (policy `none`, `buffer` swept), one per
     cell (the point's other values), from each run's link_metrics.jsonl: the windows of its
     traffic, warm-up included, as a simulated run has them."""
-    scenario, rows = _results(run_dir)
+    scenario, rows = load_results(run_dir, SurfaceError)
     if "buffer" not in scenario["sweep_keys"]:
         raise SurfaceError(f"{run_dir}: not a buffer sweep (sweep keys {scenario['sweep_keys']})")
     cells: dict[str, dict[int, list[list[WindowRecord]]]] = {}
@@ -87,7 +77,7 @@ def with_steps(found: Mapping[str, Surface], run_dir: Path) -> dict[str, Surface
     each run's move from its initial buffer to the buffer it applied, at the first window
     the metrics job labels with it (the window its change fell in). Both buffers must be
     measured ones of the cell's surface."""
-    scenario, rows = _results(run_dir)
+    scenario, rows = load_results(run_dir, SurfaceError)
     # Per cell, its step runs so far and this folder's.
     steps = {cell: {k: list(v) for k, v in s.steps.items()} for cell, s in found.items()}
     added = 0

@@ -16,6 +16,7 @@ from typing import Any
 
 from p4bs import logs, paths
 from p4bs.config import Config, ConfigError, DataplaneConfig, SwitchConfig, load_config
+from p4bs.metrics_endpoint import MetricsEndpoint
 from p4bs_exporter import dataplane_spec
 from p4bs_exporter.model_target import ModelTarget, choose_switch, run_spec
 from p4bs_exporter.target import ExporterError, ExporterStats, SpecError, Target
@@ -104,15 +105,15 @@ def _exporter_target(
     return ModelTarget(spec)
 
 
-def _serve_tofino_metrics(target: Target, switch: SwitchConfig) -> None:
-    """A Tofino exporter's Prometheus endpoint, served by this process for its life (the
-    model's binary serves its own, from the run spec)."""
+def _serve_tofino_metrics(target: Target, switch: SwitchConfig) -> MetricsEndpoint | None:
+    """A Tofino exporter's Prometheus endpoint, served by this process until the run ends
+    (the model's binary serves its own, from the run spec); None when it serves none."""
     if not isinstance(target, TofinoTarget) or not switch.metrics_address:
-        return
+        return None
     from p4bs_exporter.metrics import serve_exporter_metrics  # the Tofino host's dependency
 
     try:
-        serve_exporter_metrics(switch.metrics_address, target.stats, target.topics[STREAM])
+        return serve_exporter_metrics(switch.metrics_address, target.stats, target.topics[STREAM])
     except OSError as exc:
         raise ExporterError(
             f"switches ({switch.name}) metrics_address {switch.metrics_address}: {exc}"
@@ -126,14 +127,33 @@ def cmd_exporter_run(args: argparse.Namespace) -> int:
         default = paths.home() / ".run" / "exporter" / switch.name / "stats.json"
         stats_path = (args.stats or default).resolve()
         target = _exporter_target(args, config, switch, stats_path)
-        _serve_tofino_metrics(target, switch)
-        target.start()
     except (ConfigError, SpecError) as exc:
         print(f"p4bs exporter run: {exc}", file=sys.stderr)
         return 2
     except ExporterError as exc:
         print(f"p4bs exporter run: {exc}", file=sys.stderr)
         return 1
+    endpoint = None
+    try:
+        endpoint = _serve_tofino_metrics(target, switch)
+        target.start()
+        return _run_to_the_end(target, stats_path, args.stop_timeout)
+    except SpecError as exc:  # what the run spec asks for that cannot be (e.g. a tap's name)
+        print(f"p4bs exporter run: {exc}", file=sys.stderr)
+        return 2
+    except ExporterError as exc:
+        print(f"p4bs exporter run: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        # The port goes with the run: a caller in the same process (a test, a second run)
+        # may bind it again.
+        if endpoint is not None:
+            endpoint.stop()
+
+
+def _run_to_the_end(target: Target, stats_path: Path, stop_timeout: float) -> int:
+    """Waits for a started exporter (printing its progress) until it ends or is stopped,
+    then reports; 0 when it finished its input."""
     where = f", log in {target.log_path}" if isinstance(target, ModelTarget) else ""
     logs.status_line(f"exporter ({target.name}) started: stats in {stats_path}{where}")
     # SIGTERM stops the exporter as Ctrl-C does: it finishes the pipeline and flushes Kafka.
@@ -152,11 +172,11 @@ def cmd_exporter_run(args: argparse.Namespace) -> int:
         stats = target.stats()
     except KeyboardInterrupt:
         logs.status_line("stopping: finishing the pipeline and flushing Kafka")
-        stats = target.stop(timeout_s=args.stop_timeout + 15)
+        stats = target.stop(timeout_s=stop_timeout + 15)
     finally:
         signal.signal(signal.SIGTERM, previous)
         if not target.wait(0):
-            target.stop(timeout_s=args.stop_timeout + 15)
+            target.stop(timeout_s=stop_timeout + 15)
     took = time.monotonic() - began
     produced = ", ".join(f"{k} {v:,}" for k, v in sorted(stats.produced.items()))
     logs.status_line(

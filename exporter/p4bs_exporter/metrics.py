@@ -12,12 +12,12 @@ read when scraped, under the names the model's binary serves (exporter/src/metri
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import Collector
 
+from p4bs.config.model import PrometheusConfig
+from p4bs.metrics_endpoint import MetricsEndpoint, registry_of, start_metrics_endpoint
 from p4bs_exporter.target import ExporterStats
 from p4bs_exporter.tofino import REGISTER_READS
 
@@ -65,12 +65,15 @@ class ExporterCollector(Collector):
 
 def serve_exporter_metrics(
     address: str, stats: Callable[[], ExporterStats], topic: str
-) -> WSGIServer:
-    """Serves the metrics on `address` (the config's checked `metrics_address`: host:port,
-    IPv6 in brackets) from a thread until the server is shut down; OSError if it cannot be
-    bound."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(ExporterCollector(stats, topic))
-    host, _, port = address.rpartition(":")
-    server, _ = start_http_server(int(port), addr=host.strip("[]"), registry=registry)
-    return server
+) -> MetricsEndpoint:
+    """Serves the metrics on `address` (the switch's checked `metrics_address`, loopback
+    only: the model's binary has no token or TLS, so neither has a switch's endpoint) from a
+    thread until `stop`; OSError if it cannot be bound."""
+    endpoint = start_metrics_endpoint(
+        address,
+        registry_of(ExporterCollector(stats, topic)),
+        PrometheusConfig(),
+        key="switches.metrics_address",
+    )
+    assert endpoint is not None  # an address was given
+    return endpoint

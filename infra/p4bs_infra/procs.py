@@ -87,6 +87,18 @@ def stop(pidfile: Path, timeout_s: float = 20.0) -> bool:
     return True
 
 
+def stop_session(process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    """SIGTERM to the session `process` leads (started with start_new_session), SIGKILL to
+    it after `timeout_s`; returns once the leader has exited."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
+
+
 def wait_until(condition: Callable[[], bool], timeout_s: float, interval_s: float = 0.1) -> bool:
     """Polls `condition` until it holds (True) or `timeout_s` passes (False)."""
     deadline = time.monotonic() + timeout_s

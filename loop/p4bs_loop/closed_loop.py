@@ -195,7 +195,7 @@ class ClosedLoop:
         # Each service's Prometheus endpoint on a free port of its own (other loops, or a
         # deployment's services, may hold the defaults on this host), unless `sections` names
         # one.
-        ports = free_ports(len(METRICS_SECTIONS) + optimizers)
+        ports = free_ports(len(METRICS_SECTIONS) + optimizers + 1)
         for table in METRICS_SECTIONS:
             if "metrics_address" not in (sections or {}).get(table, {}):
                 address = f"127.0.0.1:{ports.pop()}"
@@ -209,8 +209,12 @@ class ClosedLoop:
             "optimizer" if optimizers == 1 else f"optimizer-{i}" for i in range(optimizers)
         ]
         # Where each process serves its metrics: the first optimizer the config's address,
-        # the others one each (`--metrics-address`).
-        self.metrics_addresses = {"influx-sink": self.config.sinks.metrics_address}
+        # the others one each (`--metrics-address`); the exporter a free port of its own
+        # (its run spec's), not its switch's default.
+        self.metrics_addresses = {
+            "influx-sink": self.config.sinks.metrics_address,
+            "exporter": f"127.0.0.1:{ports.pop()}",
+        }
         for i, name in enumerate(self.optimizers):
             address = self.config.optimizer.metrics_address if i == 0 else ""
             self.metrics_addresses[name] = address or f"127.0.0.1:{ports.pop()}"
@@ -256,6 +260,7 @@ class ClosedLoop:
                 self.config,
                 stats_path=self.work_dir / "exporter-stats.json",
                 netns=self.testbed.ns["tap"],
+                metrics_address=self.metrics_addresses["exporter"],
             )
         self.exporter = ModelTarget(self.exporter_spec)
         self.exporter.start()
@@ -344,6 +349,10 @@ class ClosedLoop:
         for name, proc in self.processes.items():
             if proc.poll() is not None:
                 raise ClosedLoopError(f"{name} exited: {self.log_tail(name)}")
+        if self.exporter is not None and self.exporter.wait(0):
+            # A capture on live taps runs until stopped: an exporter that ended has failed
+            # (e.g. its metrics port taken), and no window will come.
+            raise ClosedLoopError(f"the exporter exited: {self.exporter.log_tail()}")
         consumer = reader(client_settings(self.config.kafka), "loop-watch")
         try:
             topic = self.topics["link_metrics"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import uuid
 from collections import defaultdict
@@ -480,7 +481,10 @@ def test_cli_runs_a_tofino_switch_through_the_same_interface(
     """A tofino switch gets the tofino target: without the SDE's client it says so (exit 1);
     the model's source flags are refused for it (exit 2)."""
     path = write_config(tmp_path, stack.kafka.bootstrap, topics)
-    tofino = 'target = "tofino"\naddress = "127.0.0.1:1"'
+    (metrics_port,) = procs.free_ports(1)
+    tofino = (
+        f'target = "tofino"\naddress = "127.0.0.1:1"\nmetrics_address = "127.0.0.1:{metrics_port}"'
+    )
     text = path.read_text().replace('target = "model"', tofino)
     text = re.sub(r"^taps = .*$", "taps = { before = 1, after = 2 }", text, count=1, flags=re.M)
     path.write_text(text)
@@ -490,3 +494,7 @@ def test_cli_runs_a_tofino_switch_through_the_same_interface(
     assert "--pcap: only for a model switch" in err and "--netns: only for a model" in err
     assert main(run) == 1
     assert "bfrt_grpc" in capsys.readouterr().err
+    # The failed run's metrics endpoint went with it (a leaked one held the port for every
+    # later exporter in this process): the port binds again.
+    with socket.socket() as again:
+        again.bind(("127.0.0.1", metrics_port))

@@ -7,7 +7,9 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
+import socket
 import subprocess
+import time
 import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,7 +27,7 @@ from p4bs.yang import yang_model
 from p4bs_infra.stack import Stack
 from p4bs_infra.testbed import Testbed, TestbedPlan, sender_group
 from p4bs_infra.traffic import Scenario, TrafficRun
-from p4bs_loop.closed_loop import ClosedLoop
+from p4bs_loop.closed_loop import ClosedLoop, ClosedLoopError
 from p4bs_optimizer.drivers.junos import temporal_us
 
 RATE_BPS = 100_000_000
@@ -53,13 +55,6 @@ def cubic_testbed(
         built.down()
 
 
-@pytest.fixture
-def testbed(unique_plan: Callable[..., TestbedPlan]) -> Iterator[Testbed]:
-    """50 Cubic flows."""
-    with cubic_testbed(unique_plan, (50, 0)) as built:
-        yield built
-
-
 def _decisions(loop: ClosedLoop) -> list[dict[str, Any]]:
     return read_stream(loop.config.kafka.bootstrap, "buffer_decisions", loop.topics)
 
@@ -77,30 +72,6 @@ def _session_commands(leader: int) -> list[list[str]]:
         except (OSError, ValueError):  # the process ended meanwhile
             continue
     return commands
-
-
-def test_globecom_brings_rtt_to_base_and_keeps_the_link_busy(
-    testbed: Testbed, stack: Stack, tmp_path: Path
-) -> None:
-    """Within 30 s of traffic the RTT through the router is within 20% of the idle RTT and
-    the link is at least 90% busy (measured by a probe and the router, not by p4bs)."""
-    base = tomllib.loads((paths.example_config()).read_text())
-    loop = ClosedLoop(
-        base, testbed, tmp_path / "loop", bootstrap=stack.kafka.bootstrap, policy="globecom"
-    )
-    loop.start()
-    try:
-        # The loop's metrics job runs in a JVM with the loop's options (faster start-up).
-        jvm_args = loop.config.flink.jvm_args.split()
-        assert jvm_args
-        javas = [c for c in _session_commands(loop.processes["metrics-job"].pid) if "java" in c[0]]
-        assert javas and all(set(jvm_args) <= set(c) for c in javas), javas
-        scenario = Scenario(duration_s=45, warmup_s=30)
-        summary = TrafficRun(testbed, tmp_path / "run", scenario).run(progress=lambda _: None)
-    finally:
-        loop.stop()
-    _globecom_held_its_buffers_and_brought_the_rtt_down(loop, summary)
-    assert summary["long_flows"]["flows_seen"] == 50
 
 
 def _globecom_held_its_buffers_and_brought_the_rtt_down(
@@ -134,9 +105,11 @@ def junos_testbed(unique_plan: Callable[..., TestbedPlan]) -> Iterator[Testbed]:
 def test_globecom_over_junos_netconf_sizes_the_scheduler_end_to_end(
     junos_testbed: Testbed, stack: Stack, tmp_path: Path
 ) -> None:
-    """The loop of the gNMI test above with the optimizer driving a Junos router: each
-    decision is a confirmed commit of `buffer-size temporal`, which the router's FIFO
-    follows; the RTT comes down and the link stays busy."""
+    """GLOBECOM on 50 Cubic flows with the optimizer driving a Junos router: each decision
+    is a confirmed commit of `buffer-size temporal`, which the router's FIFO follows; within
+    30 s of traffic the RTT through the router is within 20% of the idle RTT and the link at
+    least 90% busy (measured by a probe and the router, not by p4bs). The loop over gNMI,
+    the testbed's default, is test_eval's, test_monitoring's and test_dashboard's."""
     testbed = junos_testbed
     base = tomllib.loads((paths.example_config()).read_text())
     loop = ClosedLoop(
@@ -145,11 +118,17 @@ def test_globecom_over_junos_netconf_sizes_the_scheduler_end_to_end(
     assert loop.config.routers[0].driver == "netconf-junos"
     loop.start()
     try:
+        # The loop's metrics job runs in a JVM with the loop's options (faster start-up).
+        jvm_args = loop.config.flink.jvm_args.split()
+        assert jvm_args
+        javas = [c for c in _session_commands(loop.processes["metrics-job"].pid) if "java" in c[0]]
+        assert javas and all(set(jvm_args) <= set(c) for c in javas), javas
         scenario = Scenario(duration_s=45, warmup_s=30)
         summary = TrafficRun(testbed, tmp_path / "run", scenario).run(progress=lambda _: None)
     finally:
         loop.stop()
     applied = _globecom_held_its_buffers_and_brought_the_rtt_down(loop, summary)
+    assert summary["long_flows"]["flows_seen"] == 50
     # The router's running configuration holds the last decision as whole µs of the link.
     running = junos_config(testbed)
     yang_model("junos").validate(running)
@@ -287,3 +266,24 @@ def test_jenks_puts_each_rtt_group_in_its_own_queue_sized_by_stanford(
     assert router["throughput_bps"] >= 0.9 * RATE_BPS
     shares = [router["queues"][q]["throughput_bps"] for q in ("10:", "11:")]
     assert min(shares) >= 0.8 * max(shares), shares
+
+
+def test_a_loop_whose_exporter_cannot_start_stops_at_once_with_its_log(
+    unique_plan: Callable[..., TestbedPlan], stack: Stack, tmp_path: Path
+) -> None:
+    """The exporter's metrics port taken (by another exporter, or a leaked endpoint): the
+    loop says so within seconds, not after waiting 240 s for windows that cannot come."""
+    with cubic_testbed(unique_plan, (2, 0)) as testbed:
+        base = tomllib.loads(paths.example_config().read_text())
+        loop = ClosedLoop(
+            base, testbed, tmp_path / "loop", bootstrap=stack.kafka.bootstrap, policy="globecom"
+        )
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            loop.metrics_addresses["exporter"] = f"127.0.0.1:{taken.getsockname()[1]}"
+            began = time.monotonic()
+            with pytest.raises(ClosedLoopError, match=r"(?s)the exporter exited.*in use"):
+                loop.start(progress=lambda _: None)
+        assert time.monotonic() - began < 60
+        assert all(process.poll() is not None for process in loop.processes.values())

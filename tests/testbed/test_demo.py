@@ -10,15 +10,11 @@ import sys
 from pathlib import Path
 
 from conftest import ROUTER_PASSWORD, ROUTER_USER
-
-
-def _namespaces() -> set[str]:
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
-    return {line.split()[0] for line in out.stdout.splitlines() if line.strip()}
+from p4bs_infra.testbed import Testbed
 
 
 def test_a_short_demo_reports_and_tears_everything_down(tmp_path: Path) -> None:
-    before = _namespaces()
+    before = set(Testbed._existing_namespaces())
     env = {"P4BS_ROUTER_USER": ROUTER_USER, "P4BS_ROUTER_PASSWORD": ROUTER_PASSWORD}
     argv = [sys.executable, "-m", "p4bs_cli", "demo", "--policy", "globecom", "--out"]
     argv += [str(tmp_path), "--groups", "10,20", "--every", "20", "--duration", "40"]
@@ -34,7 +30,7 @@ def test_a_short_demo_reports_and_tears_everything_down(tmp_path: Path) -> None:
     stored = re.search(r"(\d+) link_metrics, (\d+) buffer_decisions points", report)
     assert stored and int(stored[1]) > 0 and int(stored[2]) > 0, report
     assert (tmp_path / "run.png").stat().st_size > 10_000
-    assert _namespaces() == before
+    assert set(Testbed._existing_namespaces()) == before
     leftovers = subprocess.run(
         ["pgrep", "-f", str(tmp_path)], capture_output=True, text=True, check=False
     ).stdout.split()

@@ -113,6 +113,26 @@ def test_the_oracles_and_the_captured_fraction(tmp_path: Path) -> None:
     }
 
 
+def test_bloated_is_read_from_the_oracles_200ms_buffer_where_it_did_not_run(
+    tmp_path: Path,
+) -> None:
+    """The dynamic suite runs 200 ms (Bloated's 2.5 MB) once, as an oracle buffer."""
+    results = tmp_path / "eval" / "results"
+    _folder(results)
+    folder = results / "dynamic" / "results.jsonl"
+    rows = [json.loads(line) for line in folder.read_text().splitlines()]
+    for row in rows:
+        if row["policy"] == "bloated":
+            row["policy"] = "fixed:200ms"
+    folder.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = build(results, tmp_path)
+    by = {(c["claim"], c.get("policy"), c.get("against")): c for c in data["claims"]}
+    below = by[("not-below-rule", "loss-delay-fit", "bloated (fixed:200ms)")]
+    assert below["difference"]["mean"] == pytest.approx(-1.0333333 + 1.2333333, abs=1e-6)
+    assert (below["verdict"], below["met"]) == ("best", True)
+    assert data["oracles"][0]["best_fixed"] == "fixed:50ms"
+
+
 def test_a_captured_fraction_of_noise_is_inconclusive() -> None:
     """An oracle no better than the best fixed buffer leaves nothing to capture; a margin
     the repeats do not show leaves the interval unbounded, and the claim undecided."""

@@ -136,7 +136,7 @@ def test_the_tofino_exporters_endpoint_reads_its_stats_at_each_scrape() -> None:
     stats.frames = 40  # digests taken from the data plane
     stats.pipeline[REGISTER_READS] = 7
     address = f"127.0.0.1:{free_port()}"
-    server = serve_exporter_metrics(address, lambda: stats, "p4bs.link_counters")
+    endpoint = serve_exporter_metrics(address, lambda: stats, "p4bs.link_counters")
     try:
         text = scrape(address)
         for line in (
@@ -157,5 +157,4 @@ def test_the_tofino_exporters_endpoint_reads_its_stats_at_each_scrape() -> None:
         with pytest.raises(OSError):
             serve_exporter_metrics(address, lambda: stats, "p4bs.link_counters")
     finally:
-        server.shutdown()
-        server.server_close()
+        endpoint.stop()

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
+import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -175,6 +177,7 @@ class Link:
         beside: Link | None = None,
         interface: str = "eth1",
         decide_thread: ThreadPoolExecutor | None = None,
+        policy: type[ScriptedPolicy] = ScriptedPolicy,
     ) -> None:
         """`beside`: a link of the same router, whose clock, router and host this one
         shares."""
@@ -185,7 +188,7 @@ class Link:
         else:
             self.clock, self.router, self.host = beside.clock, beside.router, beside.host
         self.link = replace(example_link(), interface=interface)
-        self.policy = ScriptedPolicy(self.link)
+        self.policy = policy(self.link)
         self.controller = LinkController(
             self.link,
             self.policy,
@@ -479,6 +482,66 @@ def test_a_policy_that_raises_puts_only_its_link_on_the_safe_buffer(in_thread: b
     assert failing.host.stats.policy_failures == 2  # each window it raised on, counted
     assert failing.controller.done == 4 and failing.controller.policy_failure is None
     assert len(failing.policy.seen) == 4  # given every window, the failing ones too
+
+
+class HeldPolicy(ScriptedPolicy):
+    """Notes each window in its state (its snapshot: the windows seen), then holds the
+    decide thread until `go` is set."""
+
+    def __init__(self, link: LinkConfig) -> None:
+        super().__init__(link)
+        self.deciding = threading.Event()
+        self.go = threading.Event()
+
+    def decide(self, window: Window) -> list[Decision]:
+        decisions = super().decide(window)
+        self.deciding.set()
+        self.go.wait(10)
+        return decisions
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"seen": len(self.seen)}
+
+
+def test_a_link_released_mid_decision_saves_the_state_from_before_the_window() -> None:
+    """The link's partition is taken back while the decide thread is still on a window (the
+    release waited its time and cancelled the decision): the state saved for the next owner
+    is the one from before that window, snapshot and windows covered alike, so the next owner
+    decides that window once more from where this one stood. A snapshot taken while the
+    thread goes on would already hold the window, and the next owner would decide it twice
+    (found under load in test_optimizer_group)."""
+    thread = ThreadPoolExecutor(1)
+    link = Link(GUARDS, decide_thread=thread, policy=HeldPolicy)
+    held = link.policy
+    assert isinstance(held, HeldPolicy)
+    first_end = link.clock.now_ns
+
+    async def scenario() -> None:
+        held.go.set()
+        await link.window(decide=200_000)  # decided whole: its window is in the state
+        held.go.clear()
+        held.deciding.clear()
+        link.clock.advance(WINDOW_NS)
+        link.controller.on_window(window(link.link, link.clock.now_ns))
+        assert await asyncio.to_thread(held.deciding.wait, 10)  # the thread is on it
+        link.controller.released = True  # as Ownership.release does, after its wait
+        deciding = link.controller.deciding
+        assert deciding is not None
+        deciding.cancel()
+        await asyncio.gather(deciding, return_exceptions=True)
+        link.controller.save()
+
+    try:
+        run(scenario)
+    finally:
+        held.go.set()
+        thread.shutdown()
+    assert len(held.seen) == 2  # the thread did take the second window
+    _, staged = link.host.outgoing.take(None)
+    (state,) = [entry.record.record for _, entry in staged]
+    assert state["last_window_end_ns"] == first_end
+    assert json.loads(state["policy_state"]) == {"seen": 1}
+    assert link.controller.saved_through == 1  # the second window's offset stays uncommitted
 
 
 def test_a_change_larger_than_the_largest_step_comes_in_steps() -> None:

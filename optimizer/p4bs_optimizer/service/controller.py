@@ -232,6 +232,9 @@ class LinkController:
                 if not self._accept(window):
                     self._decided(window, None)
                     continue
+                # Cancelled here (the link released or the service stopping), the thread
+                # goes on deciding: `in_thread` stays set, so that a save keeps the policy's
+                # snapshot from before this window, which the saved windows match.
                 self.in_thread = True
                 try:
                     decisions = await loop.run_in_executor(
@@ -241,8 +244,7 @@ class LinkController:
                     self.in_thread = False
                     self._decide_failed(window, exc)
                     continue
-                finally:
-                    self.in_thread = False
+                self.in_thread = False
                 self._decided(window, decisions)
         except Exception as exc:
             self.host.fail(exc)

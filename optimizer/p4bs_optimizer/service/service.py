@@ -267,7 +267,7 @@ class OptimizerService:
         for received in batch:
             self.handle(received)
             if self.outgoing.staged and time.monotonic_ns() - began >= HANDLE_SLICE_NS:
-                await self._commit(consumer)
+                await self.commit_round(consumer)
                 # The decisions it authorized are applied now, so that their records go in
                 # the next slice's transaction.
                 await asyncio.sleep(0)
@@ -276,7 +276,7 @@ class OptimizerService:
     def stop(self) -> None:
         self._stop.set()
 
-    async def _commit(self, consumer: RecordConsumer) -> None:
+    async def commit_round(self, consumer: RecordConsumer) -> None:
         """One transaction: the staged states, the decision records, and the offsets of
         every partition held (so that the coordinator checks this member's generation);
         then the decisions it holds are applied. If it is aborted, the process joins the group
@@ -286,12 +286,24 @@ class OptimizerService:
         offsets = self.owned.saved_offsets(self.owned.partitions)
         if not records and not offsets:
             return
+        # The metadata first: if the member id is cleared after it, it names the old member,
+        # whom the coordinator refuses.
+        metadata = consumer.group_metadata()
+        if not consumer.member_id():
+            # Dropped from the group (its session expired while the process stalled), the
+            # consumer has cleared its member id and not yet reported its partitions lost.
+            # The coordinator checks a transaction's offsets against the member only when
+            # they name one: this transaction would commit decisions on links another
+            # process drives now. What it holds waits for the next round (the partitions'
+            # loss drops it).
+            self.stats.not_member += 1
+            log.warning("not a member of the group any more: nothing committed this round")
+            self.outgoing.put_back(staged, records[len(staged) :], self.controllers)
+            return
         began = time.perf_counter()
         committed = False
         try:
-            await asyncio.to_thread(
-                self._producer.commit, records, offsets, consumer.group_metadata()
-            )
+            await asyncio.to_thread(self._producer.commit, records, offsets, metadata)
             committed = True
         except TransactionAborted as exc:
             self.stats.aborted += 1
@@ -379,10 +391,10 @@ class OptimizerService:
                     for controller in self.controllers.values():
                         if controller.dirty:
                             controller.save()
-                    await self._commit(consumer)
+                    await self.commit_round(consumer)
                     last_persist = now
                 elif self.outgoing:
-                    await self._commit(consumer)
+                    await self.commit_round(consumer)
                 if on_tick is not None and now - last_tick >= 1_000_000_000:
                     on_tick(self)
                     last_tick = now
@@ -405,7 +417,7 @@ class OptimizerService:
             for controller in self.controllers.values():
                 controller.save()
             with contextlib.suppress(TransactionAborted):
-                await self._commit(consumer)
+                await self.commit_round(consumer)
             # Leaving the group hands the partitions over at once (the revoke finds nothing
             # more to commit); the callbacks come back to this loop, so not from it.
             await asyncio.to_thread(consumer.close)

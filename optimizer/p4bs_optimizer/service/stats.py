@@ -39,6 +39,7 @@ class ServiceStats:
     restore_failures: int = 0  # a saved policy state its policy refused (started afresh)
     transactions: int = 0
     aborted: int = 0  # transactions the group refused or that failed: the group rejoined
+    not_member: int = 0  # rounds not committed: the group had dropped this member
     assigned: int = 0  # partitions the group gave this process, in all
     revoked: int = 0  # partitions taken back, or lost
     not_held: int = 0  # records of partitions taken back before they were handled

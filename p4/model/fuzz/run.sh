@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the fuzz targets of p4/model (cargo-fuzz, nightly, AddressSanitizer, overflow checks)
-# and runs each for FUZZ_SECONDS (default 60). Corpora grow in .cache/fuzz-corpus/<target>/,
+# and runs each for FUZZ_SECONDS (default 60); `run.sh --build-only` only builds them (make
+# setup does, beside its other downloads and builds). Corpora grow in .cache/fuzz-corpus/<target>/,
 # starting from seeds written here; an input that crashes or hangs a target is saved under
 # .cache/fuzz-artifacts/<target>/, its path printed, and the script exits non-zero.
 # Needs `make fuzz-tools` (cargo-fuzz) and the machine's nightly toolchain.
@@ -23,18 +24,25 @@ rustup run nightly rustc --version >/dev/null || {
   exit 1
 }
 
+# Its own target dir (nightly, sanitizer flags). The workspace's release profile has
+# lto = "thin": the fuzz build keeps cargo's default, as before it joined the workspace.
+cd "$root"
+build() {
+  echo "fuzz: building ${targets[*]}"
+  PATH=$CARGO_HOME/bin:$PATH CARGO_PROFILE_RELEASE_LTO=false cargo +nightly fuzz build \
+    --fuzz-dir "$fuzz_dir" --target-dir "$target_dir" -O --debug-assertions
+}
+if [[ ${1:-} == --build-only ]]; then
+  build
+  exit 0
+fi
+
 # A member of the root workspace (one Cargo.lock) but not of its default-members, so the
 # Makefile's build, clippy and test leave it out: linted here (and by `make lint`'s rustfmt).
-cd "$root"
 cargo fmt --check -p p4bs-model-fuzz
 cargo clippy -q --locked -p p4bs-model-fuzz --target-dir "$target_dir" --all-targets \
   -- -D warnings
-
-# Its own target dir (nightly, sanitizer flags). The workspace's release profile has
-# lto = "thin": the fuzz build keeps cargo's default, as before it joined the workspace.
-echo "fuzz: building ${targets[*]}"
-PATH=$CARGO_HOME/bin:$PATH CARGO_PROFILE_RELEASE_LTO=false cargo +nightly fuzz build \
-  --fuzz-dir "$fuzz_dir" --target-dir "$target_dir" -O --debug-assertions
+build # nothing to do after `--build-only`
 bin_dir=$target_dir/x86_64-unknown-linux-gnu/release
 
 # Seeds: valid inputs for the mutations to start from, written from hex (spaces ignored).
