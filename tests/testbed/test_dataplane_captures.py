@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import ipaddress
 import json
 import statistics
@@ -18,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -35,6 +36,53 @@ LONG_FLOW_THRESHOLD = 500
 SKETCH_PERIOD_NS = 10 * 10**9  # cms.reset (p4/SPEC.md §4)
 
 
+class Packet(NamedTuple):
+    """A TCP packet as tshark dissects it: a data segment or an ACK it gives an RTT for."""
+
+    when: str  # frame.time_epoch
+    src: str
+    sport: int
+    dst: str
+    dport: int
+    length: int  # tcp.len
+    seq: int  # tcp.seq_raw
+    retransmission: bool  # tcp.analysis.retransmission
+    out_of_order: bool  # tcp.analysis.out_of_order
+    ack_rtt: str  # tcp.analysis.ack_rtt, "" when tshark gives none
+
+
+TSHARK_FIELDS = [
+    "frame.time_epoch",
+    "ip.src",
+    "tcp.srcport",
+    "ip.dst",
+    "tcp.dstport",
+    "tcp.len",
+    "tcp.seq_raw",
+    "tcp.analysis.retransmission",
+    "tcp.analysis.out_of_order",
+    "tcp.analysis.ack_rtt",
+]
+
+
+def _tshark(pcap: Path) -> list[Packet]:
+    """The capture's data segments and RTT-giving ACKs, in one pass of tshark (its TCP
+    analysis sees every frame whatever the display filter; a flag field prints 1 when set)."""
+    argv = ["tshark", "-r", str(pcap), "-n", "-Y", "tcp.len > 0 || tcp.analysis.ack_rtt"]
+    argv += ["-T", "fields", "-E", "separator=,"]
+    for name in TSHARK_FIELDS:
+        argv += ["-e", name]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=300).stdout
+    packets = []
+    for line in out.splitlines():
+        when, src, sport, dst, dport, length, seq, retx, ooo, rtt = line.split(",")
+        packets.append(
+            Packet(when, src, int(sport), dst, int(dport), int(length), int(seq),
+                   retx == "1", ooo == "1", rtt)
+        )  # fmt: skip
+    return packets
+
+
 @dataclass
 class Capture:
     cca: str
@@ -45,15 +93,20 @@ class Capture:
     summary: dict[str, Any]
     receivers: ipaddress.IPv4Network
 
+    # tshark's reading of each tap, made once for all the tests of a capture.
+    @functools.cached_property
+    def before(self) -> list[Packet]:
+        return _tshark(self.run_dir / "tap-before.pcap")
 
-def _tshark(pcap: Path, display_filter: str, fields: list[str]) -> list[list[str]]:
-    argv = ["tshark", "-r", str(pcap), "-n", "-Y", display_filter, "-T", "fields"]
-    for name in fields:
-        argv += ["-e", name]
-    out = subprocess.run(
-        [*argv, "-E", "separator=,"], capture_output=True, text=True, check=True, timeout=300
-    ).stdout
-    return [line.split(",") for line in out.splitlines()]
+    @functools.cached_property
+    def after(self) -> list[Packet]:
+        return _tshark(self.run_dir / "tap-after.pcap")
+
+    def data_to_receivers(self, packets: list[Packet]) -> list[Packet]:
+        """The data segments of the data direction (to the receivers)."""
+        return [
+            p for p in packets if p.length > 0 and ipaddress.IPv4Address(p.dst) in self.receivers
+        ]
 
 
 def _epoch_ns(text: str) -> int:
@@ -128,22 +181,12 @@ def _kind(c: Capture, kind: str) -> list[dict[str, Any]]:
 def test_rtt_samples_agree_with_tshark(capture: Capture) -> None:
     """Every ACK tshark gives an RTT for (ACKs from the receivers, at the after tap) should
     have the model's sample at the same instant for the same flow, with the same value."""
-    reference = {}
-    rows = _tshark(
-        capture.run_dir / "tap-after.pcap",
-        "tcp.analysis.ack_rtt",
-        [
-            "frame.time_epoch",
-            "ip.src",
-            "tcp.srcport",
-            "ip.dst",
-            "tcp.dstport",
-            "tcp.analysis.ack_rtt",
-        ],
-    )
-    for when, src, sport, dst, dport, rtt in rows:
-        if ipaddress.IPv4Address(src) in capture.receivers:  # ACKs of the data direction
-            reference[(_epoch_ns(when), dst, int(dport), src, int(sport))] = _epoch_ns(rtt)
+    reference = {
+        (_epoch_ns(p.when), p.dst, p.dport, p.src, p.sport): _epoch_ns(p.ack_rtt)
+        for p in capture.after
+        # ACKs of the data direction
+        if p.ack_rtt and ipaddress.IPv4Address(p.src) in capture.receivers
+    }
     model = {
         (r["ts_ns"], r["src_ip"], r["src_port"], r["dst_ip"], r["dst_port"]): r["rtt_ns"]
         for r in _kind(capture, "rtt_sample")
@@ -167,12 +210,9 @@ def test_rtt_samples_agree_with_tshark(capture: Capture) -> None:
 def test_retransmissions_agree_with_tshark_and_the_router_drops(capture: Capture) -> None:
     link = capture.summary["links"][capture.plan.link_id]
     model = link["retransmissions"]
-    flagged = _tshark(
-        capture.run_dir / "tap-before.pcap",
-        "tcp.len > 0 && (tcp.analysis.retransmission || tcp.analysis.out_of_order)",
-        ["ip.dst"],
+    reference = sum(
+        1 for p in capture.data_to_receivers(capture.before) if p.retransmission or p.out_of_order
     )
-    reference = sum(1 for (dst,) in flagged if ipaddress.IPv4Address(dst) in capture.receivers)
     assert reference > 20, "the scenario must lose packets to compare anything"
     assert abs(model - reference) <= max(0.02 * reference, 2), (model, reference)
 
@@ -184,16 +224,8 @@ def test_retransmissions_agree_with_tshark_and_the_router_drops(capture: Capture
     qdisc = [json.loads(line) for line in (capture.run_dir / "qdisc.jsonl").open()]
     drops = qdisc[-1]["drops"] - qdisc[0]["drops"]
     before, after = (
-        Counter(
-            tuple(s[1:])
-            for s in _tshark(
-                capture.run_dir / f"tap-{side}.pcap",
-                "tcp.len > 0",
-                ["ip.dst", "ip.src", "tcp.srcport", "tcp.seq_raw"],
-            )
-            if ipaddress.IPv4Address(s[0]) in capture.receivers
-        )
-        for side in ("before", "after")
+        Counter((p.src, p.sport, p.seq) for p in capture.data_to_receivers(packets))
+        for packets in (capture.before, capture.after)
     )
     spurious = sum(n - 1 for n in after.values())
     unrepaired = sum(1 for segment in before if segment not in after)
@@ -211,16 +243,10 @@ def test_long_flows_are_the_senders_flows(capture: Capture) -> None:
     (the sketch is zeroed every 10 s from the first packet; the run lasts longer, so a flow
     starved in the first period may qualify in the next), counted exactly from the capture:
     iperf3's data streams, never its control connections."""
-    packets = _tshark(
-        capture.run_dir / "tap-before.pcap",
-        "tcp.len > 0",
-        ["frame.time_epoch", "ip.src", "tcp.srcport", "ip.dst"],
-    )
-    first = _epoch_ns(packets[0][0])
+    first = _epoch_ns(next(p.when for p in capture.before if p.length > 0))
     counts = Counter(
-        (src, int(sport), (_epoch_ns(when) - first) // SKETCH_PERIOD_NS)
-        for when, src, sport, dst in packets
-        if ipaddress.IPv4Address(dst) in capture.receivers
+        (p.src, p.sport, (_epoch_ns(p.when) - first) // SKETCH_PERIOD_NS)
+        for p in capture.data_to_receivers(capture.before)
     )
     long_flows = {(src, sport) for (src, sport, _), n in counts.items() if n >= LONG_FLOW_THRESHOLD}
     # Most bulk flows qualify (a flow starved by the others may not: BBR in a shallow buffer).
