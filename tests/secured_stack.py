@@ -6,14 +6,16 @@ with the ACLs `p4bs stack acls` prints, for the config's default topics and grou
 
 from __future__ import annotations
 
-import re
 import secrets
 import time
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import tomli_w
 
 from p4bs import paths
 from p4bs.config import KafkaConfig
@@ -54,12 +56,20 @@ class Secured:
         return {"SCRAM password": self.password, "keystore password": keystore, **own}
 
 
-def kafka_section(lines: str, text: str, topics: dict[str, str] | None = None) -> str:
-    """The example config with its [kafka] section's bootstrap line replaced by `lines`."""
+def example_with_kafka(kafka: dict[str, Any], topics: dict[str, str] | None = None) -> str:
+    """The example config as TOML, its [kafka] section updated with `kafka` (and the test's
+    `topics`)."""
+    config = tomllib.loads(paths.example_config().read_text())
+    config["kafka"].update(kafka)
     if topics:
-        table = ", ".join(f'{s} = "{t}"' for s, t in topics.items())
-        lines += f"\ntopics = {{ {table} }}"
-    return re.sub(r"^bootstrap = .*$", lines, text, count=1, flags=re.M)
+        config["kafka"]["topics"] = topics
+    return tomli_w.dumps(config)
+
+
+def client_kafka(secured: Secured) -> dict[str, Any]:
+    """The [kafka] settings `p4bs stack up` wrote for the secured stack's clients."""
+    settings: dict[str, Any] = tomllib.loads(secured.stack.client_file.read_text())["kafka"]
+    return settings
 
 
 @pytest.fixture(scope="session")
@@ -71,25 +81,25 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     patch.setenv(USER_VAR, USER)
     patch.setenv(PASSWORD_VAR, password)
     component_passwords = {}
-    users = []
+    users: dict[str, dict[str, dict[str, str]]] = {}
     for component in OWN_USERS:
         user_var, password_var = component_vars(component)
         component_passwords[component] = secrets.token_urlsafe(18)
         patch.setenv(user_var, f"p4bs-{component.replace('_', '-')}")
         patch.setenv(password_var, component_passwords[component])
-        users.append(
-            f'{component} = {{ username = {{ env = "{user_var}" }}, '
-            f'password = {{ env = "{password_var}" }} }}'
-        )
+        users[component] = {"username": {"env": user_var}, "password": {"env": password_var}}
     folder = tmp_path_factory.mktemp("secured")
     kafka, controller, internal, influx, rpc = free_ports(5)
     config = folder / "stack.toml"
     config.write_text(
-        kafka_section(
-            f'bootstrap = "127.0.0.1:{kafka}"\nsecurity = "sasl_ssl"\n'
-            f'username = {{ env = "{USER_VAR}" }}\npassword = {{ env = "{PASSWORD_VAR}" }}\n'
-            f"users = {{ {', '.join(users)} }}",
-            paths.example_config().read_text(),
+        example_with_kafka(
+            {
+                "bootstrap": f"127.0.0.1:{kafka}",
+                "security": "sasl_ssl",
+                "username": {"env": USER_VAR},
+                "password": {"env": PASSWORD_VAR},
+                "users": users,
+            }
         ).replace("127.0.0.1:8086", f"127.0.0.1:{influx}")
     )
     state = folder / "state"

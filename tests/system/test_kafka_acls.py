@@ -27,9 +27,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
-from secured_stack import OWN_USERS, Secured, kafka_section
+from secured_stack import OWN_USERS, Secured, client_kafka, example_with_kafka
 
-from p4bs import paths
 from p4bs.bus import RecordConsumer, client_settings
 from p4bs.config import KafkaConfig
 from p4bs.topic_range import Deadline, reader, watermarks
@@ -133,9 +132,8 @@ def test_the_acl_set_names_the_parts_own_groups_and_the_command_prints_it(
     assert default(InfluxSink, "group") == kafka_acls.INFLUX_SINK_GROUP
     assert default(AlertDispatcher, "group") == kafka_acls.ALERT_DISPATCHER_GROUP
     # The config a client needs: the [kafka] lines the stack wrote (its CA among them).
-    written = secured.stack.client_file.read_text().split("[kafka]\n", 1)[1].strip()
     config = secured.folder / "acls.toml"
-    config.write_text(kafka_section(written, paths.example_config().read_text()))
+    config.write_text(example_with_kafka(client_kafka(secured)))
     assert main(["stack", "acls", "--config", str(config)]) == 0
     printed = capsys.readouterr().out
     assert "User:p4bs-dashboard: ALLOW READ on TOPIC:LITERAL:p4bs.links" in printed

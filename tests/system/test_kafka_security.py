@@ -24,11 +24,10 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from pcapgen import write_taps
-from secured_stack import PASSWORD_VAR, USER, Secured, kafka_section
+from secured_stack import PASSWORD_VAR, USER, Secured, client_kafka, example_with_kafka
 from test_exporter import exporting, mixed_flows
 from test_jobs_cli import jobs_run_bounded
 
-from p4bs import paths
 from p4bs.bus import RecordProducer, ensure_topics, read_stream
 from p4bs.config import Config, load_config
 from p4bs_exporter import ExporterStats, ModelTarget, SpecError, run_spec
@@ -148,11 +147,10 @@ def test_clients_without_the_ca_the_password_or_a_certificate_are_refused(
 
 def _write_client_config(secured: Secured, path: Path, topics: dict[str, str]) -> Path:
     """The example config with the [kafka] settings `stack up` wrote for its clients."""
-    written = secured.stack.client_file.read_text()
-    lines = written.split("[kafka]\n", 1)[1].strip()
+    kafka = client_kafka(secured)
     # The [kafka] user's login only: the topics here are the test's own, outside the ACLs.
-    lines = "\n".join(line for line in lines.splitlines() if not line.startswith("users = "))
-    text = kafka_section(lines, paths.example_config().read_text(), topics)
+    del kafka["users"]
+    text = example_with_kafka(kafka, topics)
     # Long flows from 100 packets, as the exporter tests' captures have them.
     text = re.sub(r"^long_flow_threshold = .*$", "long_flow_threshold = 100", text, flags=re.M)
     path.write_text(text)
