@@ -7,12 +7,9 @@
 # gets the newest version that fits; `UPGRADE=package` moves one package on purpose.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-UV_VERSION=0.13.9
-UV=.cache/uv/bin/uv
-[ -x "$UV" ] || .venv/bin/python -m pip install -q --target .cache/uv "uv==$UV_VERSION"
-export UV_CACHE_DIR=.cache/uv-cache
+: "${UV_PIP:?run it as make locks (the Makefile installs uv and names it)}"
 compile() {
-  "$UV" pip compile pyproject.toml --quiet --python python3.11 \
+  $UV_PIP compile pyproject.toml --quiet --python python3.11 \
     --generate-hashes --custom-compile-command "make locks" "$@"
 }
 compile --all-extras ${UPGRADE:+--upgrade-package "$UPGRADE"} -o requirements/dev.lock
