@@ -26,8 +26,8 @@ INFLUXDB_VERSION := v1.8.10
 GNMI_VERSION     := v0.14.1
 PYTHON_SOURCES   := core schemas linux-tc infra streaming-jobs sinks exporter optimizer loop ops eval cli tests
 
-.PHONY: help setup apt python jars tools dashboard-assets build functions rust test test-unit \
-        test-system test-testbed lint format clean-stack locks
+.PHONY: help setup apt python jars tools dashboard-assets build functions rust test test-rust \
+        test-unit test-system test-testbed lint lint-rust lint-python format clean-stack locks
 help:
 	@echo "make setup         install system packages, the venv, the JVM jars and the Go tools"
 	@echo "make test          lint, type-check and run every test (starts Kafka/InfluxDB itself)"
@@ -117,10 +117,13 @@ $(FUNCTIONS_JAR): $(JAVA_SOURCES) $(STAMPS)/python
 rust:
 	$(CARGO) build -q --release --locked $(WORKSPACE) --target-dir $(CURDIR)/$(CACHE)/target
 
-lint:
+# rustfmt and clippy; ruff and mypy. `make test` runs the two side by side.
+lint: lint-rust lint-python
+lint-rust:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy -q --release --locked $(WORKSPACE) --target-dir $(CURDIR)/$(CACHE)/target \
 	  --all-targets -- -D warnings
+lint-python:
 	$(VENV)/bin/ruff check $(PYTHON_SOURCES)
 	$(VENV)/bin/ruff format --check $(PYTHON_SOURCES)
 	$(VENV)/bin/mypy
@@ -130,16 +133,22 @@ format:
 	$(VENV)/bin/ruff format $(PYTHON_SOURCES)
 	$(VENV)/bin/ruff check --fix $(PYTHON_SOURCES)
 
-test: lint build
-	$(CARGO) test -q --release --locked $(WORKSPACE) --target-dir $(CURDIR)/$(CACHE)/target
-	# 20 s a target here, a smoke test on a fresh corpus; `make fuzz` runs them longer.
-	FUZZ_SECONDS=20 p4/model/fuzz/run.sh
+# Python's linters beside the Rust chain: mypy runs on one core for 48 s, cargo's compile of
+# the test binaries and the fuzz crate's clippy take 90 s, mostly on one core too.
+test: build
+	$(MAKE) --no-print-directory -j2 -O lint-python test-rust
 	# Unit tests on both cores (they are CPU-bound and share nothing: 194 s -> 140 s here); the
 	# system and testbed tests one at a time: they time real traffic and services, and keep
 	# both cores busy (77% on average here). Beside each other, the load failed a Flink
 	# TaskManager's start and a Kafka transaction's end within their timeouts.
 	$(VENV)/bin/pytest -ra --durations=10 -n 2 tests/unit
 	$(VENV)/bin/pytest -ra --durations=30 tests/system tests/testbed
+
+# The Rust tests, after rustfmt and clippy, then each fuzz target for 20 s (a smoke test on a
+# fresh corpus; `make fuzz` runs them longer).
+test-rust: lint-rust
+	$(CARGO) test -q --release --locked $(WORKSPACE) --target-dir $(CURDIR)/$(CACHE)/target
+	FUZZ_SECONDS=20 p4/model/fuzz/run.sh
 
 # The three folders of tests/ (tests/README.md), each on its own; `make test` runs them all.
 test-unit: build

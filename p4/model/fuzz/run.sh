@@ -118,16 +118,24 @@ hex "$(shb be32) $(idb be32 "$(half be32 14) $(half be32 8) 0000000000000064 000
   $(shb le32) $(idb le32 "") $(block le32 5 "00000000 00000000 00000000")
   $(epb le32 0 99 "$ipv6")" >"$seeds/read_pcap/pcapng_two_sections"
 
-failed=()
+# The targets side by side: libFuzzer runs one process on one core. Stopped with the script.
+declare -A pids
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 for target in "${targets[@]}"; do
   corpus=$cache/fuzz-corpus/$target
   artifacts=$cache/fuzz-artifacts/$target
   log=$cache/fuzz-logs/$target.log
   mkdir -p "$corpus" "$artifacts" "$(dirname "$log")"
   echo "fuzz: $target for ${seconds}s (corpus $corpus)"
-  status=0
   "$bin_dir/$target" -max_total_time="$seconds" -timeout=10 -print_final_stats=1 \
-    -artifact_prefix="$artifacts/" "$corpus" "$seeds/$target" >"$log" 2>&1 || status=$?
+    -artifact_prefix="$artifacts/" "$corpus" "$seeds/$target" >"$log" 2>&1 &
+  pids[$target]=$!
+done
+failed=()
+for target in "${targets[@]}"; do
+  log=$cache/fuzz-logs/$target.log
+  status=0
+  wait "${pids[$target]}" || status=$?
   last=$(grep -E '^#[0-9]+.*cov: ' "$log" | tail -n 1 || true)
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")
