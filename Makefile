@@ -39,11 +39,10 @@ help:
 
 # The system packages first (the compilers and headers the rest build with), then the rest two
 # at a time, the Rust workspace's compile (the longest, 3.5 min here) from the start, beside
-# the venv's install and then the downloads and the fuzz build. The Java functions last: they
-# compile against the Flink in the venv.
+# the venv's install and then the downloads and the fuzz build. The Java functions once the
+# venv is in: they compile against its Flink.
 setup: apt
-	$(MAKE) --no-print-directory -j2 -O python rust jars tools dashboard-assets fuzz-build
-	$(MAKE) --no-print-directory functions
+	$(MAKE) --no-print-directory -j2 -O python rust jars tools dashboard-assets fuzz-build functions
 	@echo "setup done: $$(du -sh $(VENV) | cut -f1) venv, $$(du -sh $(CACHE) | cut -f1) cache"
 
 # System packages; installed only when one is missing.
@@ -133,15 +132,14 @@ format:
 	$(VENV)/bin/ruff format $(PYTHON_SOURCES)
 	$(VENV)/bin/ruff check --fix $(PYTHON_SOURCES)
 
-# Python's linters beside the Rust chain: mypy runs on one core for 48 s, cargo's compile of
-# the test binaries and the fuzz crate's clippy take 90 s, mostly on one core too.
+# Python's linters, the Rust chain and the unit tests side by side: mypy runs on one core for
+# 48 s, cargo's compile of the test binaries and the fuzz crate's clippy (90 s) mostly on one
+# core too, and the unit tests (CPU-bound, sharing nothing) take what is left. The system and
+# testbed tests after them, one at a time: they time real traffic and services, and keep both
+# cores busy (77% on average here). Beside each other, the load failed a Flink TaskManager's
+# start and a Kafka transaction's end within their timeouts.
 test: build
-	$(MAKE) --no-print-directory -j2 -O lint-python test-rust
-	# Unit tests on both cores (they are CPU-bound and share nothing: 194 s -> 140 s here); the
-	# system and testbed tests one at a time: they time real traffic and services, and keep
-	# both cores busy (77% on average here). Beside each other, the load failed a Flink
-	# TaskManager's start and a Kafka transaction's end within their timeouts.
-	$(VENV)/bin/pytest -ra --durations=10 -n 2 tests/unit
+	$(MAKE) --no-print-directory -j3 -O lint-python test-rust test-unit
 	$(VENV)/bin/pytest -ra --durations=30 tests/system tests/testbed
 
 # The Rust tests, after rustfmt and clippy, then each fuzz target for 20 s (a smoke test on a
@@ -152,7 +150,7 @@ test-rust: lint-rust
 
 # The three folders of tests/ (tests/README.md), each on its own; `make test` runs them all.
 test-unit: build
-	$(VENV)/bin/pytest -ra -n 2 tests/unit
+	$(VENV)/bin/pytest -ra --durations=10 -n 2 tests/unit
 test-system test-testbed: test-%: build
 	$(VENV)/bin/pytest -ra tests/$*
 
