@@ -17,9 +17,9 @@ from p4bs_infra.testbed import Testbed
 
 SCENARIO = """
 title = "GLOBECOM, short"
-duration = "45s"
+duration = "40s"
 # 30 s: 20 Cubic flows fill the fixed 200 ms buffer in ~7-10 s (eval/README.md, "fill"), and
-# GLOBECOM's first change must be in force before the measured 15 s: the metrics job's
+# GLOBECOM's first change must be in force before the measured 10 s: the metrics job's
 # windows reached the optimizer 22-25 s after the traffic began in CI here (a 15 s warm-up
 # failed).
 warmup = "30s"

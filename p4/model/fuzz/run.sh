@@ -11,6 +11,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
 fuzz_dir=$root/p4/model/fuzz
 cache=$root/.cache
 export CARGO_HOME=$cache/cargo
+unset MAKEFLAGS MFLAGS # make -j's jobserver descriptors, not passed to this script (cargo warns)
 target_dir=$cache/target-fuzz
 seconds=${FUZZ_SECONDS:-60}
 targets=(parse_frame read_pcap)
