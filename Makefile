@@ -11,7 +11,9 @@ VENV    := .venv
 PY      := $(VENV)/bin/python
 UV_VERSION := 0.13.9
 UV      := $(CACHE)/uv/bin/uv
-UV_PIP  := UV_CACHE_DIR=$(CURDIR)/$(CACHE)/uv-cache $(UV) pip
+UV_CACHE := $(CURDIR)/$(CACHE)/uv-cache
+UV_PIP  := UV_CACHE_DIR=$(UV_CACHE) $(UV) pip
+INSTALL_UV := [ -x $(UV) ] || $(PY) -m pip install -q --target $(CACHE)/uv "uv==$(UV_VERSION)"
 STAMPS  := $(CACHE)/stamps
 GO_ENV  := GOPATH=$(CURDIR)/$(CACHE)/go GOBIN=$(CURDIR)/$(CACHE)/bin GOFLAGS=-modcacherw
 MVN     := mvn -q -B -f infra/jars/pom.xml -Dmaven.repo.local=$(CURDIR)/$(CACHE)/m2
@@ -64,14 +66,15 @@ apt:
 python: $(STAMPS)/python
 # Every extra and the development tools, from the development lock (hashes checked); the
 # project itself, editable, in a second call (a local path has no hash to check). uv installs
-# them: it downloads and unpacks in parallel, 7 GB in 77 s here, where pip took 207 s (both from empty caches).
-# (uv itself goes to .cache/uv, installed by the venv's pip, which stays as Python ships it.)
-# The bytecode is compiled at install: the shell here sets PYTHONDONTWRITEBYTECODE=1, so a
-# module left uncompiled is compiled again by every process that imports it.
+# them: it downloads and unpacks in parallel, 7 GB in 77 s here, where pip took 207 s (both
+# from empty caches). uv itself goes to .cache/uv, installed by the venv's pip, which stays as
+# Python ships it. The bytecode is compiled at install: the shell here sets
+# PYTHONDONTWRITEBYTECODE=1, so a module left uncompiled is compiled again by every process
+# that imports it.
 $(STAMPS)/python: requirements/dev.lock pyproject.toml
 	@mkdir -p $(STAMPS)
 	[ -x $(PY) ] || python3.11 -m venv $(VENV)
-	[ -x $(UV) ] || $(PY) -m pip install -q --target $(CACHE)/uv "uv==$(UV_VERSION)"
+	$(INSTALL_UV)
 	$(UV_PIP) install -q --python $(PY) --require-hashes --compile-bytecode -r requirements/dev.lock
 	$(UV_PIP) install -q --python $(PY) --no-deps -e .
 	touch $@
@@ -175,7 +178,8 @@ fuzz: fuzz-tools
 # The locks in requirements/ from pyproject.toml, at the versions dev.lock holds (uv);
 # `make setup` then installs what changed.
 locks: $(STAMPS)/python
-	UV_PIP="$(UV_PIP)" UPGRADE="$(UPGRADE)" requirements/compile.sh
+	$(INSTALL_UV)
+	UV=$(UV) UV_CACHE_DIR=$(UV_CACHE) UPGRADE="$(UPGRADE)" requirements/compile.sh
 
 # Stops a stack left by `p4bs stack up` in the default state folder.
 clean-stack:

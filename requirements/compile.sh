@@ -7,9 +7,9 @@
 # gets the newest version that fits; `UPGRADE=package` moves one package on purpose.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-: "${UV_PIP:?run it as make locks (the Makefile installs uv and names it)}"
+: "${UV:?run it as make locks (the Makefile installs uv and names it)}"
 compile() {
-  $UV_PIP compile pyproject.toml --quiet --python python3.11 \
+  "$UV" pip compile pyproject.toml --quiet --python python3.11 \
     --generate-hashes --custom-compile-command "make locks" "$@"
 }
 compile --all-extras ${UPGRADE:+--upgrade-package "$UPGRADE"} -o requirements/dev.lock
