@@ -47,19 +47,14 @@ def topics(stack: Stack) -> dict[str, str]:
     return names
 
 
-def own_database(stack: Stack, folder: Path) -> InfluxDB:
-    """A database of its own on the session's InfluxDB (made, with the stack's retention
-    policies), so tests never read each other's points."""
-    settings = dataclasses.replace(stack.influxdb.settings, database=f"t_{uuid.uuid4().hex[:8]}")
-    influx = InfluxDB(folder, stack.influxdb.port, stack.influxdb.rpc_port, settings)
-    influx.create_database()
-    return influx
-
-
 @pytest.fixture
 def influx_database(stack: Stack, tmp_path: Path) -> InfluxDB:
-    """A database of one test's own (own_database)."""
-    return own_database(stack, tmp_path / "influx")
+    """A database of one test's own on the session's InfluxDB (made, with the stack's
+    retention policies), so tests never read each other's points."""
+    settings = dataclasses.replace(stack.influxdb.settings, database=f"t_{uuid.uuid4().hex[:8]}")
+    influx = InfluxDB(tmp_path / "influx", stack.influxdb.port, stack.influxdb.rpc_port, settings)
+    influx.create_database()
+    return influx
 
 
 @pytest.fixture

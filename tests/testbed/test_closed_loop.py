@@ -109,7 +109,7 @@ def test_globecom_over_junos_netconf_sizes_the_scheduler_end_to_end(
     is a confirmed commit of `buffer-size temporal`, which the router's FIFO follows; within
     30 s of traffic the RTT through the router is within 20% of the idle RTT and the link at
     least 90% busy (measured by a probe and the router, not by p4bs). The loop over gNMI,
-    the testbed's default, is test_eval's and test_ops's."""
+    the testbed's default, is test_eval's, test_monitoring's and test_dashboard's."""
     testbed = junos_testbed
     base = tomllib.loads((paths.example_config()).read_text())
     loop = ClosedLoop(

@@ -1,7 +1,7 @@
 """A link's history from InfluxDB, read with the queries of the Grafana `link` dashboard
 (ops/grafana/dashboards/link.json, rendered by `p4bs_ops.grafana` as Grafana renders them):
 the dashboard shows what Grafana shows, and the queries are tested once
-(tests/testbed/test_ops.py).
+(tests/testbed/test_monitoring.py).
 
 Each chart is one panel of that dashboard; `CHARTS` names the panel and, for each of its
 columns, the LinkMetrics field a live window adds to it, so that the page appends pushed
