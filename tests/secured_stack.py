@@ -56,13 +56,12 @@ class Secured:
         return {"SCRAM password": self.password, "keystore password": keystore, **own}
 
 
-def example_with_kafka(kafka: dict[str, Any], topics: dict[str, str] | None = None) -> str:
-    """The example config as TOML, its [kafka] section updated with `kafka` (and the test's
-    `topics`)."""
+def example_with(sections: dict[str, dict[str, Any]]) -> str:
+    """The example config as TOML, each of its sections named in `sections` updated with
+    the settings given there."""
     config = tomllib.loads(paths.example_config().read_text())
-    config["kafka"].update(kafka)
-    if topics:
-        config["kafka"]["topics"] = topics
+    for name, settings in sections.items():
+        config[name].update(settings)
     return tomli_w.dumps(config)
 
 
@@ -92,15 +91,18 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     kafka, controller, internal, influx, rpc = free_ports(5)
     config = folder / "stack.toml"
     config.write_text(
-        example_with_kafka(
+        example_with(
             {
-                "bootstrap": f"127.0.0.1:{kafka}",
-                "security": "sasl_ssl",
-                "username": {"env": USER_VAR},
-                "password": {"env": PASSWORD_VAR},
-                "users": users,
+                "kafka": {
+                    "bootstrap": f"127.0.0.1:{kafka}",
+                    "security": "sasl_ssl",
+                    "username": {"env": USER_VAR},
+                    "password": {"env": PASSWORD_VAR},
+                    "users": users,
+                },
+                "influxdb": {"url": f"http://127.0.0.1:{influx}"},
             }
-        ).replace("127.0.0.1:8086", f"127.0.0.1:{influx}")
+        )
     )
     state = folder / "state"
     began = time.monotonic()

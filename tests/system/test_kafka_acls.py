@@ -27,7 +27,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
-from secured_stack import OWN_USERS, Secured, client_kafka, example_with_kafka
+from secured_stack import OWN_USERS, Secured, client_kafka, example_with
 
 from p4bs.bus import RecordConsumer, client_settings
 from p4bs.config import KafkaConfig
@@ -133,7 +133,7 @@ def test_the_acl_set_names_the_parts_own_groups_and_the_command_prints_it(
     assert default(AlertDispatcher, "group") == kafka_acls.ALERT_DISPATCHER_GROUP
     # The config a client needs: the [kafka] lines the stack wrote (its CA among them).
     config = secured.folder / "acls.toml"
-    config.write_text(example_with_kafka(client_kafka(secured)))
+    config.write_text(example_with({"kafka": client_kafka(secured)}))
     assert main(["stack", "acls", "--config", str(config)]) == 0
     printed = capsys.readouterr().out
     assert "User:p4bs-dashboard: ALLOW READ on TOPIC:LITERAL:p4bs.links" in printed

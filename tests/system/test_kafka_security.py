@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import stat
 import subprocess
 import uuid
@@ -24,7 +23,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from pcapgen import write_taps
-from secured_stack import PASSWORD_VAR, USER, Secured, client_kafka, example_with_kafka
+from secured_stack import PASSWORD_VAR, USER, Secured, client_kafka, example_with
 from test_exporter import exporting, mixed_flows
 from test_jobs_cli import jobs_run_bounded
 
@@ -150,10 +149,9 @@ def _write_client_config(secured: Secured, path: Path, topics: dict[str, str]) -
     kafka = client_kafka(secured)
     # The [kafka] user's login only: the topics here are the test's own, outside the ACLs.
     del kafka["users"]
-    text = example_with_kafka(kafka, topics)
     # Long flows from 100 packets, as the exporter tests' captures have them.
-    text = re.sub(r"^long_flow_threshold = .*$", "long_flow_threshold = 100", text, flags=re.M)
-    path.write_text(text)
+    sections = {"kafka": kafka | {"topics": topics}, "dataplane": {"long_flow_threshold": 100}}
+    path.write_text(example_with(sections))
     return path
 
 
