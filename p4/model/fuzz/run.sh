@@ -120,12 +120,13 @@ hex "$(shb be32) $(idb be32 "$(half be32 14) $(half be32 8) 0000000000000064 000
   $(epb le32 0 99 "$ipv6")" >"$seeds/read_pcap/pcapng_two_sections"
 
 # The targets side by side: libFuzzer runs one process on one core. Stopped with the script.
-declare -A pids
+declare -A pids logs
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 for target in "${targets[@]}"; do
   corpus=$cache/fuzz-corpus/$target
   artifacts=$cache/fuzz-artifacts/$target
   log=$cache/fuzz-logs/$target.log
+  logs[$target]=$log
   mkdir -p "$corpus" "$artifacts" "$(dirname "$log")"
   echo "fuzz: $target for ${seconds}s (corpus $corpus)"
   "$bin_dir/$target" -max_total_time="$seconds" -timeout=10 -print_final_stats=1 \
@@ -134,7 +135,7 @@ for target in "${targets[@]}"; do
 done
 failed=()
 for target in "${targets[@]}"; do
-  log=$cache/fuzz-logs/$target.log
+  log=${logs[$target]}
   status=0
   wait "${pids[$target]}" || status=$?
   last=$(grep -E '^#[0-9]+.*cov: ' "$log" | tail -n 1 || true)
