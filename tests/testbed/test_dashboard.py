@@ -68,8 +68,11 @@ def browser() -> Iterator[Browser]:
             launched.close()
 
 
-def _wait_in_page(page: Page, condition: str, timeout_s: float, what: str) -> None:
-    """Waits until the JavaScript `condition` holds in the page, failing with `what`."""
+def _wait_in_page(
+    page: Page, condition: str, timeout_s: float, what: str, errors: list[str]
+) -> None:
+    """Waits until the JavaScript `condition` holds in the page, failing with `what`, the
+    page's state and the errors its scripts raised (`errors`)."""
     try:
         page.wait_for_function(condition, timeout=timeout_s * 1000, polling=200)
     except Exception as exc:  # Playwright's TimeoutError names only the timeout
@@ -77,7 +80,9 @@ def _wait_in_page(page: Page, condition: str, timeout_s: float, what: str) -> No
             "JSON.stringify({points: window.p4bs.points, search: window.p4bs.search, "
             "decisions: window.p4bs.decisions.length})"
         )
-        raise AssertionError(f"{what} within {timeout_s:g} s: {exc}; page state {state}") from None
+        raise AssertionError(
+            f"{what} within {timeout_s:g} s: {exc}; page state {state}; script errors {errors}"
+        ) from None
 
 
 @contextlib.contextmanager
@@ -155,7 +160,7 @@ def test_dashboard_pages_in_chromium_on_a_live_closed_loop(
                 page.on("pageerror", lambda error: errors.append(str(error)))
                 # Link: every chart with points (history, then live windows and decisions).
                 page.goto(f"{dashboard.url}/link/{urllib.parse.quote(link)}")
-                _wait_in_page(page, "window.p4bs.streaming === true", 30, "no event stream")
+                _wait_in_page(page, "window.p4bs.streaming === true", 30, "no event stream", errors)
                 decision, record_ns, read_ns = _next_decision(watch, link, time.time_ns(), 90)
                 key = f"{decision['ts_ns']}/{decision['queue']}"
                 _wait_in_page(
@@ -163,10 +168,13 @@ def test_dashboard_pages_in_chromium_on_a_live_closed_loop(
                     f"window.p4bs.decisions.some((d) => d.id === {key!r})",
                     10,
                     f"decision {key} not on the page",
+                    errors,
                 )
                 received_ms = page.evaluate(
                     f"window.p4bs.decisions.find((d) => d.id === {key!r}).received_ms"
                 )
+                # The page notes a decision once its row is in the table.
+                assert page.locator(f'#decisions tr[data-id="{key}"]').count() == 1
                 # The dashboard's share: from the moment the record could be read (the test's
                 # own read-committed reader had it) to the page. Before that, the optimizer's
                 # transaction: here, under the loop's load, 0.2 to 3.5 s from the decision.
@@ -180,8 +188,7 @@ def test_dashboard_pages_in_chromium_on_a_live_closed_loop(
                 assert late_s <= LIVE_S
                 assert received_ms / 1e3 - decision["ts_ns"] / 1e9 <= END_TO_END_S
                 everything = " && ".join(f"window.p4bs.points[{c!r}] > 0" for c in CHARTS)
-                _wait_in_page(page, everything, 30, "charts without points")
-                page.locator(f'#decisions tr[data-id="{key}"]').wait_for(timeout=5_000)
+                _wait_in_page(page, everything, 30, "charts without points", errors)
                 # The range picker: the last minute, read again from InfluxDB.
                 page.select_option("#range", "60")
                 _wait_in_page(
@@ -189,8 +196,11 @@ def test_dashboard_pages_in_chromium_on_a_live_closed_loop(
                     "document.getElementById('status').textContent === 'live'",
                     30,
                     "range not loaded",
+                    errors,
                 )
-                _wait_in_page(page, everything, 30, "charts without points in the last minute")
+                _wait_in_page(
+                    page, everything, 30, "charts without points in the last minute", errors
+                )
                 # The decision's mark on the time axis (a pixel is 0.13 s of this minute) tells
                 # its outcome and reason. The cursor is put on it in the same script that finds
                 # its position: the live range slides on with every window, and a mouse moved
@@ -220,6 +230,7 @@ def test_dashboard_pages_in_chromium_on_a_live_closed_loop(
                     "window.p4bs.search && window.p4bs.search.observations > 0",
                     TRAFFIC_S,
                     "no GP on the search page",
+                    errors,
                 )
                 assert page.evaluate("window.p4bs.search.grid") > 0
                 page.screenshot(path=str(ARTIFACTS / "search.png"), full_page=True)

@@ -159,12 +159,13 @@ function decisionRow(d) {
 }
 
 function onDecision(d) {
-  // When the page had it, against when the optimizer made it: the tests' measure of "live".
+  document.getElementById("decisions").prepend(decisionRow(d));
+  // When its row was on the page, against when the optimizer made it: the tests' measure of
+  // "live" (noted once the row is there, so that a decision noted is one an operator sees).
   window.p4bs.decisions.push({ id: d.id, ts_ns: d.ts_ns, received_ms: Date.now() });
   state.pushedDecisions.push({ ...d, time: d.ts_ns / 1e6 });
   state.decisions.push({ ...d, time: d.ts_ns / 1e6 });
   if (d.outcome === "applied" && d.queue === 0) appendPoint("buffer", d.ts_ns / 1e6, [display.bytes.scale(d.buffer_bytes)]);
-  document.getElementById("decisions").prepend(decisionRow(d));
   state.dirty = true;
 }
 
