@@ -74,17 +74,23 @@ def alive(pid: int) -> bool:
 
 def stop(pidfile: Path, timeout_s: float = 20.0) -> bool:
     """SIGTERM the recorded process group, SIGKILL after `timeout_s`; True if one was running."""
-    pid = running_pid(pidfile)
-    if pid is None:
-        pidfile.unlink(missing_ok=True)
-        return False
+    return bool(stop_together([pidfile], timeout_s))
+
+
+def stop_together(pidfiles: list[Path], timeout_s: float = 20.0) -> list[Path]:
+    """SIGTERM every recorded process group at once, SIGKILL those left after `timeout_s`;
+    returns the pid files whose process was running. For servers that shut down cleanly only
+    together: the last node of a KRaft cluster stopped alone waits for a quorum that is gone."""
+    running = {pidfile: pid for pidfile in pidfiles if (pid := running_pid(pidfile)) is not None}
     for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, sig)  # the server is its session's leader: pgid == pid
-        if wait_until(lambda: running_pid(pidfile) is None, wait_s):
+        for pid in running.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, sig)  # the server is its session's leader: pgid == pid
+        if wait_until(lambda: all(running_pid(p) is None for p in running), wait_s):
             break
-    pidfile.unlink(missing_ok=True)
-    return True
+    for pidfile in pidfiles:
+        pidfile.unlink(missing_ok=True)
+    return list(running)
 
 
 def stop_session(process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
