@@ -60,11 +60,20 @@ def _start_job(args: argparse.Namespace, mode: str) -> tuple[Any, Config]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    # Explicit handlers: a process started from a background shell job inherits SIGINT
+    # ignored, and Python then never raises KeyboardInterrupt; SIGTERM cancels the same way.
+    # Set before the job starts, which takes seconds: a stop meanwhile ends the process then
+    # (ignored, it waited here for the stopper's SIGKILL, 30 s later).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         result, _ = _start_job(args, "embedded")
     except ConfigError as exc:
         print(f"p4bs jobs run: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        logs.status_line("stopped while the job was starting")
+        return 0
     client = result.get_job_client()
     # The job's end is awaited on a thread of its own: a stop signal raised inside that py4j
     # call made py4j log an ERROR with a traceback on every normal stop.
@@ -80,10 +89,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         finally:
             done.set()
 
-    # Explicit handlers: a process started from a background shell job inherits SIGINT
-    # ignored, and Python then never raises KeyboardInterrupt; SIGTERM cancels the same way.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
     threading.Thread(target=await_end, name="job-end", daemon=True).start()
     try:
         done.wait()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -159,3 +160,32 @@ def test_a_job_killed_mid_backlog_resumes_and_every_window_is_the_uninterrupted_
     stopped = resumed_log.read_text()
     assert second.returncode == 0 and "cancelling; restart with --resume" in stopped
     assert "Traceback" not in stopped and "ERROR" not in stopped, stopped[-3000:]
+
+
+def test_a_stop_while_the_job_starts_ends_it_at_once(
+    stack: Stack, topics: dict[str, str], repo: Path, tmp_path: Path
+) -> None:
+    """SIGINT while PyFlink is still building the job, to a process that inherited SIGINT
+    ignored (as one started from a background shell job does): it ends within seconds and
+    says so. Before, it went on starting the job and ran until its stopper's SIGKILL."""
+    config = config_file(repo, stack.kafka.bootstrap, topics, tmp_path / "p4bs.toml")
+    log = tmp_path / "job.log"
+    argv = ["jobs", "run", "--config", str(config), "--group", "stop-test"]
+    argv += ["--checkpoints", str(tmp_path / "ckpt")]
+    command = shlex.join([sys.executable, "-m", "p4bs_cli", *argv])
+    with open(log, "w") as out:
+        job = subprocess.Popen(
+            ["sh", "-c", f"trap '' INT; exec {command}"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        # Its first line comes from PyFlink's import, seconds before the job is built.
+        assert wait_until(lambda: log.stat().st_size > 0, 60, 0.05)
+        job.send_signal(signal.SIGINT)
+        assert job.wait(15) == 0
+    finally:
+        _stop(job)
+    said = log.read_text()
+    assert "stopped while the job was starting" in said, said[-2000:]
