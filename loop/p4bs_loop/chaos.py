@@ -45,6 +45,7 @@ import tomllib
 import urllib.request
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -358,6 +359,8 @@ def chaos_run(
     report: dict[str, Any] = {"plan": dataclasses.asdict(plan)}
     service_pids: set[int] = set()
     watchers: list[Arrivals] = []
+    # The traffic, and later the undisturbed computation, beside the run's own steps.
+    background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chaos")
     try:
         progress("stack: 3 Kafka nodes, Flink JobManager + 2 TaskManagers")
         stack.up(timeout_s=240, progress=progress)
@@ -383,21 +386,9 @@ def chaos_run(
         watchers += [windows, decisions]
         windows.start()
         decisions.start()
-        traffic = Scenario(duration_s=plan.duration_s)
-        failure: list[BaseException] = []
-        result: dict[str, Any] = {}
-
-        def run_traffic() -> None:
-            try:
-                result.update(
-                    TrafficRun(testbed, work_dir / "traffic", traffic).run(lambda _: None)
-                )
-            except BaseException as exc:  # raised by the waiting thread
-                failure.append(exc)
-
-        thread = threading.Thread(target=run_traffic, name="traffic")
+        traffic = TrafficRun(testbed, work_dir / "traffic", Scenario(duration_s=plan.duration_s))
         began = time.monotonic()
-        thread.start()
+        sending = background.submit(traffic.run, lambda _: None)
         for i, part in enumerate(FAULTS):
             at = plan.first_fault_s + i * plan.fault_every_s
             time.sleep(max(0.0, began + at - time.monotonic()))
@@ -406,9 +397,7 @@ def chaos_run(
             time.sleep(plan.down_s)
             faults.restart(fault)
             progress(f"{_traffic_line(time.monotonic() - began, plan)}: {part} started again")
-        thread.join()
-        if failure:
-            raise failure[0]
+        sending.result()  # raises what the traffic raised
         # The last windows: the exporter ends its interval, and the live job closes every
         # window its event time passes: it trails the newest record by the out-of-orderness.
         # A job still recovering from the last faults catches up first (reported apart).
@@ -419,6 +408,10 @@ def chaos_run(
         lag_ns = loop.config.metrics.max_out_of_orderness_ns
         closed_until = max(r["ts_ns"] for r in intervals) - lag_ns
         last_end = closed_until // loop.config.flink.window_ns * loop.config.flink.window_ns
+        # Every input record is written now: the undisturbed computation runs while the live
+        # job catches up and the loop stops.
+        progress("the undisturbed computation: the metrics job, bounded, on the same records")
+        undisturbed = background.submit(run_reference, loop, work_dir)
         progress("waiting for the live job's last window")
         caught_up = procs.wait_until(
             lambda: any(w["window_end_ns"] >= last_end for _, w in windows.seen), CATCH_UP_S
@@ -428,10 +421,9 @@ def chaos_run(
         )
         windows.stop()
         decisions.stop()
-        progress("the undisturbed computation: the metrics job, bounded, on the same records")
         loop.stop()
         live = read_stream(loop.config.kafka, "link_metrics", loop.topics)
-        reference = run_reference(loop, work_dir)
+        reference = undisturbed.result()
         made = read_stream(loop.config.kafka, "buffer_decisions", loop.topics)
         per_window: dict[tuple[Any, ...], int] = {}
         for d in made:
@@ -470,6 +462,7 @@ def chaos_run(
             loop.stop()
         testbed.down()
         stack.down()
+        background.shutdown()  # a step left running there fails fast without the stack
     pids = service_pids | (faults.pids if faults is not None else set())
     if loop is not None:
         pids |= {p.pid for p in loop.processes.values()}
