@@ -33,6 +33,7 @@ Both went with LinkMetrics v3 (the job no longer reads the decisions).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -45,9 +46,11 @@ import tomllib
 import urllib.request
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from pyflink.table import TableResult
 
 from p4bs import paths
 from p4bs.bus import RecordConsumer, ensure_topics, read_stream
@@ -325,19 +328,29 @@ def leftovers(pids: set[int], testbed: Testbed) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def run_reference(loop: ClosedLoop, work_dir: Path) -> list[dict[str, Any]]:
-    """The metrics job, bounded, on the loop's input topics into topics of its own: the
-    undisturbed computation over the records the live job had."""
-    config = loop.config
+def _reference_topics(loop: ClosedLoop) -> dict[str, str]:
     outputs = {s: f"{loop.topics[s]}.reference" for s in ("link_metrics", "sla_alerts")}
+    return {**loop.topics, **outputs}
+
+
+def submit_reference(loop: ClosedLoop, work_dir: Path) -> TableResult:
+    """The metrics job, bounded, on the loop's input topics into topics of its own: the
+    undisturbed computation over the records the live job had. Returns once it runs."""
+    config = loop.config
+    topics = _reference_topics(loop)
+    outputs = {s: topics[s] for s in ("link_metrics", "sla_alerts")}
     ensure_topics(config.kafka, outputs, config.kafka.partitions, config.kafka.replication_factor)
-    topics = {**loop.topics, **outputs}
     conf = flink_configuration(
         checkpoint_interval_ns=1_000_000_000, checkpoint_dir=work_dir / "reference-checkpoints"
     )
     group = f"chaos-reference-{uuid.uuid4().hex[:6]}"
-    run_metrics_job(config, topics, conf, group_id=group, bounded=True).wait(600_000)
-    return read_stream(config.kafka, "link_metrics", topics)
+    return run_metrics_job(config, topics, conf, group_id=group, bounded=True)
+
+
+def reference_windows(loop: ClosedLoop, job: TableResult) -> list[dict[str, Any]]:
+    """The windows of the submitted reference job, once it has read all its input."""
+    job.wait(600_000)
+    return read_stream(loop.config.kafka, "link_metrics", _reference_topics(loop))
 
 
 def chaos_run(
@@ -359,8 +372,9 @@ def chaos_run(
     report: dict[str, Any] = {"plan": dataclasses.asdict(plan)}
     service_pids: set[int] = set()
     watchers: list[Arrivals] = []
-    # The traffic, and later the undisturbed computation, beside the run's own steps.
+    # The traffic, and later the undisturbed computation's start, beside the run's own steps.
     background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chaos")
+    reference_job: Future[TableResult] | None = None
     try:
         progress("stack: 3 Kafka nodes, Flink JobManager + 2 TaskManagers")
         stack.up(timeout_s=240, progress=progress)
@@ -408,10 +422,10 @@ def chaos_run(
         lag_ns = loop.config.metrics.max_out_of_orderness_ns
         closed_until = max(r["ts_ns"] for r in intervals) - lag_ns
         last_end = closed_until // loop.config.flink.window_ns * loop.config.flink.window_ns
-        # Every input record is written now: the undisturbed computation runs while the live
-        # job catches up and the loop stops.
+        # Every input record is written now: the undisturbed computation is built and runs
+        # while the live job catches up and the loop stops.
         progress("the undisturbed computation: the metrics job, bounded, on the same records")
-        undisturbed = background.submit(run_reference, loop, work_dir)
+        reference_job = background.submit(submit_reference, loop, work_dir)
         progress("waiting for the live job's last window")
         caught_up = procs.wait_until(
             lambda: any(w["window_end_ns"] >= last_end for _, w in windows.seen), CATCH_UP_S
@@ -423,7 +437,8 @@ def chaos_run(
         decisions.stop()
         loop.stop()
         live = read_stream(loop.config.kafka, "link_metrics", loop.topics)
-        reference = undisturbed.result()
+        reference = reference_windows(loop, reference_job.result())
+        reference_job = None  # it has ended
         made = read_stream(loop.config.kafka, "buffer_decisions", loop.topics)
         per_window: dict[tuple[Any, ...], int] = {}
         for d in made:
@@ -460,9 +475,14 @@ def chaos_run(
                 watcher.stop()
         if loop is not None:
             loop.stop()
+        background.shutdown()
+        if reference_job is not None and reference_job.exception() is None:
+            # A run that raised meanwhile leaves it reading Kafka, retrying after the stack is
+            # down until its wait gives up, 10 min later.
+            with contextlib.suppress(Exception):  # it ended by itself
+                reference_job.result().get_job_client().cancel().result()
         testbed.down()
         stack.down()
-        background.shutdown()  # a step left running there fails fast without the stack
     pids = service_pids | (faults.pids if faults is not None else set())
     if loop is not None:
         pids |= {p.pid for p in loop.processes.values()}
