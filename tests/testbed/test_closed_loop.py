@@ -31,7 +31,7 @@ from p4bs_loop.closed_loop import ClosedLoop, ClosedLoopError
 from p4bs_optimizer.drivers.junos import temporal_us
 
 RATE_BPS = 100_000_000
-JOIN_S = 100  # when the second group joins the P4BS test's flows
+JOIN_S = 65  # the P4BS test's second group joins then: its first search settled 19-22 s in here
 
 
 @contextmanager
