@@ -174,7 +174,8 @@ def test_dashboard_pages_in_chromium_on_a_live_closed_loop(
                     f"window.p4bs.decisions.find((d) => d.id === {key!r}).received_ms"
                 )
                 # The page notes a decision once its row is in the table.
-                assert page.locator(f'#decisions tr[data-id="{key}"]').count() == 1
+                rows = page.locator(f'#decisions tr[data-id="{key}"]').count()
+                assert rows == 1, f"{rows} rows of decision {key}; script errors {errors}"
                 # The dashboard's share: from the moment the record could be read (the test's
                 # own read-committed reader had it) to the page. Before that, the optimizer's
                 # transaction: here, under the loop's load, 0.2 to 3.5 s from the decision.
