@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import io
 import math
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,7 @@ from p4bs_schemas.codec import (
 )
 from p4bs_schemas.compat import check_backward
 from p4bs_schemas.intervals import NO_COUNTS, IntervalAssembler, events_of, samples_of
+from p4bs_schemas.ranges import RangeCheck, field_ranges, range_problem
 from p4bs_schemas.registry import STREAMS, Schema, current_schema, released_schemas, schema_names
 
 FLOW = {
@@ -595,3 +597,36 @@ DECISION = {
 )  # fmt: skip
 def test_values_within_their_ranges_round_trip(name: str, record: dict[str, Any]) -> None:
     assert codec(name).decode(codec(name).encode(record)) == record
+
+
+ODD_VALUES = [0, 1, 7, 0.5, 1.0, 1.5, -1, -0.25, math.nan, math.inf, -math.inf, None, True, "x"]
+
+
+@pytest.mark.parametrize(
+    ("name", "record"),
+    [("LinkMetrics", WINDOW), ("LinkSpec", SPEC), ("LinkCounters", INTERVAL)],
+)
+def test_the_fast_range_check_finds_what_the_field_by_field_one_finds(
+    name: str, record: dict[str, Any]
+) -> None:
+    """RangeCheck decides the usual record per range at once and leaves the rest to
+    range_problem: on records with up to three fields set to odd values (NaN, infinities,
+    negatives, fractions above 1, nulls, a bool, a string) or removed, it returns exactly
+    what range_problem returns."""
+    ranges = field_ranges(name, current_schema(name))
+    check = RangeCheck(name, ranges)
+    rng = random.Random(41)
+    fields = list(record)
+    problems = 0
+    for _ in range(3000):
+        changed = dict(record)
+        for field in rng.sample(fields, rng.randint(1, 3)):
+            if rng.random() < 0.1:
+                del changed[field]
+            else:
+                changed[field] = rng.choice(ODD_VALUES)
+        expected = range_problem(name, ranges, changed)
+        assert check.problem(changed) == expected, changed
+        problems += expected is not None
+    assert check.problem(record) is None
+    assert 500 < problems < 3000  # both kinds were tried

@@ -25,16 +25,14 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
+from operator import itemgetter
 from typing import Any, ClassVar
 
 from p4bs.config import LinkConfig
-from p4bs_schemas.ranges import field_ranges, range_problem
+from p4bs_schemas.ranges import RangeCheck, field_ranges
 from p4bs_schemas.registry import current_schema
 
 log = logging.getLogger(__name__)
-
-# What each LinkMetrics field may hold (the codec's check, reused for windows made otherwise).
-_WINDOW_RANGES = field_ranges("LinkMetrics", current_schema("LinkMetrics"))
 
 
 @dataclass(frozen=True)
@@ -70,14 +68,29 @@ class Window:
     @classmethod
     def from_record(cls, record: Mapping[str, Any], buffer_bytes: int | None) -> Window:
         """The window of a decoded LinkMetrics record, under `buffer_bytes`."""
-        metrics = {f.name: record[f.name] for f in fields(cls) if f.name != "buffer_bytes"}
+        metrics = dict(zip(_RECORD_FIELDS, _record_values(record), strict=True))
         return cls(**metrics, buffer_bytes=buffer_bytes)
 
     def problem(self) -> str | None:
         """Which value no LinkMetrics window can hold (NaN, infinite, negative, a fraction
         above 1), named; None if there is none."""
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        return range_problem("window", _WINDOW_RANGES, values)
+        return _WINDOW_RANGES.problem(self.__dict__)
+
+
+# The fields a window takes from its LinkMetrics record (all but buffer_bytes), and their
+# values, taken at once.
+_RECORD_FIELDS = tuple(f.name for f in fields(Window) if f.name != "buffer_bytes")
+_record_values = itemgetter(*_RECORD_FIELDS)
+# What each of a window's LinkMetrics fields may hold: the codec's check, for windows made
+# otherwise too (the simulator's, a replay's).
+_WINDOW_RANGES = RangeCheck(
+    "window",
+    {
+        path: range_
+        for path, range_ in field_ranges("LinkMetrics", current_schema("LinkMetrics")).items()
+        if path in _RECORD_FIELDS
+    },
+)
 
 
 @dataclass(frozen=True)
