@@ -125,7 +125,7 @@ def test_the_optimizer_s_decisions_guards_fallbacks_and_lag_move_on_its_endpoint
 ) -> None:
     """A change applied, one held to the link's bound, then the safe buffer when metrics stop:
     three applied decisions, one refusal by the bounds guard, one stale-metrics fallback, two
-    windows' lags, one link owned."""
+    windows' lags, one link owned, and CPU spent saving the link's states."""
     service = OptimizerService(load_config(paths.example_config()))
     link = Link(GUARDS)
     # The controller counts into its host's stats: those are the service's here.
@@ -157,6 +157,9 @@ def test_the_optimizer_s_decisions_guards_fallbacks_and_lag_move_on_its_endpoint
     assert moved(before, after, "p4bs_optimizer_window_lag_seconds_count") == 2
     assert value(after, "p4bs_optimizer_links_owned") == 1
     assert value(after, "p4bs_optimizer_windows_total", kind="decided") == 2
+    # Each decision saved the link's state; no record came through a consumer here.
+    assert moved(before, after, "p4bs_optimizer_cpu_seconds_total", part="state") > 0
+    assert moved(before, after, "p4bs_optimizer_cpu_seconds_total", part="decode") == 0
 
 
 def test_the_sink_s_points_retries_and_dead_letters_move_on_its_endpoint(

@@ -22,6 +22,7 @@ class Producer:
 
     def __init__(self) -> None:
         self.commits: list[tuple[list[Outgoing], dict[Partition, int], object]] = []
+        self.produce_cpu_ns = self.commit_cpu_ns = 0  # as TransactionalProducer counts
 
     def commit(
         self, records: Iterable[Outgoing], offsets: Mapping[Partition, int], metadata: object

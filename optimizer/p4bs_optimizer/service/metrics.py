@@ -13,6 +13,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from p4bs.metrics_endpoint import dead_letters_family
+from p4bs_optimizer.service.stats import CPU_PARTS
 
 if TYPE_CHECKING:
     from p4bs_optimizer.service.service import OptimizerService
@@ -107,11 +108,19 @@ class OptimizerCollector(Collector):
             "Links whose policy is deciding in the decide threads now (a search's model fit)",
             value=sum(1 for c in controllers if c.in_thread),
         )
+        yield _by_label(
+            "p4bs_optimizer_cpu_seconds",
+            "CPU of the service's parts (the Kafka client's own threads are in none), by part",
+            "part",
+            {part: s.cpu_ns[part] / 1e9 for part in CPU_PARTS},
+        )
         yield dead_letters_family("p4bs_optimizer_dead_letters", self.service.consumer_stats)
         yield from s.window_lag.collect()
 
 
-def _by_label(name: str, documentation: str, label: str, counts: dict[str, int]) -> Metric:
+def _by_label(
+    name: str, documentation: str, label: str, counts: dict[str, int] | dict[str, float]
+) -> Metric:
     family = CounterMetricFamily(name, documentation, labels=[label])
     for value, count in counts.items():
         family.add_metric([value], count)

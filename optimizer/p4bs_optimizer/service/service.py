@@ -263,6 +263,8 @@ class OptimizerService:
         that ends many searches' trials at once holds their fits (200 P4BS links in step:
         ~0.5 s), and each decision waits for a transaction before it is applied, then for
         another that holds its record."""
+        cpu = self.stats.cpu_ns
+        cpu_began, state_began = time.thread_time_ns(), cpu["state"]
         began = time.monotonic_ns()
         for received in batch:
             self.handle(received)
@@ -272,6 +274,7 @@ class OptimizerService:
                 # the next slice's transaction.
                 await asyncio.sleep(0)
                 began = time.monotonic_ns()
+        cpu["windows"] += time.thread_time_ns() - cpu_began - (cpu["state"] - state_began)
 
     def stop(self) -> None:
         self._stop.set()
@@ -314,6 +317,8 @@ class OptimizerService:
                 decisions = [r.record for r in records[len(staged) :]]
                 seconds = time.perf_counter() - began
                 self._on_transaction(Transaction(len(staged), decisions, seconds, committed))
+            self.stats.cpu_ns["produce"] = self._producer.produce_cpu_ns
+            self.stats.cpu_ns["commit"] = self._producer.commit_cpu_ns
         if not committed:
             return
         self.stats.transactions += 1
@@ -377,7 +382,7 @@ class OptimizerService:
         last_persist = last_tick = last_round = time.monotonic_ns()
         try:
             while not self._stop.is_set():
-                batch = await asyncio.to_thread(_poll_batch, consumer)
+                batch = await asyncio.to_thread(_poll_batch, consumer, self.stats)
                 await self._handle_batch(batch, consumer)
                 now = time.monotonic_ns()
                 if now - last_round < STALLED_ROUND_NS:
@@ -441,8 +446,9 @@ def flow_min_rtts(batch: dict[str, Any]) -> dict[str, int]:
     }
 
 
-def _poll_batch(consumer: RecordConsumer) -> list[Received]:
+def _poll_batch(consumer: RecordConsumer, stats: ServiceStats) -> list[Received]:
     """Up to POLL_BATCH records, waiting at most POLL_TIMEOUT_S for the first."""
+    began = time.thread_time_ns()
     batch: list[Received] = []
     first = consumer.poll(POLL_TIMEOUT_S)
     while first is not None:
@@ -450,6 +456,7 @@ def _poll_batch(consumer: RecordConsumer) -> list[Received]:
         if len(batch) >= POLL_BATCH:
             break
         first = consumer.poll(0)
+    stats.cpu_ns["decode"] += time.thread_time_ns() - began
     return batch
 
 

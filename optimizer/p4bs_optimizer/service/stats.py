@@ -8,6 +8,14 @@ from dataclasses import dataclass, field
 
 from prometheus_client import Histogram
 
+# The service's CPU by part (ServiceStats.cpu_ns): "decode", polling and decoding records (the
+# poll thread); "windows", handing them to their links (window objects, replay checks,
+# guards, the policies' decide) and what else runs on the loop meanwhile, saves left out;
+# "state", saving link states (the policy's snapshot, the changelog record); "produce",
+# encoding and producing a transaction's records; "commit", its offsets and commit (the
+# commit thread). The Kafka client's own threads are in none of them.
+CPU_PARTS = ("decode", "windows", "state", "produce", "commit")
+
 # Window end to decision, seconds: a window is decided within a second or two, a search's
 # fit within a few; past a minute the optimizer is far behind its input.
 WINDOW_LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -53,3 +61,4 @@ class ServiceStats:
     # Changes a guard made wait: "min_change_interval", "router_budget".
     guard_delays: Counter[str] = field(default_factory=Counter)
     window_lag: Histogram = field(default_factory=_window_lag)
+    cpu_ns: Counter[str] = field(default_factory=Counter)  # by part, CPU_PARTS
