@@ -51,6 +51,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import json
 import multiprocessing
 import os
 import random
@@ -244,7 +245,11 @@ def capacity_config(bootstrap: str, topics: dict[str, str], links: int) -> Confi
     )
 
 
-def bench_capacity(bootstrap: str, links: int, seconds: float, work: Path) -> bool:
+def bench_capacity(
+    bootstrap: str, links: int, seconds: float, figures: dict[str, Any] | None = None
+) -> bool:
+    """Prints the figures of `links` served by one process; `figures`, if given, gets them
+    too. True if sustained."""
     topics = fresh_topics(bootstrap, PARTITIONS)
     config = capacity_config(bootstrap, topics, links)
     first_end_ns = (time.time_ns() // WINDOW_NS + 30) * WINDOW_NS  # the producer starts
@@ -271,6 +276,10 @@ def bench_capacity(bootstrap: str, links: int, seconds: float, work: Path) -> bo
         measured[f"{name}_windows"] = service.stats.windows
         measured[f"{name}_saves"] = service.states_written
         measured[f"{name}_save_s"] = service.commit_s
+        # The service's CPU by part (p4bs_optimizer_cpu_seconds); code before issue 41,
+        # measured as a reference (optimizer_cpu.py), has none.
+        for part, ns in getattr(service.stats, "cpu_ns", {}).items():
+            measured[f"{name}_cpu_{part}"] = ns / 1e9
 
     try:
         asyncio.run(run())
@@ -289,15 +298,27 @@ def bench_capacity(bootstrap: str, links: int, seconds: float, work: Path) -> bo
     p50, p99 = quantiles(lags) if lags else (float("nan"), float("nan"))
     sustained = rate >= 0.95 * links and p99 < 1.0
     outcomes = {r[6] for r in inside}
+    parts = {
+        key.removeprefix("end_cpu_"): (value - measured.get(f"start_cpu_{key[8:]}", 0.0)) / seconds
+        for key, value in measured.items()
+        if key.startswith("end_cpu_")
+    }
     print(
         f"  {links:5d} links: {rate:7.1f} decisions/s (offered {links}/s, "
         f"{rate / links:.0%}); windows {windows:7.0f}/s (offered {10 * links}/s); lag p50 "
-        f"{p50 * 1e3:6.1f} ms p99 {p99 * 1e3:6.1f} ms; service CPU {cpu:.2f} s/s; "
-        f"{saves:.0f} states saved/s ({save_s:.2f} s/s in transactions); "
+        f"{p50 * 1e3:6.1f} ms p99 {p99 * 1e3:6.1f} ms; service CPU {cpu:.2f} s/s"
+        + (" (" + ", ".join(f"{k} {v:.3f}" for k, v in parts.items()) + ")" if parts else "")
+        + f"; {saves:.0f} states saved/s ({save_s:.2f} s/s of wall time in transactions); "
         f"outcomes {sorted(outcomes)}; "
         f"{'sustained' if sustained else 'NOT sustained'}",
         flush=True,
     )
+    if figures is not None:
+        figures.update(
+            links=links, decisions_per_s=rate, windows_per_s=windows, lag_p50_s=p50,
+            lag_p99_s=p99, cpu_s_per_s=cpu, cpu_parts=parts or None, states_per_s=saves,
+            sustained=sustained,
+        )  # fmt: skip
     return sustained
 
 
@@ -621,6 +642,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="measured, per N")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument("--bootstrap", help="a running broker's, instead of one of its own")
+    parser.add_argument("--json", type=Path, help="capacity: a JSON line per N, appended")
     args = parser.parse_args()
     capacity_links = [int(x) for x in args.links.split(",")] * ("capacity" in args.parts)
     search_links = [int(x) for x in args.search_links.split(",")] * ("searching" in args.parts)
@@ -632,11 +655,13 @@ def main() -> int:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"optimizer service benchmark ({os.cpu_count()} CPUs, load average {load})", flush=True)
     work = Path(tempfile.mkdtemp(prefix="p4bs-bench-optimizer-"))
-    broker = KafkaBroker(work, *free_ports(2))
+    broker = None if args.bootstrap else KafkaBroker(work, *free_ports(2))
     ok = True
     try:
-        broker.start()
-        wait_ready(broker, 90)
+        if broker is not None:
+            broker.start()
+            wait_ready(broker, 90)
+        bootstrap = args.bootstrap if broker is None else broker.bootstrap
         if "capacity" in args.parts:
             print(
                 f"capacity, dry run (decided and recorded, not applied), GLOBECOM, "
@@ -645,7 +670,11 @@ def main() -> int:
             results = {}
             for n in capacity_links:
                 with progress.step(f"capacity: {n:,} links"):
-                    results[n] = bench_capacity(broker.bootstrap, n, args.seconds, work)
+                    figures: dict[str, Any] = {}
+                    results[n] = bench_capacity(bootstrap, n, args.seconds, figures)
+                    if args.json:
+                        with args.json.open("a") as out:
+                            out.write(json.dumps(figures) + "\n")
             at_goal = results.get(CAPACITY_GOAL_LINKS)
             if at_goal is not None:
                 print(
@@ -656,7 +685,7 @@ def main() -> int:
         if "reaction" in args.parts:
             print("reaction: traffic change -> new buffer in the router's kernel")
             with progress.step(f"reaction: {args.steps} steps"):
-                ok = bench_reaction(broker.bootstrap, args.steps, work) and ok
+                ok = bench_reaction(bootstrap, args.steps, work) and ok
         if "searching" in args.parts:
             alone = fit_alone()
             print(
@@ -668,7 +697,7 @@ def main() -> int:
             )
             for n in search_links:
                 with progress.step(f"searching: {n} links"):
-                    ok = bench_searching(broker.bootstrap, n, args.seconds) and ok
+                    ok = bench_searching(bootstrap, n, args.seconds) and ok
         if "decision" in args.parts:
             print("P4BS decision latency (the authors' grid, numpy GP), same run:")
             with progress.step(f"decision: {args.trials} trials"):
@@ -676,7 +705,8 @@ def main() -> int:
 
                 print_policy_decision(args.trials)
     finally:
-        broker.stop()
+        if broker is not None:
+            broker.stop()
         shutil.rmtree(work, ignore_errors=True)
     return 0 if ok else 1
 
