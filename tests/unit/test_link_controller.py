@@ -398,6 +398,49 @@ def test_a_window_the_saved_state_covers_is_not_decided_again() -> None:
     assert link.controller.done == 2  # both done: the replay's offset may be committed
 
 
+class CountingPolicy(ScriptedPolicy):
+    """A ScriptedPolicy whose state is the windows it was given while `counting`."""
+
+    counting = False
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"seen": len(self.seen)} if self.counting else {}
+
+
+def test_the_periodic_save_stages_a_state_only_when_it_changed() -> None:
+    """The service's save each second: windows that left the link's state as it was are
+    covered by the state already staged, without a new changelog record (their offsets are
+    committed on it); a state the windows changed is staged, and so is every decision."""
+    link = Link(GUARDS, policy=CountingPolicy)
+    outgoing = link.host.outgoing
+    policy = link.policy
+    assert isinstance(policy, CountingPolicy)
+
+    async def scenario() -> None:
+        await link.window(decide=200_000)
+        await link.commit()  # applied: the state that no longer holds it is staged
+        link.host.commit()
+        for _ in range(3):
+            link.clock.advance(WINDOW_NS)
+            await link.window()
+        link.controller.save(if_changed=True)
+        assert outgoing.staged == {}
+        assert link.controller.saved_through == link.controller.done == 4
+        policy.counting = True  # the windows now change the policy's state
+        link.clock.advance(WINDOW_NS)
+        await link.window()
+        link.controller.save(if_changed=True)
+        assert list(outgoing.staged) == [link.link.id]
+        link.host.commit()
+        link.clock.advance(SECOND_NS)
+        policy.counting = False
+        await link.window(decide=300_000)  # a decision: staged at once
+        assert list(outgoing.staged) == [link.link.id]
+
+    run(scenario)
+    assert link.outcomes() == [("scripted", "applied", 200_000)]
+
+
 def test_a_dry_run_decides_and_records_but_never_asks_the_router() -> None:
     link = Link(Guards(SECOND_NS, 5 * SECOND_NS, dry_run=True))
 

@@ -44,7 +44,7 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from p4bs.config import LinkConfig
 from p4bs_optimizer.changelog import LinkState
@@ -89,8 +89,9 @@ class DecisionMade:
 class Outbox(Protocol):
     """What the next transaction writes (the service's NextTransaction)."""
 
-    def stage(self, controller: LinkController, ts_ns: int) -> None:
-        """The controller's state as it is now."""
+    def stage(self, controller: LinkController, ts_ns: int, *, if_changed: bool = False) -> bool:
+        """The controller's state as it is now (with `if_changed`, unless the same as the
+        one it staged last but for the windows covered); False if not staged."""
         ...
 
     def record(self, made: DecisionMade) -> None:
@@ -173,6 +174,7 @@ class LinkController:
         # Why the policy is on the safe buffer (it raised; see policy_raised); None: it is not.
         self.policy_failure: str | None = None
         self.budget = host.change_budget(link.router)
+        self.saved_record: dict[str, Any] | None = None  # the state record staged last
 
     # ---- windows in --------------------------------------------------------------------
     def on_window(self, window: Window) -> int:
@@ -543,10 +545,16 @@ class LinkController:
         )
 
     # ---- state -------------------------------------------------------------------------
-    def save(self) -> None:
+    def save(self, *, if_changed: bool = False) -> None:
         """Stages the link's state for the next transaction. While the policy decides in the
         decide thread its snapshot is the one from before (with the windows it covers): the
-        state goes on being saved, the policy's part once the decision is in."""
+        state goes on being saved, the policy's part once the decision is in.
+
+        With `if_changed` (the service's periodic save), a state the same as the one last
+        staged but for the windows it covers is not staged again: the windows decided since
+        left it as it was, so that state covers them too, and their offsets are committed
+        on it (a restart resumes after them with the same state). Decisions waiting for a
+        transaction to authorize them are always staged."""
         began = time.thread_time_ns()
         if not self.in_thread:
             try:
@@ -560,6 +568,8 @@ class LinkController:
             self.state.last_window_end_ns = self.decided_end_ns
             self.snapshot_done = self.done
             self.dirty = False
-        self.host.outgoing.stage(self, self.clock.wall_ns())
+        self.host.outgoing.stage(
+            self, self.clock.wall_ns(), if_changed=if_changed and not self.state.unapplied
+        )
         self.saved_through = self.snapshot_done
         self.host.stats.cpu_ns["state"] += time.thread_time_ns() - began

@@ -395,7 +395,7 @@ class OptimizerService:
                 if now - last_persist >= PERSIST_INTERVAL_NS:
                     for controller in self.controllers.values():
                         if controller.dirty:
-                            controller.save()
+                            controller.save(if_changed=True)
                     await self.commit_round(consumer)
                     last_persist = now
                 elif self.outgoing:
