@@ -424,23 +424,43 @@ class RecordConsumer:
             msg = self._consumer.poll(max(0.0, deadline - time.monotonic()))
             if msg is None:
                 return None
-            err = msg.error()
-            if err is not None and err.code() == KafkaError._PARTITION_EOF:
-                self._at_eof.add((msg.topic() or "", msg.partition() or 0))
-                continue
-            if err is not None:
-                if err.fatal():
-                    raise KafkaException(err)
-                log.warning("consumer %s: %s", self.group, err)
-                continue
-            self._at_eof.discard((msg.topic() or "", msg.partition() or 0))
-            received = self._decode(msg)
-            if received is None or self._store_on_poll:
-                self._consumer.store_offsets(msg)
+            received = self._take(msg)
             if received is not None:
                 return received
             if time.monotonic() >= deadline:
                 return None
+
+    def poll_batch(self, max_records: int, timeout_s: float) -> list[Received]:
+        """Up to `max_records` well-formed records: those that have arrived, taken from the
+        client at once, else those that came with the first to arrive within the timeout
+        ([] if none did, or none was well-formed)."""
+        messages = self._consumer.consume(max_records, 0)
+        if not messages:
+            first = self._consumer.poll(timeout_s)
+            if first is None:
+                return []
+            messages = [first]
+            if max_records > 1:
+                messages += self._consumer.consume(max_records - 1, 0)
+        return [received for msg in messages if (received := self._take(msg)) is not None]
+
+    def _take(self, msg: Message) -> Received | None:
+        """A message from the client: its record if it is one and well-formed; None for an
+        end of partition, an error (raised if fatal) or a malformed record (dead-lettered)."""
+        err = msg.error()
+        if err is not None and err.code() == KafkaError._PARTITION_EOF:
+            self._at_eof.add((msg.topic() or "", msg.partition() or 0))
+            return None
+        if err is not None:
+            if err.fatal():
+                raise KafkaException(err)
+            log.warning("consumer %s: %s", self.group, err)
+            return None
+        self._at_eof.discard((msg.topic() or "", msg.partition() or 0))
+        received = self._decode(msg)
+        if received is None or self._store_on_poll:
+            self._consumer.store_offsets(msg)
+        return received
 
     def _decode(self, msg: Message) -> Received | None:
         try:

@@ -11,13 +11,15 @@ import dataclasses
 import json
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 from poison import metrics_window, raw_avro
 
 from p4bs import paths
-from p4bs.bus import RecordConsumer, RecordProducer, read_stream
+from p4bs.bus import Received, RecordConsumer, RecordProducer, read_stream
 from p4bs.config import load_config
 from p4bs_infra.stack import Stack
 from p4bs_optimizer import changelog
@@ -26,9 +28,21 @@ from p4bs_optimizer.changelog import LinkState
 T0 = 1_800_000_000_000_000_000
 
 
+def one_at_a_time(consumer: RecordConsumer) -> list[Received]:
+    received = consumer.poll(0.5)
+    return [] if received is None else [received]
+
+
+def in_batches(consumer: RecordConsumer) -> list[Received]:
+    return consumer.poll_batch(500, 0.5)
+
+
+@pytest.mark.parametrize("take", [one_at_a_time, in_batches])
 def test_a_nan_window_is_dead_lettered_with_its_reason_and_the_next_window_comes(
-    stack: Stack, topics: dict[str, str]
+    stack: Stack, topics: dict[str, str], take: Callable[[RecordConsumer], list[Received]]
 ) -> None:
+    """Read one record at a time (`poll`) or as many as have come (`poll_batch`, as the
+    optimizer reads)."""
     cluster = stack.kafka.bootstrap
     raw = Producer({"bootstrap.servers": cluster})
     link_id = "r1:eth1"
@@ -44,9 +58,7 @@ def test_a_nan_window_is_dead_lettered_with_its_reason_and_the_next_window_comes
     deadline = time.monotonic() + 60
     try:
         while len(got) < 3 and time.monotonic() < deadline:
-            received = consumer.poll(0.5)
-            if received is not None:
-                got.append(received.record)
+            got += [received.record for received in take(consumer)]
         stats = consumer.stats
     finally:
         consumer.close()

@@ -449,13 +449,7 @@ def flow_min_rtts(batch: dict[str, Any]) -> dict[str, int]:
 def _poll_batch(consumer: RecordConsumer, stats: ServiceStats) -> list[Received]:
     """Up to POLL_BATCH records, waiting at most POLL_TIMEOUT_S for the first."""
     began = time.thread_time_ns()
-    batch: list[Received] = []
-    first = consumer.poll(POLL_TIMEOUT_S)
-    while first is not None:
-        batch.append(first)
-        if len(batch) >= POLL_BATCH:
-            break
-        first = consumer.poll(0)
+    batch = consumer.poll_batch(POLL_BATCH, POLL_TIMEOUT_S)
     stats.cpu_ns["decode"] += time.thread_time_ns() - began
     return batch
 
