@@ -20,7 +20,7 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 from fastavro.validation import ValidationError, validate
 
 from p4bs_schemas.intervals import layout_problem
-from p4bs_schemas.ranges import RangeCheck, field_ranges
+from p4bs_schemas.ranges import RangeCheck, field_ranges, nullable_fields
 from p4bs_schemas.registry import Schema, current_schema, released_schemas
 
 SCHEMA_HEADER = "p4bs-schema"
@@ -106,7 +106,7 @@ class Codec:
         self.fingerprint = schema_fingerprint(raw)
         self._allowed = _allowed_values(raw)
         self._bounds = _field_bounds(raw["fields"])
-        self._ranges = RangeCheck(name, field_ranges(name, raw))
+        self._ranges = RangeCheck(name, field_ranges(name, raw), nullable_fields(raw))
         self._layout_problem = _LAYOUT_CHECKS.get(name)
         self._writers = {schema_fingerprint(s): parse_schema(s) for _, s in released_schemas(name)}
         self._writers[self.fingerprint] = self.schema

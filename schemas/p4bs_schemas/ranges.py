@@ -15,7 +15,7 @@ no range names must still be finite.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -169,34 +169,44 @@ class RangeCheck:
     """The ranges of one record kind, checked as `problem(record)`. Every consumer checks
     every record it reads (the optimizer ~10 windows a second per link), so the usual case,
     every value within its range, is decided per range at C speed: the top-level fields
-    sharing a range are taken at once, nulls left out, and their minimum, maximum and sum
-    (NaN or infinite if a value is) compared. Anything else, a missing field, a value out of
-    range or not a number, is left to the field-by-field check, which names what is wrong;
-    arrays and the fields of their items are always checked that way."""
+    sharing a range are taken at once (those that may be null apart, their nulls left out),
+    and their minimum, maximum and sum (NaN or infinite if a value is) compared. Anything
+    else, a missing field, a value out of range or not a number, is left to the
+    field-by-field check, which names what is wrong; arrays and the fields of their items
+    are always checked that way. `nullable`: the top-level fields whose type allows null."""
 
-    def __init__(self, name: str, ranges: dict[str, Range]) -> None:
+    def __init__(
+        self, name: str, ranges: dict[str, Range], nullable: frozenset[str] = frozenset()
+    ) -> None:
         self.name = name
         self.ranges = ranges
-        by_range: dict[Range, list[str]] = {}
+        groups: dict[tuple[Range, bool], list[str]] = {}
         for path, range_ in ranges.items():
             if "[" not in path and "." not in path:
-                by_range.setdefault(range_, []).append(path)
-        self._flat = [(_getter(paths), range_) for range_, paths in by_range.items()]
+                groups.setdefault((range_, path in nullable), []).append(path)
+        self._flat = [
+            (_getter(paths), may_be_null, range_.low, range_.high, range_.above)
+            for (range_, may_be_null), paths in groups.items()
+        ]
         self._nested = {p: r for p, r in ranges.items() if "[" in p or "." in p}
 
     def problem(self, record: dict[str, Any]) -> str | None:
         """What value of the record lies outside its field's range (or is NaN or
         infinite), naming the field and the value; None if none does. Values of the wrong
         type are the schema's business."""
-        for values_of, range_ in self._flat:
+        for values_of, may_be_null, low, high, above in self._flat:
             try:
-                values = values_of(record)
-                if None in values:  # a null has no value to check (the schema's business)
-                    values = tuple(v for v in values if v is not None)
+                values: Sequence[Any] = values_of(record)
+                if may_be_null:
+                    values = [v for v in values if v is not None]
                     if not values:
                         continue
-                low, high, total = min(values), max(values), sum(values)
-                if math.isfinite(total) and range_.holds(low) and range_.holds(high):
+                least, most = min(values), max(values)
+                if (
+                    math.isfinite(sum(values))
+                    and (low < least if above else low <= least)
+                    and most <= high
+                ):
                     continue
             except (KeyError, TypeError, ValueError):  # absent, null, or not a number
                 pass
@@ -204,6 +214,15 @@ class RangeCheck:
         if self._nested:
             return range_problem(self.name, self._nested, record)
         return None
+
+
+def nullable_fields(schema: dict[str, Any]) -> frozenset[str]:
+    """The names of the schema's top-level fields whose type allows null."""
+    return frozenset(
+        field["name"]
+        for field in schema["fields"]
+        if isinstance(field["type"], list) and "null" in field["type"]
+    )
 
 
 def _getter(paths: list[str]) -> Callable[[dict[str, Any]], tuple[Any, ...]]:

@@ -23,7 +23,7 @@ from p4bs_schemas.codec import (
 )
 from p4bs_schemas.compat import check_backward
 from p4bs_schemas.intervals import NO_COUNTS, IntervalAssembler, events_of, samples_of
-from p4bs_schemas.ranges import RangeCheck, field_ranges, range_problem
+from p4bs_schemas.ranges import RangeCheck, field_ranges, nullable_fields, range_problem
 from p4bs_schemas.registry import STREAMS, Schema, current_schema, released_schemas, schema_names
 
 FLOW = {
@@ -613,8 +613,9 @@ def test_the_fast_range_check_finds_what_the_field_by_field_one_finds(
     range_problem: on records with up to three fields set to odd values (NaN, infinities,
     negatives, fractions above 1, nulls, a bool, a string) or removed, it returns exactly
     what range_problem returns."""
-    ranges = field_ranges(name, current_schema(name))
-    check = RangeCheck(name, ranges)
+    schema = current_schema(name)
+    ranges = field_ranges(name, schema)
+    check = RangeCheck(name, ranges, nullable_fields(schema))
     rng = random.Random(41)
     fields = list(record)
     problems = 0

@@ -29,7 +29,7 @@ from operator import itemgetter
 from typing import Any, ClassVar
 
 from p4bs.config import LinkConfig
-from p4bs_schemas.ranges import RangeCheck, field_ranges
+from p4bs_schemas.ranges import RangeCheck, field_ranges, nullable_fields
 from p4bs_schemas.registry import current_schema
 
 log = logging.getLogger(__name__)
@@ -83,13 +83,15 @@ _RECORD_FIELDS = tuple(f.name for f in fields(Window) if f.name != "buffer_bytes
 _record_values = itemgetter(*_RECORD_FIELDS)
 # What each of a window's LinkMetrics fields may hold: the codec's check, for windows made
 # otherwise too (the simulator's, a replay's).
+_LINK_METRICS = current_schema("LinkMetrics")
 _WINDOW_RANGES = RangeCheck(
     "window",
     {
         path: range_
-        for path, range_ in field_ranges("LinkMetrics", current_schema("LinkMetrics")).items()
+        for path, range_ in field_ranges("LinkMetrics", _LINK_METRICS).items()
         if path in _RECORD_FIELDS
     },
+    nullable_fields(_LINK_METRICS),
 )
 
 
