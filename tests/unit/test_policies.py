@@ -4,6 +4,7 @@ option validation and snapshot/restore."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -91,6 +92,20 @@ def window(index: int = 0, **fields: Any) -> Window:
     }
     values.update(fields)
     return Window(**values)
+
+
+def test_a_window_from_a_record_is_the_one_its_fields_make_and_stays_frozen() -> None:
+    """from_record fills the window's fields at once (not through the frozen __init__): the
+    same window, equal and hashed alike, and as immutable; the record's fields a window
+    does not take are left out."""
+    made = window(3)
+    record = {name: value for name, value in vars(made).items() if name != "buffer_bytes"}
+    read = Window.from_record({**record, "offered_bps": 1, "offered_utilisation": 0.1}, 100_000)
+    assert read == made and hash(read) == hash(made) and repr(read) == repr(made)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        read.srtt_ns = 1  # type: ignore[misc]
+    with pytest.raises(KeyError):
+        Window.from_record({k: v for k, v in record.items() if k != "srtt_ns"}, None)
 
 
 def without_rtt(index: int = 0) -> Window:
