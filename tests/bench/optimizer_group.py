@@ -19,13 +19,22 @@ arriving, committed, at a read-committed consumer in this process (fetch wait 10
 kill to its first decision by another instance; the largest is the handover time. The
 reference, measured first in the same run: the floor of any lag, a record produced to the
 broker and read back committed by the same kind of consumer (p50/p99 of 200).
+
+Also: each instance's CPU over the measured span (all its threads, from /proc), per 1,000
+of the links it held; over the whole run, the decisions made twice (two records on one
+link's window), the decisions whose buffer is not the one the window calls for (GLOBECOM
+on the window's SRTT, computed here by the policy itself: a replay after the kill that
+decided from a wrong state would show), and the windows the instances passed over as
+replays (covered by a saved state, from their last progress lines).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import multiprocessing
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -40,12 +49,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # for optimizer_servic
 
 from benchkit import quantiles
 from manylinks import many_links_config
-from optimizer_service import produce_windows
+from optimizer_service import SRTTS_NS, WindowTemplate, produce_windows
 
+from p4bs import paths
 from p4bs.bus import RecordConsumer, RecordProducer, ensure_topics
+from p4bs.config import load_config
 from p4bs.progress import Progress
 from p4bs_infra.procs import free_ports
 from p4bs_infra.services import KafkaBroker, wait_ready
+from p4bs_optimizer.policies.base import Window
+from p4bs_optimizer.policies.globecom import GlobecomPolicy
 from p4bs_schemas.registry import STREAMS
 
 LAG_GOAL_S = 0.25
@@ -77,6 +90,30 @@ def round_trips(bootstrap: str, topics: dict[str, str], count: int = 200) -> lis
         times.append((time.time_ns() - sent) / 1e9)
     consumer.close()
     return times
+
+
+def cpu_seconds(pid: int) -> float:
+    """A process's CPU so far, all its threads (utime + stime in /proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def buffers_called_for() -> list[int]:
+    """The buffer GLOBECOM decides on a benchmark window at each of SRTTS_NS (every link is
+    the example's link, with the same windows but for the SRTT)."""
+    link = load_config(paths.example_config()).links[0]
+    buffers = []
+    for srtt_ns in SRTTS_NS:
+        record = WindowTemplate(link, srtt_ns, 10 * SECOND_NS).record
+        (decision,) = GlobecomPolicy(link, {}).decide(Window.from_record(record, None))
+        buffers.append(decision.buffer_bytes)
+    return buffers
+
+
+def replayed_windows(log: Path) -> int:
+    """The windows an instance passed over as replays, from its last progress line."""
+    counts = re.findall(r"\(replayed (\d+)\)", log.read_text(errors="replace"))
+    return int(counts[-1]) if counts else 0
 
 
 def _decision(i: int, ts_ns: int) -> dict[str, object]:
@@ -150,8 +187,10 @@ def main() -> int:
             topics,
             settings={"fetch.wait.max.ms": 10},
         )
-        # Per decision: link, owner, window end, arrival (ns).
+        # Per decision: link, owner, window end, arrival (ns); its buffer.
         seen: list[tuple[str, str, int, int]] = []
+        buffers: list[int] = []
+        cpu_at: dict[str, list[float]] = {}
         killed_ns = 0
         start_ns = first_end_ns + int(WARMUP_S * 1e9)
         end_ns = first_end_ns + int(kill_at * 1e9)
@@ -167,10 +206,14 @@ def main() -> int:
                 progress.show(
                     f"{phase}: {len(seen):,} decisions read", elapsed_s=(shown_ns - began_ns) / 1e9
                 )
+            for mark, at_ns in (("start", start_ns), ("end", end_ns)):
+                if mark not in cpu_at and time.time_ns() >= at_ns:
+                    cpu_at[mark] = [cpu_seconds(proc.pid) for proc in processes]
             received = consumer.poll(0.1)
-            if received is not None:
+            if received is not None and received.record["owner"] in names:  # not the floor's
                 r = received.record
                 seen.append((r["link_id"], r["owner"], r["window_end_ns"] or 0, time.time_ns()))
+                buffers.append(r["buffer_bytes"])
             if not args.no_kill and not killed_ns and time.time_ns() >= end_ns:
                 processes[0].send_signal(signal.SIGKILL)
                 killed_ns = time.time_ns()
@@ -192,6 +235,34 @@ def main() -> int:
             flush=True,
         )
         ok = sustained
+        held = collections.Counter(link for link, owner, _, _ in inside)
+        per_owner = collections.Counter(owner for _, owner, _, _ in inside)
+        for name, proc, before, after in zip(
+            names, processes, cpu_at.get("start", []), cpu_at.get("end", []), strict=False
+        ):
+            links_held = len({link for link, owner, _, _ in inside if owner == name})
+            cpu = (after - before) / args.seconds
+            per_thousand = cpu / (links_held / 1000) if links_held else float("nan")
+            print(
+                f"  {name} (pid {proc.pid}): {links_held:,} links, {per_owner[name]:,} "
+                f"decisions; CPU {cpu:.2f} s/s, {per_thousand:.3f} per 1,000 links",
+                flush=True,
+            )
+        called_for = buffers_called_for()
+        wrong = sum(
+            buffer != called_for[(end // SECOND_NS + int(link.rsplit("eth", 1)[1])) % 2]
+            for (link, _, end, _), buffer in zip(seen, buffers, strict=True)
+        )
+        twice = sum(n - 1 for n in collections.Counter((s[0], s[2]) for s in seen).values())
+        replayed = sum(replayed_windows(work / f"{name}.log") for name in names[1:])
+        print(
+            f"  over the run: {len(seen):,} decisions, {twice} made twice, {wrong} with a "
+            f"buffer other than their window's ({called_for} B for SRTT "
+            f"{[t // 1_000_000 for t in SRTTS_NS]} ms); {replayed:,} windows passed over as "
+            f"replays by the survivors; {len(held):,} links decided in the measured span",
+            flush=True,
+        )
+        ok = ok and twice == 0 and wrong == 0
         if killed_ns:
             theirs = {link for link, owner, _, _ in seen if owner == names[0]}
             taken = {}
