@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ from p4bs_optimizer.policies.traffic_change import TrafficChangeDetector, Traffi
 TRAFFIC = "traffic"  # loss-delay-fit's detector
 JOB_ZSCORE = "job-zscore"  # the metrics job's `change` flag
 DETECTORS = (TRAFFIC, JOB_ZSCORE)
+FALSE_ALARM = "false alarm"  # Tally.signals' key for the false alarms'
 
 
 class DetectionError(ValueError):
@@ -51,6 +53,9 @@ class Tally:
     false_alarms: int = 0
     steady_s: float = 0.0
     runs: int = 0
+    # The signals of the alarms that detected each change (by its phase), and of the false
+    # alarms (FALSE_ALARM): what the detector saw move.
+    signals: dict[str, Counter[str]] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         changes = {}
@@ -60,12 +65,14 @@ class Tally:
                 "misses": self.misses.get(name, 0),
                 "delay_median_s": round(statistics.median(delays), 2) if delays else None,
                 "delay_max_s": round(max(delays), 2) if delays else None,
+                "signals": dict(sorted(self.signals.get(name, Counter()).items())),
             }
         hours = self.steady_s / 3600
         return {
             "runs": self.runs,
             "changes": changes,
             "false_alarms": self.false_alarms,
+            "false_alarm_signals": dict(sorted(self.signals.get(FALSE_ALARM, Counter()).items())),
             "steady_h": round(hours, 3),
             "false_alarms_per_h": round(self.false_alarms / hours, 2) if hours > 0 else None,
         }
@@ -95,55 +102,80 @@ def traffic_alarms(
     buffers: list[int],
     link: LinkConfig,
     options: TrafficChangeOptions,
-) -> list[int]:
-    """End times (ns) of the windows the traffic detector signalled a change on; as in the
-    policy, a window holding a value no window can (`Window.problem`) is passed over."""
+) -> list[tuple[int, list[str]]]:
+    """End times (ns) of the windows the traffic detector signalled a change on, each with
+    the signals its reason names; as in the policy, a window holding a value no window can
+    (`Window.problem`) is passed over."""
     detector = TrafficChangeDetector(link, options, lambda r, n, b: mathis_loss(link, r, n, b))
     out = []
     for w, buffer in zip(windows, buffers, strict=True):
         window = Window.from_record(w, buffer)
-        if window.problem() is None and detector.observe(window) is not None:
-            out.append(w["window_end_ns"])
+        reason = None if window.problem() is not None else detector.observe(window)
+        if reason is not None:
+            out.append((w["window_end_ns"], signals_of(reason)))
     return out
 
 
-def job_alarms(windows: Sequence[Mapping[str, Any]]) -> list[int]:
+# How the traffic detector's reason names each signal (TrafficChangeDetector._describe).
+SIGNAL_WORDS = {
+    "N ": "flows",
+    "RTT_min ": "rtt_min",
+    "loss ": "loss",
+    "queueing delay ": "delay",
+    "CCA mix": "cca",
+}
+
+
+def signals_of(reason: str) -> list[str]:
+    """The signals a traffic detector's reason names ('; '-separated, one each)."""
+    return [
+        next((s for words, s in SIGNAL_WORDS.items() if part.startswith(words)), "other")
+        for part in reason.split("; ")
+    ]
+
+
+def job_alarms(windows: Sequence[Mapping[str, Any]]) -> list[tuple[int, list[str]]]:
     """End times (ns) of the windows where the metrics job's change flag went up."""
     out, before = [], False
     for w in windows:
         if w["change"] and not before:
-            out.append(w["window_end_ns"])
+            out.append((w["window_end_ns"], ["zscore"]))
         before = bool(w["change"])
     return out
 
 
 def score(
     tally: Tally,
-    alarms_s: list[float],
+    alarms: list[tuple[float, list[str]]],
     phases: Sequence[Mapping[str, Any]],
     warmup_s: float,
     end_s: float,
     within_s: float | None,
 ) -> None:
-    """Adds one run's alarms (s from the traffic's start) to the tally."""
+    """Adds one run's alarms (s from the traffic's start, with their signals) to the
+    tally."""
     tally.runs += 1
     claimed: set[float] = set()
     unsteady_s = 0.0
     for phase in phases[1:]:
-        start, bound = phase["start_s"], phase["end_s"]
+        name, start, bound = phase["name"], phase["start_s"], phase["end_s"]
         if within_s is not None:
             bound = min(bound, start + within_s)
-        hit = next((a for a in alarms_s if start <= a < bound), None)
-        tally.delays_s.setdefault(phase["name"], [])
-        tally.misses.setdefault(phase["name"], 0)
+        hit = next(((a, signals) for a, signals in alarms if start <= a < bound), None)
+        tally.delays_s.setdefault(name, [])
+        tally.misses.setdefault(name, 0)
         if hit is None:
-            tally.misses[phase["name"]] += 1
+            tally.misses[name] += 1
             unsteady_s += bound - start
         else:
-            tally.delays_s[phase["name"]].append(hit - start)
-            claimed.add(hit)
-            unsteady_s += hit - start
-    tally.false_alarms += sum(1 for a in alarms_s if a >= warmup_s and a not in claimed)
+            tally.delays_s[name].append(hit[0] - start)
+            tally.signals.setdefault(name, Counter()).update(hit[1])
+            claimed.add(hit[0])
+            unsteady_s += hit[0] - start
+    for at, signals in alarms:
+        if at >= warmup_s and at not in claimed:
+            tally.false_alarms += 1
+            tally.signals.setdefault(FALSE_ALARM, Counter()).update(signals)
     tally.steady_s += max(end_s - warmup_s - unsteady_s, 0.0)
 
 
@@ -195,7 +227,7 @@ def folder_summary(
         end_s = scenario["duration_s"]
         for detector, at_ns in alarms.items():
             tally = tallies[detector].setdefault(policy, Tally())
-            alarms_s = [(t - start_ns) / 1e9 for t in at_ns]
+            alarms_s = [((t - start_ns) / 1e9, signals) for t, signals in at_ns]
             score(tally, alarms_s, row["phases"], scenario["warmup_s"], end_s, within_s)
     return {
         "folder": folder.name,
@@ -224,25 +256,32 @@ def markdown(summary: Mapping[str, Any]) -> list[str]:
         + "; delay from the phase start, s. `traffic`: loss-delay-fit's detector (options in "
         "detection.json); `job-zscore`: the metrics job's flag.",
         "",
-        "| detector | policy | change | runs | detected | delay median | delay max | misses |",
-        "|---|---|---|---|---|---|---|---|",
+        "| detector | policy | change | runs | detected | delay median | delay max | misses "
+        "| signals |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for detector, by_policy in summary["detectors"].items():
         for policy, s in by_policy.items():
             for name, c in s["changes"].items():
                 lines.append(
                     f"| {detector} | {policy} | {name} | {s['runs']} | {c['detected']} | "
-                    f"{_cell(c['delay_median_s'])} | {_cell(c['delay_max_s'])} | {c['misses']} |"
+                    f"{_cell(c['delay_median_s'])} | {_cell(c['delay_max_s'])} | {c['misses']} "
+                    f"| {_counts(c['signals'])} |"
                 )
     lines += [
         "",
-        "| detector | policy | steady h | false alarms | per hour |",
-        "|---|---|---|---|---|",
+        "| detector | policy | steady h | false alarms | per hour | signals |",
+        "|---|---|---|---|---|---|",
     ]
     for detector, by_policy in summary["detectors"].items():
         for policy, s in by_policy.items():
             lines.append(
                 f"| {detector} | {policy} | {s['steady_h']:.3f} | {s['false_alarms']} | "
-                f"{_cell(s['false_alarms_per_h'], '.2f')} |"
+                f"{_cell(s['false_alarms_per_h'], '.2f')} | {_counts(s['false_alarm_signals'])} |"
             )
     return lines
+
+
+def _counts(signals: Mapping[str, int]) -> str:
+    """'flows 3, delay 1' ('-' for none)."""
+    return ", ".join(f"{name} {count}" for name, count in signals.items()) or "-"

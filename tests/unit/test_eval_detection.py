@@ -117,31 +117,42 @@ def test_detection_reports_each_detectors_delays_misses_and_false_alarms(tmp_pat
     in both runs, and takes the policy's cut of the buffer for none (it reads the buffer in
     force from decisions.jsonl: without that, the cut's loss and delay would be a false
     alarm). The job's flag: 10.5 s late at the fixed buffer and one false alarm, a miss and
-    a false alarm (the buffer move) in the other run."""
+    a false alarm (the buffer move) in the other run. Each detection and false alarm names
+    the signals that moved: N for the traffic detector."""
     write_folder(tmp_path)
     assert main(["eval", "detection", str(tmp_path)]) == 0
     summary = json.loads((tmp_path / "detection.json").read_text())
     traffic, job = summary["detectors"]["traffic"], summary["detectors"]["job-zscore"]
     for policy in ("fixed:100ms", "loss-delay-fit"):
         assert traffic[policy]["changes"] == {
-            "n60": {"detected": 1, "misses": 0, "delay_median_s": 2.0, "delay_max_s": 2.0}
+            "n60": {
+                "detected": 1,
+                "misses": 0,
+                "delay_median_s": 2.0,
+                "delay_max_s": 2.0,
+                "signals": {"flows": 1},
+            }
         }
         assert traffic[policy]["false_alarms"] == 0
+        assert traffic[policy]["false_alarm_signals"] == {}
         assert traffic[policy]["steady_h"] == round((60 - 5 - 2) / 3600, 3)
     assert job["fixed:100ms"]["changes"]["n60"] == {
         "detected": 1,
         "misses": 0,
         "delay_median_s": 10.5,
         "delay_max_s": 10.5,
+        "signals": {"zscore": 1},
     }
     assert job["fixed:100ms"]["false_alarms"] == 1
+    assert job["fixed:100ms"]["false_alarm_signals"] == {"zscore": 1}
     assert job["fixed:100ms"]["false_alarms_per_h"] == round(1 / ((60 - 5 - 10.5) / 3600), 2)
     assert job["loss-delay-fit"]["changes"]["n60"]["misses"] == 1
     assert job["loss-delay-fit"]["false_alarms"] == 1
     assert job["loss-delay-fit"]["steady_h"] == round((60 - 5 - 30) / 3600, 3)
     table = (tmp_path / "detection.md").read_text()
-    assert "| traffic | loss-delay-fit | n60 | 1 | 1 | 2.0 | 2.0 | 0 |" in table
-    assert "| job-zscore | loss-delay-fit | n60 | 1 | 0 | - | - | 1 |" in table
+    assert "| traffic | loss-delay-fit | n60 | 1 | 1 | 2.0 | 2.0 | 0 | flows 1 |" in table
+    assert "| job-zscore | loss-delay-fit | n60 | 1 | 0 | - | - | 1 | - |" in table
+    assert "| job-zscore | loss-delay-fit | 0.007 | 1 | 144.00 | zscore 1 |" in table
 
 
 def test_detection_refuses_a_bad_option_and_a_folder_that_is_not_one(tmp_path: Path) -> None:
