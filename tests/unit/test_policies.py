@@ -97,7 +97,7 @@ def window(index: int = 0, **fields: Any) -> Window:
 def test_a_window_from_a_record_is_the_one_its_fields_make_and_stays_frozen() -> None:
     """from_record fills the window's fields at once (not through the frozen __init__): the
     same window, equal and hashed alike, and as immutable; the record's fields a window
-    does not take are left out."""
+    does not take are left out. One read by the codec is not checked again."""
     made = window(3)
     record = {name: value for name, value in vars(made).items() if name != "buffer_bytes"}
     read = Window.from_record({**record, "offered_bps": 1, "offered_utilisation": 0.1}, 100_000)
@@ -106,6 +106,11 @@ def test_a_window_from_a_record_is_the_one_its_fields_make_and_stays_frozen() ->
         read.srtt_ns = 1  # type: ignore[misc]
     with pytest.raises(KeyError):
         Window.from_record({k: v for k, v in record.items() if k != "srtt_ns"}, None)
+    # A window is checked once: where its record was decoded (the codec), or by problem().
+    bad = {**record, "f": math.nan}
+    assert Window.from_record(bad, None).problem() == "window.f: nan is not a finite number"
+    assert Window.from_record(record, 100_000, checked=True) == made
+    assert Window.from_record(bad, None, checked=True).problem() is None
 
 
 def without_rtt(index: int = 0) -> Window:

@@ -24,7 +24,7 @@ import logging
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from operator import itemgetter
 from typing import Any, ClassVar
 
@@ -64,27 +64,39 @@ class Window:
     zscore: float
     change: bool
     buffer_bytes: int | None  # queue 0's, as the service applied it; None: not known
+    # Its values were checked against LinkMetrics's ranges where they were read: the codec
+    # checks every record it decodes, so the service's windows need no second check.
+    read_checked: bool = field(default=False, compare=False, repr=False)
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any], buffer_bytes: int | None) -> Window:
-        """The window of a decoded LinkMetrics record, under `buffer_bytes`."""
+    def from_record(
+        cls, record: Mapping[str, Any], buffer_bytes: int | None, *, checked: bool = False
+    ) -> Window:
+        """The window of a decoded LinkMetrics record, under `buffer_bytes`; `checked`: the
+        record was decoded by the codec (p4bs_schemas.codec), which checked its values."""
         # A frozen dataclass's __init__ sets its 22 fields one by one through
         # object.__setattr__, ~5 us a window, and the optimizer makes ~10 a second per link:
         # the fields go into the new window's __dict__ at once instead.
         window = object.__new__(cls)
         window.__dict__.update(zip(_RECORD_FIELDS, _record_values(record), strict=True))
         window.__dict__["buffer_bytes"] = buffer_bytes
+        window.__dict__["read_checked"] = checked
         return window
 
     def problem(self) -> str | None:
         """Which value no LinkMetrics window can hold (NaN, infinite, negative, a fraction
-        above 1), named; None if there is none."""
+        above 1), named; None if there is none (or the codec checked them as it read
+        them)."""
+        if self.read_checked:
+            return None
         return _WINDOW_RANGES.problem(self.__dict__)
 
 
 # The fields a window takes from its LinkMetrics record (all but buffer_bytes), and their
 # values, taken at once.
-_RECORD_FIELDS = tuple(f.name for f in fields(Window) if f.name != "buffer_bytes")
+_RECORD_FIELDS = tuple(
+    f.name for f in fields(Window) if f.name not in ("buffer_bytes", "read_checked")
+)
 _record_values = itemgetter(*_RECORD_FIELDS)
 # What each of a window's LinkMetrics fields may hold: the codec's check, for windows made
 # otherwise too (the simulator's, a replay's).

@@ -242,7 +242,9 @@ class OptimizerService:
             if controller is not None:
                 controller.partition = received.partition  # its windows' is its changelog's
                 window = Window.from_record(
-                    received.record, controller.state.buffer_at(received.record["window_end_ns"])
+                    received.record,
+                    controller.state.buffer_at(received.record["window_end_ns"]),
+                    checked=True,  # RecordConsumer's codec checked the record's values
                 )
                 number = controller.on_window(window)
         else:
