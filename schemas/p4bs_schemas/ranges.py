@@ -201,11 +201,11 @@ class RangeCheck:
                     values = [v for v in values if v is not None]
                     if not values:
                         continue
-                least, most = min(values), max(values)
+                # The sum is NaN or infinite if a value is; an unbounded side needs no look.
                 if (
                     math.isfinite(sum(values))
-                    and (low < least if above else low <= least)
-                    and most <= high
+                    and (low == -math.inf or (low < min(values) if above else low <= min(values)))
+                    and (high == math.inf or max(values) <= high)
                 ):
                     continue
             except (KeyError, TypeError, ValueError):  # absent, null, or not a number
