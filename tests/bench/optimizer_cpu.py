@@ -2,12 +2,14 @@
 measured in the same run (issue 41).
 
     .venv/bin/python tests/bench/optimizer_cpu.py [--links 1000,4000,10000] [--runs 3]
-        [--reference 695705d] [--seconds 20]
+        [--reference 695705d] [--seconds 20] [--workloads deciding,steady]
 
-Each measurement is one `optimizer_service.py capacity --links N` (one dry-run service
-process, GLOBECOM, each link's window every 100 ms, its SRTT switching every second so that
-every link decides once a second) in a process of its own, on one Kafka broker this
-benchmark starts. The reference runs the same benchmark script with the reference commit's
+Each measurement is one `optimizer_service.py capacity --links N --workload W` (one dry-run
+service process, GLOBECOM, each link's window every 100 ms; "deciding": its SRTT switching
+between 20 and 30 ms every second, so that every link decides once a second, the workload
+of the figures before issue 41; "steady": the SRTT wobbling by 3%, within GLOBECOM's gamma,
+so that a link decides once) in a process of its own, on one Kafka broker this benchmark
+starts. The reference runs the same benchmark script with the reference commit's
 packages first on its import path (a git worktree in a temporary folder, removed after).
 The two codes alternate, the first of each pair swapped from one run to the next, so that
 the machine's drift falls on both.
@@ -31,10 +33,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
+from benchkit import fresh_topics
+
 from p4bs import paths
+from p4bs.bus import RecordConsumer, TransactionalProducer
 from p4bs.progress import Progress
 from p4bs_infra.procs import free_ports
 from p4bs_infra.services import KafkaBroker, wait_ready
@@ -57,16 +64,23 @@ def package_path(tree: Path) -> str:
 
 
 def measure(
-    code: str, tree: Path | None, bootstrap: str, links: int, seconds: float, work: Path
+    code: str,
+    tree: Path | None,
+    bootstrap: str,
+    links: int,
+    workload: str,
+    seconds: float,
+    work: Path,
 ) -> dict[str, Any]:
     """One capacity run of `links` under this checkout's packages (tree None) or tree's."""
-    out = work / f"{code}-{links}.json"
+    out = work / f"{code}-{links}-{workload}.json"
     out.unlink(missing_ok=True)
     env = dict(os.environ, P4BS_HOME=str(paths.home()))  # the jars, the example config
     if tree is not None:
         env["PYTHONPATH"] = package_path(tree)
     command = [sys.executable, str(CAPACITY), "capacity", "--links", str(links)]
     command += ["--seconds", str(seconds), "--bootstrap", bootstrap, "--json", str(out)]
+    command += ["--workload", workload]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     lines = [line for line in done.stdout.splitlines() if line.strip().startswith(str(links))]
     print(f"    {code:9s} {lines[0].strip() if lines else done.stdout[-300:]}", flush=True)
@@ -76,13 +90,31 @@ def measure(
     return figures
 
 
+def warm_up(bootstrap: str) -> None:
+    """Has the fresh broker make its group and transaction state topics (tens of seconds on a
+    loaded machine), which the first measurement would otherwise wait for in its span."""
+    topics = fresh_topics(bootstrap, 1, ["link_metrics"])
+    TransactionalProducer(bootstrap, topics, f"warm-up-{uuid.uuid4().hex[:6]}", 60_000)
+    consumer = RecordConsumer(bootstrap, "warm-up", ["link_metrics"], topics)
+    deadline = time.monotonic() + 180
+    try:
+        while not consumer.assigned():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the broker gave no group assignment within 180 s")
+            consumer.poll(0.5)
+    finally:
+        consumer.close()
+
+
 def per_thousand(figures: dict[str, Any], cpu_s_per_s: float) -> float:
     """CPU s/s per 1,000 links' windows handled (10,000 windows/s)."""
     handled = figures["windows_per_s"] / (1000 * WINDOWS_PER_LINK_S)
     return cpu_s_per_s / handled if handled > 0 else float("nan")
 
 
-def report(links: int, head: list[dict[str, Any]], reference: list[dict[str, Any]]) -> None:
+def report(
+    links: int, workload: str, head: list[dict[str, Any]], reference: list[dict[str, Any]]
+) -> None:
     def median(rows: list[dict[str, Any]], cpu: str | None = None) -> float:
         return statistics.median(
             per_thousand(r, r["cpu_s_per_s"] if cpu is None else r["cpu_parts"].get(cpu, 0.0))
@@ -97,7 +129,7 @@ def report(links: int, head: list[dict[str, Any]], reference: list[dict[str, Any
     lag = statistics.median(r["lag_p99_s"] for r in head) * 1e3
     lag_ref = statistics.median(r["lag_p99_s"] for r in reference) * 1e3
     print(
-        f"  {links:6,d} links: head {ours:.3f} CPU s/s per 1,000 links ("
+        f"  {links:6,d} links, {workload}: head {ours:.3f} CPU s/s per 1,000 links ("
         + ", ".join(f"{p} {v:.3f}" for p, v in parts.items())
         + f", kafka and rest {rest:.3f}); sustained {sustained}/{len(head)}, lag p99 "
         f"{lag:.0f} ms | reference {theirs:.3f}, sustained {sustained_ref}/{len(reference)}, "
@@ -112,8 +144,10 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--reference", default="695705d", help="a commit (default: %(default)s)")
     parser.add_argument("--seconds", type=float, default=20.0, help="measured, per run")
+    parser.add_argument("--workloads", default="deciding,steady")
     args = parser.parse_args()
     counts = [int(x) for x in args.links.split(",")]
+    workloads = args.workloads.split(",")
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
         f"optimizer CPU per 1,000 links ({os.cpu_count()} CPUs, load average {load}); "
@@ -128,24 +162,28 @@ def main() -> int:
         check=True,
     )  # fmt: skip
     broker = KafkaBroker(work / "kafka", *free_ports(2))
-    results: dict[int, dict[str, list[dict[str, Any]]]] = {
-        n: {"head": [], "reference": []} for n in counts
+    cells = [(n, workload) for workload in workloads for n in counts]
+    results: dict[tuple[int, str], dict[str, list[dict[str, Any]]]] = {
+        cell: {"head": [], "reference": []} for cell in cells
     }
-    progress = Progress(args.runs * len(counts) * 2, first_guess_s=args.seconds + 40)
+    progress = Progress(args.runs * len(cells) * 2, first_guess_s=args.seconds + 40)
     try:
         broker.start()
         wait_ready(broker, 90)
+        warm_up(broker.bootstrap)
         for run in range(args.runs):
-            for n in counts:
-                print(f"  run {run + 1}, {n:,} links:", flush=True)
+            for n, workload in cells:
+                print(f"  run {run + 1}, {n:,} links, {workload}:", flush=True)
                 codes = [("head", None), ("reference", tree)]
                 for code, code_tree in codes[:: 1 if run % 2 == 0 else -1]:
-                    with progress.step(f"{code}: {n:,} links, run {run + 1}"):
-                        figures = measure(code, code_tree, broker.bootstrap, n, args.seconds, work)
-                    results[n][code].append(figures)
+                    with progress.step(f"{code}: {n:,} links, {workload}, run {run + 1}"):
+                        figures = measure(
+                            code, code_tree, broker.bootstrap, n, workload, args.seconds, work
+                        )
+                    results[n, workload][code].append(figures)
         print(f"medians of {args.runs} runs:")
-        for n in counts:
-            report(n, results[n]["head"], results[n]["reference"])
+        for n, workload in cells:
+            report(n, workload, results[n, workload]["head"], results[n, workload]["reference"])
     finally:
         broker.stop()
         subprocess.run(
