@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import os
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -79,6 +80,10 @@ class ChangeBudget:
 def frozen_reason(path: Path) -> str | None:
     """The reason written in the freeze file at `path`, or None when there is none. A file
     that is there but unreadable or not as `freeze` writes it still freezes (it exists)."""
+    # Asked before every change, three times a decision: a look at the folder first is ~20
+    # times cheaper than opening the file that is usually not there.
+    if not os.path.lexists(path):
+        return None
     try:
         text = path.read_text()
     except FileNotFoundError:
