@@ -167,13 +167,14 @@ def range_problem(name: str, ranges: dict[str, Range], record: dict[str, Any]) -
 
 class RangeCheck:
     """The ranges of one record kind, checked as `problem(record)`. Every consumer checks
-    every record it reads (the optimizer ~10 windows a second per link), so the usual case,
-    every value within its range, is decided per range at C speed: the top-level fields
-    sharing a range are taken at once (those that may be null apart, their nulls left out),
-    and their minimum, maximum and sum (NaN or infinite if a value is) compared. Anything
-    else, a missing field, a value out of range or not a number, is left to the
-    field-by-field check, which names what is wrong; arrays and the fields of their items
-    are always checked that way. `nullable`: the top-level fields whose type allows null."""
+    every record it reads (the optimizer ~10 windows a second per link) and every writer
+    every record it writes, so the usual case, every value within its range, is decided at
+    C speed: the top-level fields sharing a range are taken at once (those that may be null
+    apart, their nulls left out), and their minimum, maximum and sum (NaN or infinite if a
+    value is) compared; so are an array's numbers, or one field of each of an array's
+    records. Anything else, a missing field, a value out of range or not a number, a
+    deeper path, is left to the field-by-field check, which names what is wrong.
+    `nullable`: the top-level fields whose type allows null."""
 
     def __init__(
         self, name: str, ranges: dict[str, Range], nullable: frozenset[str] = frozenset()
@@ -181,39 +182,61 @@ class RangeCheck:
         self.name = name
         self.ranges = ranges
         groups: dict[tuple[Range, bool], list[str]] = {}
+        self._in_arrays: list[tuple[str, str | None, float, float, bool]] = []
+        self._deeper: dict[str, Range] = {}
         for path, range_ in ranges.items():
-            if "[" not in path and "." not in path:
+            steps = _steps(path)
+            if len(steps) == 1:
                 groups.setdefault((range_, path in nullable), []).append(path)
+            elif len(steps) in (2, 3) and steps[1] == "[]" and "[]" not in steps[2:]:
+                item_field = steps[2] if len(steps) == 3 else None
+                self._in_arrays.append((steps[0], item_field, *_bounds(range_)))
+            else:
+                self._deeper[path] = range_
         self._flat = [
-            (_getter(paths), may_be_null, range_.low, range_.high, range_.above)
+            (_getter(paths), may_be_null, *_bounds(range_))
             for (range_, may_be_null), paths in groups.items()
         ]
-        self._nested = {p: r for p, r in ranges.items() if "[" in p or "." in p}
 
     def problem(self, record: dict[str, Any]) -> str | None:
         """What value of the record lies outside its field's range (or is NaN or
         infinite), naming the field and the value; None if none does. Values of the wrong
         type are the schema's business."""
-        for values_of, may_be_null, low, high, above in self._flat:
-            try:
+        try:
+            for values_of, may_be_null, low, high, above in self._flat:
                 values: Sequence[Any] = values_of(record)
                 if may_be_null:
                     values = [v for v in values if v is not None]
-                    if not values:
-                        continue
-                # The sum is NaN or infinite if a value is; an unbounded side needs no look.
-                if (
-                    math.isfinite(sum(values))
-                    and (low == -math.inf or (low < min(values) if above else low <= min(values)))
-                    and (high == math.inf or max(values) <= high)
-                ):
+                if values and not _all_in(values, low, high, above):
+                    return range_problem(self.name, self.ranges, record)
+            for array, item_field, low, high, above in self._in_arrays:
+                items = record.get(array)
+                if not items:
                     continue
-            except (KeyError, TypeError, ValueError):  # absent, null, or not a number
-                pass
+                if item_field is not None:
+                    items = [item[item_field] for item in items]
+                values = [v for v in items if v is not None]
+                if values and not _all_in(values, low, high, above):
+                    return range_problem(self.name, self.ranges, record)
+        except (KeyError, TypeError, ValueError):  # absent, not a record, or not a number
             return range_problem(self.name, self.ranges, record)
-        if self._nested:
-            return range_problem(self.name, self._nested, record)
+        if self._deeper:
+            return range_problem(self.name, self._deeper, record)
         return None
+
+
+def _bounds(range_: Range) -> tuple[float, float, bool]:
+    return range_.low, range_.high, range_.above
+
+
+def _all_in(values: Sequence[Any], low: float, high: float, above: bool) -> bool:
+    """Every value a number within the range (raises TypeError for one that is not a number).
+    The sum is NaN or infinite if a value is; an unbounded side needs no look."""
+    return (
+        math.isfinite(sum(values))
+        and (low == -math.inf or (low < min(values) if above else low <= min(values)))
+        and (high == math.inf or max(values) <= high)
+    )
 
 
 def nullable_fields(schema: dict[str, Any]) -> frozenset[str]:

@@ -604,28 +604,39 @@ ODD_VALUES = [0, 1, 7, 0.5, 1.0, 1.5, -1, -0.25, math.nan, math.inf, -math.inf, 
 
 @pytest.mark.parametrize(
     ("name", "record"),
-    [("LinkMetrics", WINDOW), ("LinkSpec", SPEC), ("LinkCounters", INTERVAL)],
-)
+    [("LinkMetrics", WINDOW), ("LinkSpec", SPEC), ("LinkCounters", INTERVAL),
+     ("OptimizerLinkState", STATE), ("BufferDecision", DECISION)],
+)  # fmt: skip
 def test_the_fast_range_check_finds_what_the_field_by_field_one_finds(
     name: str, record: dict[str, Any]
 ) -> None:
     """RangeCheck decides the usual record per range at once and leaves the rest to
-    range_problem: on records with up to three fields set to odd values (NaN, infinities,
-    negatives, fractions above 1, nulls, a bool, a string) or removed, it returns exactly
-    what range_problem returns."""
+    range_problem: on records with up to three fields, or fields of an array's first item,
+    set to odd values (NaN, infinities, negatives, fractions above 1, nulls, a bool, a
+    string) or removed, it returns exactly what range_problem returns."""
     schema = current_schema(name)
     ranges = field_ranges(name, schema)
     check = RangeCheck(name, ranges, nullable_fields(schema))
     rng = random.Random(41)
-    fields = list(record)
+    places = [(field, None) for field in record] + [
+        (field, key)
+        for field, value in record.items()
+        if isinstance(value, list) and value and isinstance(value[0], dict)
+        for key in value[0]
+    ]
     problems = 0
     for _ in range(3000):
-        changed = dict(record)
-        for field in rng.sample(fields, rng.randint(1, 3)):
+        changed = copy.deepcopy(record)
+        for field, key in rng.sample(places, rng.randint(1, 3)):
+            items = changed.get(field)
+            if key is not None and not (isinstance(items, list) and items):
+                continue  # the array itself was changed first
+            where = changed if key is None else items[0]
+            name_there = field if key is None else key
             if rng.random() < 0.1:
-                del changed[field]
+                where.pop(name_there, None)
             else:
-                changed[field] = rng.choice(ODD_VALUES)
+                where[name_there] = rng.choice(ODD_VALUES)
         expected = range_problem(name, ranges, changed)
         assert check.problem(changed) == expected, changed
         problems += expected is not None
