@@ -194,7 +194,7 @@ class RangeCheck:
             else:
                 self._deeper[path] = range_
         self._flat = [
-            (_getter(paths), may_be_null, *_bounds(range_))
+            (field_values(paths), may_be_null, *_bounds(range_))
             for (range_, may_be_null), paths in groups.items()
         ]
 
@@ -248,8 +248,9 @@ def nullable_fields(schema: dict[str, Any]) -> frozenset[str]:
     )
 
 
-def _getter(paths: list[str]) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
-    """The values of the fields `paths` as a tuple (itemgetter gives one value bare)."""
+def field_values(paths: list[str]) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
+    """A record's values of the top-level fields `paths` as a tuple, taken at once
+    (itemgetter gives one value bare); KeyError for one absent."""
     if len(paths) == 1:
         (path,) = paths
         return lambda record: (record[path],)

@@ -642,3 +642,41 @@ def test_the_fast_range_check_finds_what_the_field_by_field_one_finds(
         problems += expected is not None
     assert check.problem(record) is None
     assert 500 < problems < 3000  # both kinds were tried
+
+
+ODD_INTS = [0, 7, 2**31 - 1, 2**31, -(2**31) - 1, 2**63 - 1, 2**63, -(2**63) - 1, None, "x", 1.5]
+
+
+@pytest.mark.parametrize(
+    ("name", "record"),
+    [("LinkMetrics", WINDOW), ("LinkCounters", INTERVAL), ("OptimizerLinkState", STATE),
+     ("BufferDecision", DECISION)],
+)  # fmt: skip
+def test_the_fast_int_bound_check_refuses_what_the_field_by_field_one_refuses(
+    name: str, record: dict[str, Any]
+) -> None:
+    """The codec checks the top-level int and long fields at once before writing: with up to
+    three fields set to values beyond int or long, nulls or not numbers, its decision is the
+    field-by-field check's (which names the value)."""
+    encoder = codec(name)
+    rng = random.Random(42)
+    refused = 0
+    for _ in range(2000):
+        changed = dict(record)
+        for field in rng.sample(list(record), rng.randint(1, 3)):
+            changed[field] = rng.choice(ODD_INTS)
+        try:
+            encoder._check_bound(encoder._bounds, changed, name)
+            expected = None
+        except RecordError as exc:
+            expected = str(exc)
+        fast_ok = encoder._ints_within(changed)
+        if fast_ok:
+            try:
+                encoder._check_bound(encoder._nested_bounds, changed, name)
+                got = None
+            except RecordError as exc:
+                got = str(exc)
+            assert got == expected, changed
+        refused += expected is not None
+    assert 100 < refused < 2000  # both kinds were tried
