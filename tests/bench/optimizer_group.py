@@ -21,11 +21,12 @@ reference, measured first in the same run: the floor of any lag, a record produc
 broker and read back committed by the same kind of consumer (p50/p99 of 200).
 
 Also: each instance's CPU over the measured span (all its threads, from /proc), per 1,000
-of the links it held; over the whole run, the decisions made twice (two records on one
-link's window), the decisions whose buffer is not the one the window calls for (GLOBECOM
-on the window's SRTT, computed here by the policy itself: a replay after the kill that
-decided from a wrong state would show), and the windows the instances passed over as
-replays (covered by a saved state, from their last progress lines).
+of the links it held; over the whole run, the policy's decisions made twice (two records on
+one link's window), those whose buffer is not the one the window calls for (GLOBECOM on the
+window's SRTT, computed here by the policy itself: a replay after the kill that decided
+from a wrong state would show), the guards' decisions apart (a link whose windows came
+late falls back to its safe buffer, then resumes), and the windows the instances passed
+over as replays (covered by a saved state, from their last progress lines).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ HANDOVER_GOAL_S = 10.0
 WARMUP_S = 20.0
 SECOND_NS = 1_000_000_000
 PROGRESS_EVERY_NS = 5 * SECOND_NS
+GUARD_PHASES = ("fallback", "resume")  # the safe buffer when metrics stop, and the return
 
 
 def round_trips(bootstrap: str, topics: dict[str, str], count: int = 200) -> list[float]:
@@ -190,6 +192,7 @@ def main() -> int:
         # Per decision: link, owner, window end, arrival (ns); its buffer.
         seen: list[tuple[str, str, int, int]] = []
         buffers: list[int] = []
+        phases: list[str] = []
         cpu_at: dict[str, list[float]] = {}
         killed_ns = 0
         start_ns = first_end_ns + int(WARMUP_S * 1e9)
@@ -214,6 +217,7 @@ def main() -> int:
                 r = received.record
                 seen.append((r["link_id"], r["owner"], r["window_end_ns"] or 0, time.time_ns()))
                 buffers.append(r["buffer_bytes"])
+                phases.append(r["phase"])
             if not args.no_kill and not killed_ns and time.time_ns() >= end_ns:
                 processes[0].send_signal(signal.SIGKILL)
                 killed_ns = time.time_ns()
@@ -248,18 +252,30 @@ def main() -> int:
                 f"decisions; CPU {cpu:.2f} s/s, {per_thousand:.3f} per 1,000 links",
                 flush=True,
             )
+        # The policy's decisions, each on its window; a link whose windows came late (an
+        # instance behind) falls back to its safe buffer and resumes the policy's buffer on
+        # a later window: those are the guards', counted apart.
         called_for = buffers_called_for()
+        guarded = collections.Counter(p for p in phases if p in GUARD_PHASES)
+        policy_made = [
+            (s, buffer) for s, buffer, p in zip(seen, buffers, phases, strict=True)
+            if p not in GUARD_PHASES
+        ]  # fmt: skip
         wrong = sum(
             buffer != called_for[(end // SECOND_NS + int(link.rsplit("eth", 1)[1])) % 2]
-            for (link, _, end, _), buffer in zip(seen, buffers, strict=True)
+            for (link, _, end, _), buffer in policy_made
         )
-        twice = sum(n - 1 for n in collections.Counter((s[0], s[2]) for s in seen).values())
+        twice = sum(
+            n - 1 for n in collections.Counter((s[0], s[2]) for s, _ in policy_made).values()
+        )
         replayed = sum(replayed_windows(work / f"{name}.log") for name in names[1:])
         print(
-            f"  over the run: {len(seen):,} decisions, {twice} made twice, {wrong} with a "
-            f"buffer other than their window's ({called_for} B for SRTT "
-            f"{[t // 1_000_000 for t in SRTTS_NS]} ms); {replayed:,} windows passed over as "
-            f"replays by the survivors; {len(held):,} links decided in the measured span",
+            f"  over the run: {len(policy_made):,} policy decisions, {twice} made twice, "
+            f"{wrong} with a buffer other than their window's ({called_for} B for SRTT "
+            f"{[t // 1_000_000 for t in SRTTS_NS]} ms); the guards' "
+            + (", ".join(f"{n:,} {p}" for p, n in sorted(guarded.items())) or "none")
+            + f"; {replayed:,} windows passed over as replays by the survivors; "
+            f"{len(held):,} links decided in the measured span",
             flush=True,
         )
         ok = ok and twice == 0 and wrong == 0
