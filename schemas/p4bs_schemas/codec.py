@@ -20,7 +20,7 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 from fastavro.validation import ValidationError, validate
 
 from p4bs_schemas.intervals import layout_problem
-from p4bs_schemas.ranges import RangeCheck, field_ranges, field_values, nullable_fields
+from p4bs_schemas.ranges import RangeCheck, field_groups, field_ranges, nullable_fields
 from p4bs_schemas.registry import Schema, current_schema, released_schemas
 
 SCHEMA_HEADER = "p4bs-schema"
@@ -74,7 +74,7 @@ def _field_bounds(fields: list[dict[str, Any]]) -> dict[str, Bound]:
     return {name: bound for name, bound in bounds.items() if bound is not None}
 
 
-def _within(numbers: list[Any], bound: tuple[int, int]) -> bool:
+def _within(numbers: Sequence[Any], bound: tuple[int, int]) -> bool:
     """True if every item is a number within the bound; False also when unsure (no items,
     items that do not compare), which leaves it to the item by item check."""
     try:
@@ -109,18 +109,13 @@ class Codec:
         # The top-level int and long fields sharing a bound, checked at once as a record is
         # written (one per decision and state saved); records and arrays field by field.
         nullable = nullable_fields(raw)
-        flat: dict[tuple[int, int], list[str]] = {}
-        for field, bound in self._bounds.items():
-            if isinstance(bound, tuple):
-                flat.setdefault(bound, []).append(field)
-        self._flat_bounds = [
-            (field_values(fields), any(f in nullable for f in fields), low, high)
-            for (low, high), fields in flat.items()
-        ]
+        self._flat_bounds = field_groups(
+            {f: b for f, b in self._bounds.items() if isinstance(b, tuple)}, nullable
+        )
         self._nested_bounds: dict[str, Bound] = {
             f: b for f, b in self._bounds.items() if not isinstance(b, tuple)
         }
-        self._ranges = RangeCheck(name, field_ranges(name, raw), nullable_fields(raw))
+        self._ranges = RangeCheck(name, field_ranges(name, raw), nullable)
         self._layout_problem = _LAYOUT_CHECKS.get(name)
         self._writers = {schema_fingerprint(s): parse_schema(s) for _, s in released_schemas(name)}
         self._writers[self.fingerprint] = self.schema
@@ -161,13 +156,13 @@ class Codec:
         """Every top-level int and long field within its bound, decided at C speed; False
         also when unsure (a field absent, a value not a number)."""
         try:
-            for values_of, may_be_null, low, high in self._flat_bounds:
+            for values_of, may_be_null, bound in self._flat_bounds:
                 values: Sequence[Any] = values_of(record)
                 if may_be_null:
                     values = [v for v in values if v is not None]
-                if values and not low <= min(values) <= max(values) <= high:
+                if values and not _within(values, bound):
                     return False
-        except (KeyError, TypeError):
+        except KeyError:
             return False
         return True
 

@@ -15,10 +15,12 @@ no range names must still be finite.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any
+from typing import Any, TypeVar
+
+K = TypeVar("K")  # what field_groups groups by
 
 
 @dataclass(frozen=True)
@@ -181,21 +183,21 @@ class RangeCheck:
     ) -> None:
         self.name = name
         self.ranges = ranges
-        groups: dict[tuple[Range, bool], list[str]] = {}
+        top: dict[str, Range] = {}
         self._in_arrays: list[tuple[str, str | None, float, float, bool]] = []
         self._deeper: dict[str, Range] = {}
         for path, range_ in ranges.items():
             steps = _steps(path)
             if len(steps) == 1:
-                groups.setdefault((range_, path in nullable), []).append(path)
+                top[path] = range_
             elif len(steps) in (2, 3) and steps[1] == "[]" and "[]" not in steps[2:]:
                 item_field = steps[2] if len(steps) == 3 else None
                 self._in_arrays.append((steps[0], item_field, *_bounds(range_)))
             else:
                 self._deeper[path] = range_
         self._flat = [
-            (field_values(paths), may_be_null, *_bounds(range_))
-            for (range_, may_be_null), paths in groups.items()
+            (values_of, may_be_null, *_bounds(range_))
+            for values_of, may_be_null, range_ in field_groups(top, nullable)
         ]
 
     def problem(self, record: dict[str, Any]) -> str | None:
@@ -248,6 +250,20 @@ def nullable_fields(schema: dict[str, Any]) -> frozenset[str]:
     )
 
 
+def field_groups(
+    keyed: Mapping[str, K], nullable: frozenset[str]
+) -> list[tuple[Callable[[dict[str, Any]], tuple[Any, ...]], bool, K]]:
+    """The top-level fields of `keyed` grouped by their key (a range, a bound) and by
+    whether they may be null: per group, the getter of its values (`field_values`), whether
+    a value may be null, and the key. What checks a record's fields at once groups them so."""
+    groups: dict[tuple[K, bool], list[str]] = {}
+    for field, key in keyed.items():
+        groups.setdefault((key, field in nullable), []).append(field)
+    return [
+        (field_values(fields), may_be_null, key) for (key, may_be_null), fields in groups.items()
+    ]
+
+
 def field_values(paths: list[str]) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
     """A record's values of the top-level fields `paths` as a tuple, taken at once
     (itemgetter gives one value bare); KeyError for one absent."""
@@ -259,9 +275,9 @@ def field_values(paths: list[str]) -> Callable[[dict[str, Any]], tuple[Any, ...]
 
 def _all_within(numbers: list[Any], range_: Range) -> bool:
     """True if every item is a number within the range; False also when unsure."""
+    if not numbers:
+        return True
     try:
-        # The sum is NaN or infinite if an item is: min and max pass a NaN over.
-        low, high, total = min(numbers), max(numbers), sum(numbers)
-    except (TypeError, ValueError):  # no items, or items that do not compare
-        return not numbers
-    return math.isfinite(total) and range_.holds(low) and range_.holds(high)
+        return _all_in(numbers, *_bounds(range_))
+    except TypeError:  # items that are not numbers, or do not compare
+        return False
