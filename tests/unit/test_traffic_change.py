@@ -133,6 +133,18 @@ def test_a_step_below_its_threshold_or_shorter_than_the_persistence_is_not_a_cha
     assert alarms(detector(), windows) == []
 
 
+def test_a_burst_of_short_flows_is_not_a_change_of_n() -> None:
+    """Short flows have RTT samples but never become long: twice the flows with samples and
+    the same long flows (a burst, whose best buffer did not move on `dyn-burst`) is no
+    change; the long flows doubling is one."""
+    windows = [window(i) for i in range(STEP_AT)]
+    burst = windows + [replace(window(i), rtt_flows=60) for i in range(STEP_AT, STEP_AT + 60)]
+    assert alarms(detector(), burst) == []
+    joined = windows + [replace(window(i), long_flows=60) for i in range(STEP_AT, STEP_AT + 60)]
+    [(_, reason)] = alarms(detector(), joined)
+    assert "N 30 -> 60" in reason
+
+
 def test_a_large_ratio_of_a_rate_near_zero_is_not_a_change() -> None:
     """Loss 0.02% -> 0.08% and a queue of 1 -> 4 ms (x4 each) move f's terms by less than
     a fifth of their SLA bounds (0.2% of p-hat 1%, 10 ms of d-hat 50 ms): below the floors,

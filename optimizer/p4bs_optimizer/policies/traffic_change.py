@@ -5,10 +5,11 @@ a searching policy's own trials spread those windows, so that a real shift of th
 hides in their spread, and a buffer move shifts f as much as a change of the traffic does.
 This detector watches what a sizing policy needs, each signal against a baseline of its own:
 
-- `flows`: N, the larger of the window's long flows and its flows with RTT samples (the
-  number loss-delay-fit sizes for; the long-flow count alone takes seconds to see flows
-  that just started). Flows do not come or go because the buffer moved, so its baseline
-  restarts only after a detected change.
+- `flows`: N, the window's long flows. Not the flows with RTT samples, which loss-delay-fit
+  sizes its first guess for: short flows count there, and a burst of them (20 -> 35 on
+  `dyn-burst`, whose best buffer is the same in every phase) alarmed; the long-flow count
+  sees joins up to ~4 s later (optimizer/README.md has the measurements). Flows do not come
+  or go because the buffer moved, so its baseline restarts only after a detected change.
 - `rtt_min`: the base RTT, the windows' `rtt_min_ns` (the minimum RTT sample over the metrics
   job's `rtt_min_horizon`, 10 s; LinkMetrics has no other base RTT). A window without one (no
   RTT sample in the horizon) gives this signal no value: it neither extends nor breaks a run
@@ -41,8 +42,8 @@ it, and differs from it by at least the signal's `floor` (so that a rate near 0 
 noise into a large ratio). `persistence` windows in a row that move a signal (windows without
 a value skipped) signal a change, its reason naming every signal moving then, by how much
 and for how many windows; then every baseline restarts after the holdoff, as after a buffer
-change. The thresholds are provisional (optimizer/README.md says why each default): the lead
-decides them from `p4bs eval detection` on the dynamic suite.
+change. optimizer/README.md says why each default, and what `p4bs eval detection` measured
+with them on the dynamic suite's exploratory runs.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ RISES_ONLY = ("loss", "cca")  # a fall alone is no change (optimizer/README.md)
 
 @dataclass(frozen=True)
 class TrafficChangeOptions:
-    """The detector's thresholds (a policy's `traffic_*` options), provisional."""
+    """The detector's thresholds (a policy's `traffic_*` options)."""
 
     # After a buffer change (or a detected change) before a baseline starts: a raised buffer
     # fills in ~7-10 s (eval/README.md), and RTT_min is a minimum over the last 10 s.
@@ -286,7 +287,7 @@ class TrafficChangeDetector:
 
     def _parts(self, window: Window) -> dict[str, tuple[float, float] | None]:
         """Each signal's (value sum, weight) in the window; None: no value."""
-        flows = max(window.long_flows, window.rtt_flows)
+        flows = window.long_flows
         packets, lost = window.data_packets, float(window.retransmissions)
         cca = None
         if (
