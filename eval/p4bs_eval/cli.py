@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import signal
 import sys
 import time
@@ -359,6 +360,34 @@ def _option_value(text: str) -> Any:
         return text
 
 
+def cmd_objective(args: argparse.Namespace) -> int:
+    """Per folder and cell, the buffer f picks at each exchange rate of loss for delay
+    against the buffer the short flows' median FCT prefers (objective.py): objective.md."""
+    from p4bs.config import ConfigError
+    from p4bs_eval.objective import ObjectiveError, cells, exchange_ms, markdown
+    from p4bs_eval.report import load_results
+    from p4bs_eval.scenario import config_with_link_settings
+
+    if any(not (r > 0 and math.isfinite(r)) for r in args.rates):
+        print("p4bs eval objective: --rates must be positive numbers of ms", file=sys.stderr)
+        return 2
+    try:
+        for folder in args.run_dirs:
+            scenario, rows = load_results(folder, ObjectiveError)
+            config = config_with_link_settings(args.config, scenario.get("link_settings", {}))
+            link = config.links[0]
+            figures = cells(rows, link)
+            if not figures:
+                raise ObjectiveError(f"{folder}: no run under a fixed buffer")
+            text = "\n".join(markdown(scenario["name"], figures, exchange_ms(link), args.rates))
+            (folder / "objective.md").write_text(text + "\n")
+            print(text)
+    except (ObjectiveError, ConfigError) as exc:
+        print(f"p4bs eval objective: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def cmd_detection(args: argparse.Namespace) -> int:
     """Each folder's runs replayed through loss-delay-fit's traffic detector and scored, with
     the metrics job's flag, against the phases (detection.py): detection.json and .md."""
@@ -543,6 +572,21 @@ def add_parser(sub: Any) -> None:
     )
     paths.add_config_option(detection)
     detection.set_defaults(func=cmd_detection)
+    objective = eval_sub.add_parser(
+        "objective",
+        help="the buffer f picks at other exchange rates of loss for queueing delay, against "
+        "the buffer the short flows' median FCT prefers",
+    )
+    objective.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
+    objective.add_argument(
+        "--rates",
+        type=lambda text: [float(x) for x in text.split(",")],
+        default=[50.0, 25.0, 10.0, 5.0, 2.0],
+        metavar="MS,MS,...",
+        help="exchange rates: ms of queueing delay worth 1%% of loss (default 50,25,10,5,2)",
+    )
+    paths.add_config_option(objective)
+    objective.set_defaults(func=cmd_objective)
     everything = eval_sub.add_parser(
         "all",
         help=f"the full set: {', '.join(FULL_SET)}, then Fig. 10 (seeded and measured curves)",
