@@ -6,9 +6,11 @@ allows. `acl_set` gives each component the least its code does, read from the pa
 
 - exporter: writes link_counters (idempotent producer).
 - metrics_job: reads link_counters and links in its group (offsets committed at each
-  checkpoint), writes link_metrics and sla_alerts in transactions (exactly-once sink, ids
-  `<group>.<stream>-...`).
-- optimizer: reads link_metrics, links and optimizer_state in its group ([optimizer] group),
+  checkpoint), writes link_metrics, sla_alerts and optimizer_feed in transactions
+  (exactly-once sink, ids `<group>.<stream>-...`; optimizer_feed only with [metrics]
+  optimizer_feed, but granted either way, as the switch is the job's config, not the ACLs').
+- optimizer: reads link_metrics or optimizer_feed (as [metrics] optimizer_feed says: granted
+  both), links and optimizer_state in its group ([optimizer] group),
   writes optimizer_state and buffer_decisions in transactions (ids `<group>-<host>-...`),
   and a record it cannot decode to dead_letters.
 - sinks: the InfluxDB sink reads every stream and the alert dispatcher sla_alerts, each in its
@@ -92,13 +94,13 @@ def acl_set(kafka: KafkaConfig, optimizer_group: str) -> dict[str, list[Acl]]:
         "exporter": [*_topics(t, ["link_counters"], "WRITE"), *_producer()],
         "metrics_job": [
             *_topics(t, ["link_counters", "links"], "READ"),
-            *_topics(t, ["link_metrics", "sla_alerts"], "WRITE"),
+            *_topics(t, ["link_metrics", "sla_alerts", "optimizer_feed"], "WRITE"),
             *_group(METRICS_GROUP, "READ"),
             *_transactions(METRICS_GROUP),
             *_producer(),
         ],
         "optimizer": [
-            *_topics(t, ["link_metrics", "links", "optimizer_state"], "READ"),
+            *_topics(t, ["link_metrics", "optimizer_feed", "links", "optimizer_state"], "READ"),
             *_topics(t, ["optimizer_state", "buffer_decisions"], "WRITE"),
             *dead_letters,
             # Its group, and `<group>-links`, the links topic's follower.

@@ -24,6 +24,9 @@ STREAMS: dict[str, str] = {
     "dead_letters": "DeadLetter",
     "optimizer_state": "OptimizerLinkState",
     "links": "LinkSpec",
+    # The link_metrics windows the optimizer needs ([metrics] optimizer_feed), same keys and
+    # partitions: for links of some policies only those that can change a decision.
+    "optimizer_feed": "LinkMetrics",
 }
 
 # Streams whose topic keeps the newest record per key (Kafka's log compaction) rather than

@@ -161,7 +161,7 @@ def test_the_metrics_job_reads_counters_and_writes_metrics_in_its_transactions(
     job = _settings(secured, "metrics_job")
     with _member(job, kafka_acls.METRICS_GROUP, [topics["link_counters"]]) as member:
         # Flink's exactly-once sink: ids <prefix>-<subtask>-<checkpoint>.
-        written = [topics["link_metrics"], topics["sla_alerts"]]
+        written = [topics["link_metrics"], topics["sla_alerts"], topics["optimizer_feed"]]
         _transaction(job, f"{kafka_acls.METRICS_GROUP}.link_metrics-0-1", written, member)
     refused = _produce(job, topics["buffer_decisions"])
     assert _code(refused) == KafkaError.TOPIC_AUTHORIZATION_FAILED, refused
@@ -207,11 +207,12 @@ def test_the_optimizer_commits_state_and_decisions_with_its_groups_offsets(
     optimizer = _settings(secured, "optimizer")
     # A window for it to read, from the job's user.
     assert _produce(_settings(secured, "metrics_job"), topics["link_metrics"]) is None
-    with _member(optimizer, OPTIMIZER_GROUP, [topics["link_metrics"]]) as member:
+    windows = [topics["link_metrics"], topics["optimizer_feed"]]  # as [metrics] optimizer_feed
+    with _member(optimizer, OPTIMIZER_GROUP, windows) as member:
         written = [topics["optimizer_state"], topics["buffer_decisions"]]
         _transaction(optimizer, f"{OPTIMIZER_GROUP}-host-1-{uuid.uuid4().hex[:6]}", written, member)
     # It cannot add a link, nor write metrics it would then act on.
-    for topic in (topics["links"], topics["link_metrics"]):
+    for topic in (topics["links"], topics["link_metrics"], topics["optimizer_feed"]):
         refused = _produce(optimizer, topic)
         assert _code(refused) == KafkaError.TOPIC_AUTHORIZATION_FAILED, (topic, refused)
     # A transactional id outside its prefix is refused.

@@ -53,6 +53,20 @@ def test_example_config_passes_with_units_converted(repo: Path) -> None:
     assert config.optimizer.min_change_interval_ns == 1_000_000_000
     assert (config.optimizer.max_step_ratio, config.optimizer.dry_run) == (0.0, False)
     assert config.routers[0].interfaces == ("eth*",)
+    assert not config.metrics.optimizer_feed  # off: the optimizer reads link_metrics
+    assert config.metrics.optimizer_stream == "link_metrics"
+    assert config.metrics.feed_heartbeat_ns * 2 <= config.optimizer.stale_after_ns
+
+
+def test_the_optimizer_feed_when_on_is_the_stream_the_optimizer_reads(
+    example: dict[str, Any],
+) -> None:
+    example["metrics"].update(optimizer_feed=True, feed_policies=["globecom"])
+    example["metrics"].update(feed_deadband=0.05, feed_heartbeat="2500ms")
+    metrics = parse_config(example).metrics
+    assert metrics.optimizer_stream == "optimizer_feed"
+    assert metrics.feed_policies == ("globecom",)
+    assert (metrics.feed_deadband, metrics.feed_heartbeat_ns) == (0.05, 2_500_000_000)
 
 
 def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
@@ -145,6 +159,15 @@ BAD = [
     (_set("metrics.zscore_lag", 1), "metrics.zscore_lag: must be an integer in [2"),
     (_set("metrics.long_flow_ttl", "0s"), "metrics.long_flow_ttl: long_flow_ttl must be"),
     (_set("metrics.sla_window", 3), "metrics.sla_window: unknown field"),
+    (_set("metrics.optimizer_feed", "yes"), "metrics.optimizer_feed: must be true or false"),
+    (_set("metrics.feed_policies", "globecom"), "metrics.feed_policies: must be a list of"),
+    (_set("metrics.feed_policies", ["a,b"]), "metrics.feed_policies: must be a list of"),
+    (_set("metrics.feed_deadband", 1), "metrics.feed_deadband: must be a number in [0, 1)"),
+    (_set("metrics.feed_heartbeat", "0s"), "metrics.feed_heartbeat: feed_heartbeat must be"),
+    (
+        lambda data: data["metrics"].update(optimizer_feed=True, feed_heartbeat="3s"),
+        "metrics.feed_heartbeat: must be at most half of optimizer.stale_after",
+    ),
     (_set("alerts.webhook", "ftp://am:9093"), "alerts.webhook: must be an http:// or https://"),
     (_set("alerts.attempts", 0), "alerts.attempts: must be an integer in [1, 1000]"),
     (_set("optimizer.stale_after", "0s"), "optimizer.stale_after: stale_after must be"),
@@ -213,6 +236,7 @@ ZERO_KEPT = [
     ("influxdb.events_retention", 0, lambda c: c.influxdb.events_retention_ns),
     ("links.0.weights.loss", 0, lambda c: c.links[0].weight_loss),
     ("metrics.zscore_threshold", 0, lambda c: c.metrics.zscore_threshold),
+    ("metrics.feed_deadband", 0, lambda c: c.metrics.feed_deadband),
     ("testbed.extra_delay_max", "0ms", lambda c: c.testbed.extra_delay_max_ns),
     ("testbed.groups.0.flows", 0, lambda c: c.testbed.groups[0].flows),  # required
 ]

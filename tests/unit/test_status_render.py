@@ -6,6 +6,7 @@ and streams it assumes still being the parts' own."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import inspect
 import json
 import re
@@ -258,3 +259,9 @@ def test_the_groups_and_streams_it_looks_at_are_the_parts_own() -> None:
     config = load_config(paths.example_config())
     groups = status.group_streams(config, StatusOptions())
     assert groups[config.optimizer.group] == ("link_metrics",)
+    # With the optimizer feed on, the optimizer's windows are the feed's (its service reads
+    # the same stream: p4bs_optimizer.service.service).
+    fed = dataclasses.replace(
+        config, metrics=dataclasses.replace(config.metrics, optimizer_feed=True)
+    )
+    assert status.group_streams(fed, StatusOptions())[config.optimizer.group] == ("optimizer_feed",)

@@ -16,6 +16,7 @@ from p4bs.config.loader import link_from_table, load_config, parse_config
 from p4bs.config.model import (
     CCAS,
     DAY_NS,
+    FEED_POLICIES,
     FLINK_MODES,
     JUNOS_DEFAULT_FORWARDING_CLASS,
     JUNOS_NAME_MAX,
@@ -56,6 +57,7 @@ from p4bs.config.model import (
 __all__ = [
     "CCAS",
     "DAY_NS",
+    "FEED_POLICIES",
     "FLINK_MODES",
     "JUNOS_DEFAULT_FORWARDING_CLASS",
     "JUNOS_NAME_MAX",

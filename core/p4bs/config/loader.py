@@ -83,6 +83,15 @@ def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
             f"ns), got {flink.window_ns} ns",
         )
 
+    if metrics.optimizer_feed and 2 * metrics.feed_heartbeat_ns > optimizer.stale_after_ns:
+        # A steady link's only windows are the heartbeats: their gap plus the job's latency
+        # must stay well inside the time after which the optimizer takes metrics for stale.
+        r.problem(
+            "metrics.feed_heartbeat",
+            f"must be at most half of optimizer.stale_after ({optimizer.stale_after_ns} ns), "
+            f"got {metrics.feed_heartbeat_ns} ns",
+        )
+
     tables = {name: r.tables(data, name) for name in ("switches", "routers", "links")}
 
     def each(name: str, read: Callable[[Reader, dict[str, Any]], T | None]) -> tuple[T, ...]:

@@ -125,6 +125,11 @@ class FlinkConfig:
     metrics_ports: str = ""
 
 
+# The policies that decide on the window in hand alone, by default thinned in the optimizer
+# feed (the optimizer refuses a link of another policy in a thinned feed).
+FEED_POLICIES = ("static", "tiny", "bloated", "bdp", "stanford", "globecom")
+
+
 @dataclass(frozen=True)
 class MetricsConfig:
     """The metrics and SLA jobs' constants (streaming-jobs/README.md says how each is used).
@@ -141,6 +146,22 @@ class MetricsConfig:
     zscore_threshold: float = 10.0
     zscore_influence: float = 0.1
     sla_windows: int = 5  # K: consecutive windows to raise or to resolve an SLA alert
+    # The optimizer feed (streaming-jobs/README.md): a second topic of LinkMetrics that the
+    # optimizer reads instead of link_metrics, with every window of a link whose policy needs
+    # them all, and for a link whose policy is one of `feed_policies` (policies that decide on
+    # the window in hand alone) only the windows that can move its decision and a heartbeat.
+    optimizer_feed: bool = False
+    feed_policies: tuple[str, ...] = FEED_POLICIES
+    # Relative move of SRTT or RTT_min from the previous window that passes a window on.
+    feed_deadband: float = 0.02
+    # Every window holding a whole multiple of this in (start, end] passes; at most half of
+    # optimizer.stale_after, so that a steady link's windows never go stale.
+    feed_heartbeat_ns: int = 1_000_000_000
+
+    @property
+    def optimizer_stream(self) -> str:
+        """The stream the optimizer reads its links' windows from."""
+        return "optimizer_feed" if self.optimizer_feed else "link_metrics"
 
 
 @dataclass(frozen=True)

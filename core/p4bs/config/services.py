@@ -4,6 +4,7 @@ Each is optional, as is each of its fields: an absent one takes the model's defa
 from __future__ import annotations
 
 import ipaddress
+import re
 import urllib.parse
 from typing import Any
 
@@ -41,6 +42,8 @@ from p4bs.config.model import (
 from p4bs.exposure import ExposureError, check_exposure
 from p4bs.units import parse_duration_ns
 from p4bs_schemas.registry import STREAMS
+
+_POLICY_NAME = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def read_kafka(r: Reader, data: dict[str, Any]) -> KafkaConfig:
@@ -183,14 +186,35 @@ def read_metrics(r: Reader, data: dict[str, Any]) -> MetricsConfig:
     d = MetricsConfig()
     durations = ("max_out_of_orderness", "source_idle_timeout", "rtt_min_horizon", "long_flow_ttl")
     alphas = ("srtt_alpha", "loss_alpha", "queue_delay_alpha", "zscore_influence")
-    r.unknown(data, {*durations, *alphas, "zscore_lag", "zscore_threshold", "sla_windows"})
-    values: dict[str, Any] = positive_durations(r, data, durations, d)
+    feed = ("optimizer_feed", "feed_policies", "feed_deadband", "feed_heartbeat")
+    r.unknown(data, {*durations, *alphas, "zscore_lag", "zscore_threshold", "sla_windows", *feed})
+    values: dict[str, Any] = positive_durations(r, data, (*durations, "feed_heartbeat"), d)
     for key in alphas:
         values[key] = r.get(data, key, fraction, getattr(d, key))
     values["zscore_lag"] = r.get(data, "zscore_lag", int_in(2, 100_000), d.zscore_lag)
     values["zscore_threshold"] = r.get(data, "zscore_threshold", weight, d.zscore_threshold)
     values["sla_windows"] = r.get(data, "sla_windows", int_in(1, 100_000), d.sla_windows)
+    values["optimizer_feed"] = r.get(data, "optimizer_feed", boolean, d.optimizer_feed)
+    values["feed_policies"] = r.get(data, "feed_policies", _policy_names, d.feed_policies)
+    values["feed_deadband"] = r.get(data, "feed_deadband", _deadband, d.feed_deadband)
     return MetricsConfig(**values)
+
+
+def _policy_names(value: Any) -> tuple[str, ...]:
+    """A list of policy names (the metrics job reads them as one comma-separated field)."""
+    if not isinstance(value, list) or not all(
+        isinstance(v, str) and _POLICY_NAME.fullmatch(v) for v in value
+    ):
+        raise ValueError(
+            f"must be a list of policy names (letters, digits, _ and -), got {value!r}"
+        )
+    return tuple(value)
+
+
+def _deadband(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+        raise ValueError(f"must be a number in [0, 1), got {value!r}")
+    return float(value)
 
 
 def read_alerts(r: Reader, data: dict[str, Any]) -> AlertsConfig:

@@ -35,9 +35,9 @@ ALERT_DISPATCHER_STREAMS = ("sla_alerts",)
 
 def group_streams(config: Config, options: StatusOptions) -> dict[str, tuple[str, ...]]:
     """Each consumer group the project's parts use, and the streams it reads."""
-    optimizer: tuple[str, ...] = ("link_metrics",)
+    optimizer: tuple[str, ...] = (config.metrics.optimizer_stream,)
     if any(link.policy == "jenks" for link in config.links):
-        optimizer = ("link_metrics", "link_counters")
+        optimizer = (config.metrics.optimizer_stream, "link_counters")
     return {
         options.metrics_group: METRICS_STREAMS,
         config.optimizer.group: optimizer,

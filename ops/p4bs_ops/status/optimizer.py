@@ -19,7 +19,8 @@ from p4bs_optimizer.changelog import STREAM, newest_states
 
 @part_check("optimizer")
 def check_optimizer(config: Config, options: StatusOptions) -> PartStatus:
-    """The optimizer group's members and the partitions of link_metrics each holds; each
+    """The optimizer group's members and the partitions of its windows' stream (link_metrics,
+    or optimizer_feed when [metrics] optimizer_feed) each holds; each
     link's newest optimizer_state record (its `owner` and `epoch`, in the partition of the
     link's windows), and the member holding that partition now."""
     deadline = Deadline(options.timeout_ns)
@@ -31,9 +32,9 @@ def check_optimizer(config: Config, options: StatusOptions) -> PartStatus:
     except KafkaException as exc:
         raise no_cluster(config.kafka, errors, exc, admin) from None
     group_state, group_members = describe_group(admin, group, deadline)
-    metrics_topic = config.kafka.topics["link_metrics"]
+    metrics_topic = config.kafka.topics[config.metrics.optimizer_stream]
     members = []
-    holder: dict[int, str] = {}  # link_metrics partition -> member
+    holder: dict[int, str] = {}  # windows' partition -> member
     for member in group_members:
         label = f"{member.client_id}@{member.host.lstrip('/')}"
         assigned = sorted(
