@@ -212,11 +212,16 @@ def produce(
 
 
 def consume(
-    bootstrap: str, topics: dict[str, str], count: int, group: str, linger_s: float = 0.0
+    bootstrap: str,
+    topics: dict[str, str],
+    count: int,
+    group: str,
+    linger_s: float = 0.0,
+    stream: str = "link_metrics",
 ) -> list[dict[str, Any]]:
-    """`count` metrics records (read committed), and whatever else arrives within `linger_s`
-    after them (duplicates would)."""
-    consumer = RecordConsumer(bootstrap, group, ["link_metrics"], topics)
+    """`count` metrics records (read committed) of `stream`, and whatever else arrives within
+    `linger_s` after them (duplicates would)."""
+    consumer = RecordConsumer(bootstrap, group, [stream], topics)
     got: list[dict[str, Any]] = []
     deadline = time.monotonic() + 120
     try:

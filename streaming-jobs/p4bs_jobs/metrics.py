@@ -174,10 +174,11 @@ def declare_link_metrics(env: StreamTableEnvironment, config: Config) -> None:
 
 
 def link_metrics_parameter(config: Config) -> str:
-    """The config's links and the metrics settings as `LinkMetrics` reads them (the links
-    topic's records override a link's from their window on): base64 (a job parameter
-    value must not hold ':' or ',') of tab-separated lines; floats in repr, which Java parses
-    back to the same double."""
+    """The config's links (with each one's policy) and the metrics and optimizer feed
+    settings as `LinkMetrics` reads them (the links topic's records override a link's from
+    their window on): base64 (a job parameter value must not hold ':' or ',') of
+    tab-separated lines; floats in repr, which Java parses back to the same double; the
+    feed's thinned policies joined by ',' (a policy name holds none)."""
     m = config.metrics
     settings = (
         m.srtt_alpha,
@@ -190,7 +191,12 @@ def link_metrics_parameter(config: Config) -> str:
         m.zscore_influence,
         m.sla_windows,
     )
-    lines = ["\t".join(["metrics", *map(repr, settings)])]
+    lines = [
+        "\t".join(["metrics", *map(repr, settings)]),
+        "\t".join(
+            ["feed", repr(m.feed_deadband), repr(m.feed_heartbeat_ns), ",".join(m.feed_policies)]
+        ),
+    ]
     for link in config.links:
         values = (
             link.capacity_bps,
@@ -199,7 +205,7 @@ def link_metrics_parameter(config: Config) -> str:
             link.max_loss,
             link.max_queue_delay_ns,
         )
-        lines.append("\t".join(["link", link.id, *map(repr, values)]))
+        lines.append("\t".join(["link", link.id, *map(repr, values), link.policy]))
     return base64.b64encode("\n".join(lines).encode()).decode()
 
 
@@ -212,12 +218,15 @@ def build_metrics_job(
     stop_offsets: Mapping[str, Mapping[int, int]] | None = None,
     transactional_id_prefix: str,
 ) -> StatementSet:
-    """Declares the sources, the SQL and the two sinks (link metrics, SLA alerts); returns
-    the statements to execute as one Flink job (the planner shares the views between the
-    two sinks)."""
+    """Declares the sources, the SQL and the sinks (link metrics, SLA alerts, and with
+    [metrics] optimizer_feed the optimizer feed); returns the statements to execute as one
+    Flink job (the planner shares the views between the sinks)."""
     env.get_config().set("table.local-time-zone", "UTC")
     create_sources(env, topics, config.kafka, config.metrics, source_options, stop_offsets)
-    for table, stream in (("metrics_out", "link_metrics"), ("alerts_out", "sla_alerts")):
+    sinks = [("metrics_out", "link_metrics"), ("alerts_out", "sla_alerts")]
+    if config.metrics.optimizer_feed:
+        sinks.append(("feed_out", "optimizer_feed"))
+    for table, stream in sinks:
         # Each sink's transactions need their own ids.
         options = exactly_once_sink_options(f"{transactional_id_prefix}.{stream}")
         env.execute_sql(
@@ -239,6 +248,12 @@ def build_metrics_job(
         f"INSERT INTO metrics_out SELECT {metrics_columns} FROM link_metrics_rows"
     )
     statements.add_insert_sql(f"INSERT INTO alerts_out {alerts}")
+    if config.metrics.optimizer_feed:
+        # The same records, keyed by link (the same partitions as link_metrics), of the
+        # windows LinkMetrics marks for the feed (OptimizerFeed).
+        statements.add_insert_sql(
+            f"INSERT INTO feed_out SELECT {metrics_columns} FROM link_metrics_rows WHERE feed"
+        )
     return statements
 
 

@@ -9,11 +9,12 @@ import java.util.HexFormat;
 /**
  * Runs the metrics job's record readers (LinkSpecReader, IntervalReader in the functions jar) on
  * the records of stdin, one a line: "spec KEY VALUE" (a links-topic record: its key's UTF-8 and
- * its value's bytes, each in hex, "-" for none), "interval VALUE" or "time VALUE NOW_MS" (the
- * event time IntervalTime gives the record when this host's clock reads NOW_MS). Prints per
- * record "ok" and what was read (a spec's ts_ns, removed, capacity_bps, weights, max_loss,
- * max_queue_delay_ns; an interval's ts_ns, samples and events; an event time in ms) or
- * "malformed" and the reason. In the readers' package,
+ * its value's bytes, each in hex, "-" for none), "policy KEY VALUE" (the policy such a record's
+ * config names, as NewestLinkSpec reads it for the optimizer feed), "interval VALUE" or "time
+ * VALUE NOW_MS" (the event time IntervalTime gives the record when this host's clock reads
+ * NOW_MS). Prints per record "ok" and what was read (a spec's ts_ns, removed, capacity_bps,
+ * weights, max_loss, max_queue_delay_ns; a policy; an interval's ts_ns, samples and events; an
+ * event time in ms) or "malformed" and the reason. In the readers' package,
  * which they are private to; tests/unit/test_flink_readers.py compiles it against the jar.
  */
 public final class RecordCheck {
@@ -46,6 +47,11 @@ public final class RecordCheck {
               .append(s.maxLoss)
               .append(' ')
               .append(s.maxQueueDelayNs);
+        } else if (f[0].equals("policy")) {
+          byte[] key = bytes(f[1]);
+          specs.read(key == null ? null : new String(key, StandardCharsets.UTF_8), bytes(f[2]));
+          String policy = specs.policy();
+          out.append("ok ").append(policy);
         } else if (f[0].equals("time")) {
           long timeMs = IntervalTime.eventTimeMs(intervals, bytes(f[1]), Long.parseLong(f[2]));
           out.append("ok ").append(timeMs);

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import json
 import math
 import threading
 import time
@@ -13,6 +15,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from fastavro import parse_schema, schemaless_writer
+from feedrule import thinned
 from pyflink.table import EnvironmentSettings, TableEnvironment
 from replay import (
     EMPTY_COUNTERS,
@@ -25,7 +28,7 @@ from replay import (
     replay,
 )
 
-from p4bs.bus import RecordConsumer, RecordProducer
+from p4bs.bus import RecordConsumer, RecordProducer, read_stream
 from p4bs.config import LinkConfig
 from p4bs.links import DEFAULT_LEAD_NS
 from p4bs_infra.stack import Stack
@@ -382,3 +385,83 @@ def test_interval_records_are_read_from_their_bytes_and_bad_ones_are_skipped() -
         (ts_ns - 1000, False, flow),
         (ts_ns - 1000, True, flow),
     ]
+
+
+def test_the_optimizer_feed_holds_every_window_that_can_matter_and_no_other(
+    stack: Stack, topics: dict[str, str], repo: Path, tmp_path: Path
+) -> None:
+    """[metrics] optimizer_feed on, the replay on four links: r1:eth1 of the config, GLOBECOM
+    (thinned), r1:eth2 of the config, P4BS (every window), r9:eth9 of the links topic, its
+    config naming GLOBECOM (thinned), and r8:eth8 of the links topic, its config not JSON
+    (every window). The feed holds, per link, exactly the windows of its link_metrics that
+    the rule (tests/feedrule.py, recomputed here over those windows and the run's SLA alerts)
+    selects for a thinned link, and all of them for the others, each the same record."""
+    records = replay()
+    base = config_for(repo, stack.kafka.bootstrap)
+    link = base.links[0]
+    config = dataclasses.replace(
+        base,
+        links=(
+            dataclasses.replace(link, policy="globecom", policy_options={}),
+            dataclasses.replace(link, interface="eth2"),  # P4BS
+        ),
+        metrics=dataclasses.replace(base.metrics, optimizer_feed=True),
+    )
+    thinned_ids = {LINK, "r9:eth9"}
+    first = min(r["ts_ns"] for r in records)
+    producer = RecordProducer(stack.kafka.bootstrap, topics)
+    for link_id, link_config in (("r9:eth9", {"policy": "globecom"}), ("r8:eth8", None)):
+        spec = _spec(link, link_id, first - 60_000_000_000, link.capacity_bps)
+        spec["config"] = "policy = 'p4bs'" if link_config is None else json.dumps(link_config)
+        producer.produce("links", spec)
+    assert producer.flush(30) == 0
+    link_ids = (LINK, "r1:eth2", "r9:eth9", "r8:eth8")
+    relabelled = [{**r, "link_id": link_id} for r in records for link_id in link_ids]
+    produce(stack.kafka.bootstrap, topics, sorted(relabelled, key=lambda r: r["ts_ns"]))
+
+    conf = flink_configuration(
+        checkpoint_interval_ns=1_000_000_000, checkpoint_dir=tmp_path / "checkpoints"
+    )
+    run_metrics_job(config, topics, conf, group_id="feed-test", bounded=True).wait(300_000)
+
+    want = expected(records, config)
+    windows: dict[str, list[dict[str, Any]]] = {link_id: [] for link_id in link_ids}
+    for record in consume(stack.kafka.bootstrap, topics, 4 * len(want), "reader", 2.0):
+        windows[record["link_id"]].append(record)
+    for link_id in link_ids:
+        assert_windows_match(windows[link_id], want, link_id=link_id)
+        windows[link_id].sort(key=lambda r: r["window_start_ns"])
+    alert_ends: dict[str, set[int]] = {link_id: set() for link_id in link_ids}
+    for alert in read_stream(stack.kafka.bootstrap, "sla_alerts", topics, idle_s=5.0):
+        alert_ends[alert["link_id"]].add(alert["ts_ns"])
+    m = config.metrics
+    want_feed = {
+        link_id: thinned(
+            windows[link_id],
+            alert_ends[link_id],
+            deadband=m.feed_deadband,
+            heartbeat_ns=m.feed_heartbeat_ns,
+        )
+        if link_id in thinned_ids
+        else windows[link_id]
+        for link_id in link_ids
+    }
+    count = sum(map(len, want_feed.values()))
+    feed: dict[str, list[dict[str, Any]]] = {link_id: [] for link_id in link_ids}
+    for record in consume(
+        stack.kafka.bootstrap, topics, count, "feed-reader", 2.0, stream="optimizer_feed"
+    ):
+        feed[record["link_id"]].append(record)
+    for link_id in link_ids:
+        got = sorted(feed[link_id], key=lambda r: r["window_start_ns"])
+        assert got == want_feed[link_id], link_id
+    # The rule thinned: fewer windows, and not only the heartbeats (N and SRTT move in the
+    # replay).
+    held = want_feed[LINK]
+    assert len(held) < len(want) / 2
+    heartbeats = [
+        w
+        for w in held
+        if w["window_end_ns"] // m.feed_heartbeat_ns > w["window_start_ns"] // m.feed_heartbeat_ns
+    ]
+    assert len(heartbeats) + 1 < len(held)

@@ -7,6 +7,7 @@ separators into the job, and its counts and RTTs are not negative."""
 from __future__ import annotations
 
 import io
+import json
 import math
 import subprocess
 from pathlib import Path
@@ -125,6 +126,38 @@ def test_a_link_spec_is_taken_whole_and_in_range_or_refused_with_its_reason(
         (k, want, out)
         for (k, _, want), out in zip(cases, got, strict=True)
         if not out.startswith(want)
+    ]
+    assert not wrong
+
+
+def test_a_link_specs_policy_is_read_from_its_config_or_refused_with_its_reason(
+    tmp_path: Path,
+) -> None:
+    """The optimizer feed thins a link's windows by its policy, which a links-topic record
+    carries only in its config (the [[links]] entry as JSON): a config the job cannot read a
+    policy name from leaves the link unthinned (every window), counted with the reason."""
+    cases = [
+        (json.dumps({"router": "r1", "policy": "globecom", "policy_options": {}}), "ok globecom"),
+        ('{"policy": "loss-delay-fit"}', "ok loss-delay-fit"),
+        ("{}", "malformed config names no policy"),
+        ('{"policy": 7}', "malformed config names no policy"),
+        ('["globecom"]', "malformed config names no policy"),
+        ("", "malformed config names no policy"),
+        ("policy = 'globecom'", "malformed config is not JSON"),
+        ('{"policy": "globecom"', "malformed config is not JSON"),
+        ('{"policy": "a,b"}', "malformed policy 'a,b' is not a policy name"),
+        (json.dumps({"policy": "p" * 65}), "malformed policy 'ppp"),
+    ]
+    key = _hex(LINK.encode())
+    got = _check(
+        [f"policy {key} {_hex(_avro('links', _spec(config=c)))}" for c, _ in cases], tmp_path
+    )
+    assert len(got) == len(cases)
+    # A policy read is the whole name; a reason starts as given.
+    wrong = [
+        (config, want, out)
+        for (config, want), out in zip(cases, got, strict=True)
+        if (out != want if want.startswith("ok") else not out.startswith(want))
     ]
     assert not wrong
 

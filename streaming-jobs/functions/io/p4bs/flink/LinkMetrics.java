@@ -10,6 +10,7 @@ import java.util.Base64;
 import java.util.Comparator;
 import java.util.HashMap;
 import java.util.Iterator;
+import java.util.List;
 import java.util.Map;
 import org.apache.flink.api.common.typeutils.SimpleTypeSerializerSnapshot;
 import org.apache.flink.api.common.typeutils.TypeSerializerSnapshot;
@@ -36,7 +37,9 @@ import org.slf4j.LoggerFactory;
  * address or value can be mistaken for a separator. Output: the LinkMetrics
  * fields (streaming-jobs/README.md defines each), whether the link is known (other links' rows
  * are counted in the metric unknown_links and left out), and the SLA alert each bound raises or
- * resolves in this window (state "raise"/"resolve", else null).
+ * resolves in this window (state "raise"/"resolve", else null), and whether the window goes into
+ * the optimizer feed (OptimizerFeed: every window of a link whose policy needs them all, the
+ * windows that can matter of the others; the feed's sink writes those, link_metrics's all).
  *
  * <p>The metrics settings and the config's links come from the job parameter {@value
  * #CONFIG_PARAMETER} (base64 of tab-separated lines, written by
@@ -90,18 +93,19 @@ import org.slf4j.LoggerFactory;
                 + " offered_bps BIGINT, offered_utilisation DOUBLE, f DOUBLE, zscore DOUBLE, `change` BOOLEAN,"
                 + " delay_alert STRING, delay_alert_id STRING, delay_value DOUBLE,"
                 + " delay_bound DOUBLE, loss_alert STRING, loss_alert_id STRING,"
-                + " loss_value DOUBLE, loss_bound DOUBLE>"))
+                + " loss_value DOUBLE, loss_bound DOUBLE, feed BOOLEAN>"))
 public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
   private static final long serialVersionUID = 1L;
   public static final String CONFIG_PARAMETER = "p4bs.link-metrics";
 
-  private static final int OUTPUT_FIELDS = 31;
+  private static final int OUTPUT_FIELDS = 32;
   private static final int DELAY = 0, LOSS = 1;
   private static final String[] KINDS = {"queue_delay", "loss"};
 
   private static final Logger LOG = LoggerFactory.getLogger(LinkMetrics.class);
 
   private transient Settings settings;
+  private transient OptimizerFeed feed;
   private transient Map<String, LinkSettings> links;
   private transient Counter unknownLinks;
   private transient Counter nonFinite;
@@ -267,6 +271,12 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
         settings.zscoreThreshold = Double.parseDouble(f[7]);
         settings.zscoreInfluence = Double.parseDouble(f[8]);
         settings.slaWindows = Integer.parseInt(f[9]);
+      } else if (f[0].equals("feed")) {
+        feed =
+            new OptimizerFeed(
+                Double.parseDouble(f[1]),
+                Long.parseLong(f[2]),
+                f.length > 3 ? Arrays.asList(f[3].split(",")) : List.of());
       } else if (f[0].equals("link")) {
         try {
           links.put(
@@ -276,7 +286,8 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
                   Double.parseDouble(f[3]),
                   Double.parseDouble(f[4]),
                   Double.parseDouble(f[5]),
-                  Long.parseLong(f[6])));
+                  Long.parseLong(f[6]),
+                  f[7]));
         } catch (AvroReader.Malformed e) {
           throw new IllegalArgumentException("link " + f[1] + " of the config: " + e.getMessage());
         }
@@ -284,8 +295,8 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
         throw new IllegalArgumentException("unknown line in " + CONFIG_PARAMETER + ": " + f[0]);
       }
     }
-    if (settings == null) {
-      throw new IllegalArgumentException(CONFIG_PARAMETER + " has no metrics line");
+    if (settings == null || feed == null) {
+      throw new IllegalArgumentException(CONFIG_PARAMETER + " has no metrics or feed line");
     }
   }
 
@@ -327,6 +338,12 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
     }
     Settings m = settings;
     long start = epochNs(windowStart), end = epochNs(windowEnd);
+    // The previous window's values, for the feed: the change detector's history is empty
+    // before a link's first window (and after a refused one, which the optimizer missed).
+    boolean first = s.filteredF.isEmpty();
+    int previousLongFlows = s.longFlows.size();
+    Long previousSrtt = Double.isNaN(s.srtt) ? null : roundNs(s.srtt);
+    Long previousRttMin = s.rttMinima.isEmpty() ? null : s.rttMinima.peekFirst()[1];
 
     Double hmean = rttFlows != null && rttFlows > 0 ? rttFlows / rttInverseSum : null;
     if (hmean != null) {
@@ -387,6 +404,24 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
     sla(s, DELAY, delayNs != null ? (double) delayNs : 0.0, (double) link.maxQueueDelayNs,
         linkId, end, m.slaWindows, alerts);
     sla(s, LOSS, loss, link.maxLoss, linkId, end, m.slaWindows, alerts);
+    Long srttNs = Double.isNaN(s.srtt) ? null : roundNs(s.srtt);
+    Long rttMinOut = s.rttMinima.isEmpty() ? null : s.rttMinima.peekFirst()[1];
+    int longFlows = s.longFlows.size();
+    boolean changed = change[1] != 0;
+    boolean fed =
+        !feed.thins(link.policy)
+            || feed.passes(
+                first,
+                previousLongFlows,
+                longFlows,
+                previousSrtt,
+                srttNs,
+                previousRttMin,
+                rttMinOut,
+                changed,
+                alerts[0] != null || alerts[4] != null,
+                start,
+                end);
     s.out =
         Row.of(
             true,
@@ -395,9 +430,9 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
             rttSamples,
             rttFlows,
             hmean != null ? roundNs(hmean) : null,
-            Double.isNaN(s.srtt) ? null : roundNs(s.srtt),
-            s.rttMinima.isEmpty() ? null : s.rttMinima.peekFirst()[1],
-            s.longFlows.size(),
+            srttNs,
+            rttMinOut,
+            longFlows,
             data,
             retrans,
             loss,
@@ -411,7 +446,7 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
             offeredUtilisation,
             f,
             change[0],
-            change[1] != 0,
+            changed,
             alerts[0],
             alerts[1],
             alerts[2],
@@ -419,7 +454,8 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
             alerts[4],
             alerts[5],
             alerts[6],
-            alerts[7]);
+            alerts[7],
+            fed);
   }
 
   /**
@@ -440,7 +476,8 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
               (Double) spec.getField(3),
               (Double) spec.getField(4),
               (Double) spec.getField(5),
-              (Long) spec.getField(6));
+              (Long) spec.getField(6),
+              (String) spec.getField(7));
     } catch (AvroReader.Malformed e) {
       throw new IllegalStateException("NewestLinkSpec gave a spec it had not checked", e);
     }

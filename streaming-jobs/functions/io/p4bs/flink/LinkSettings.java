@@ -8,7 +8,8 @@ import org.apache.flink.core.memory.DataOutputView;
  * One link's capacity, weights and SLA bounds, from the config or a LinkSpec record of the links
  * topic, checked so that LinkMetrics's divisions are by numbers above 0 and its products of
  * finite numbers: capacity_bps > 0, max_queue_delay_ns > 0, 0 < max_loss <= 1, the weights
- * finite and >= 0. Immutable.
+ * finite and >= 0; and the optimizer's policy for it (null: not known), which decides whether
+ * the optimizer feed thins its windows (OptimizerFeed). Immutable.
  */
 final class LinkSettings {
   /** The longest link id ("router:interface") taken. */
@@ -16,19 +17,31 @@ final class LinkSettings {
 
   final long capacityBps, maxQueueDelayNs;
   final double weightLoss, weightDelay, maxLoss;
+  final String policy;
 
   private LinkSettings(
-      long capacityBps, double weightLoss, double weightDelay, double maxLoss, long maxQueueDelayNs) {
+      long capacityBps,
+      double weightLoss,
+      double weightDelay,
+      double maxLoss,
+      long maxQueueDelayNs,
+      String policy) {
     this.capacityBps = capacityBps;
     this.weightLoss = weightLoss;
     this.weightDelay = weightDelay;
     this.maxLoss = maxLoss;
     this.maxQueueDelayNs = maxQueueDelayNs;
+    this.policy = policy;
   }
 
   /** The settings, or a Malformed naming the first value out of its range. */
   static LinkSettings of(
-      long capacityBps, double weightLoss, double weightDelay, double maxLoss, long maxQueueDelayNs)
+      long capacityBps,
+      double weightLoss,
+      double weightDelay,
+      double maxLoss,
+      long maxQueueDelayNs,
+      String policy)
       throws AvroReader.Malformed {
     if (capacityBps <= 0) {
       throw new AvroReader.Malformed("capacity_bps " + capacityBps + " is not above 0");
@@ -46,7 +59,13 @@ final class LinkSettings {
       throw new AvroReader.Malformed(
           "weight_delay " + weightDelay + " is not a finite number >= 0");
     }
-    return new LinkSettings(capacityBps, weightLoss, weightDelay, maxLoss, maxQueueDelayNs);
+    return new LinkSettings(capacityBps, weightLoss, weightDelay, maxLoss, maxQueueDelayNs, policy);
+  }
+
+  /** The same settings for a link of another policy (null: not known). */
+  LinkSettings withPolicy(String otherPolicy) {
+    return new LinkSettings(
+        capacityBps, weightLoss, weightDelay, maxLoss, maxQueueDelayNs, otherPolicy);
   }
 
   /**
@@ -81,6 +100,10 @@ final class LinkSettings {
     target.writeDouble(weightLoss);
     target.writeDouble(weightDelay);
     target.writeDouble(maxLoss);
+    target.writeBoolean(policy != null);
+    if (policy != null) {
+      target.writeUTF(policy);
+    }
   }
 
   /** Settings written by {@link #write}: checked when they were taken. */
@@ -90,6 +113,7 @@ final class LinkSettings {
     double weightLoss = source.readDouble();
     double weightDelay = source.readDouble();
     double maxLoss = source.readDouble();
-    return new LinkSettings(capacityBps, weightLoss, weightDelay, maxLoss, maxQueueDelayNs);
+    String policy = source.readBoolean() ? source.readUTF() : null;
+    return new LinkSettings(capacityBps, weightLoss, weightDelay, maxLoss, maxQueueDelayNs, policy);
   }
 }

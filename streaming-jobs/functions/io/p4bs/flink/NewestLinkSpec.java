@@ -18,7 +18,10 @@ import org.apache.flink.types.Row;
  * LinkMetrics; null for a window without one. Values, not text: nothing in a record can be
  * mistaken for a separator. A null value (a row of another kind) adds nothing; a record that does
  * not pass LinkSpecReader's checks adds nothing and is counted (malformed_link_specs), though the
- * job has dropped those already (LinkSpecTime stamps them 0).
+ * job has dropped those already (LinkSpecTime stamps them 0). The row carries the policy the
+ * record's config names (the optimizer feed thins the windows of some policies' links); a config
+ * that names none the job can read leaves it null, so the link gets every window, and is counted
+ * (link_specs_without_policy) and logged.
  */
 @FunctionHint(
     input = {@DataTypeHint("STRING"), @DataTypeHint("BYTES")},
@@ -33,6 +36,7 @@ public class NewestLinkSpec extends AggregateFunction<Row, NewestLinkSpec.Newest
 
   private transient LinkSpecReader reader;
   private transient Counter malformed;
+  private transient Counter withoutPolicy;
 
   /** The newest spec so far: none while settings is null. */
   public static final class Newest {
@@ -103,6 +107,7 @@ public class NewestLinkSpec extends AggregateFunction<Row, NewestLinkSpec.Newest
   public void open(FunctionContext context) {
     reader = new LinkSpecReader();
     malformed = JobCounters.counter(context, LinkSpecReader.MALFORMED_METRIC);
+    withoutPolicy = JobCounters.counter(context, LinkSpecReader.NO_POLICY_METRIC);
   }
 
   @Override
@@ -120,7 +125,15 @@ public class NewestLinkSpec extends AggregateFunction<Row, NewestLinkSpec.Newest
       AvroReader.count(malformed, LinkSpecReader.WHAT, e);
       return;
     }
-    acc.take(reader.tsNs, reader.removed, reader.settings);
+    String policy = null;
+    if (!reader.removed) {
+      try {
+        policy = reader.policy();
+      } catch (AvroReader.Malformed e) {
+        AvroReader.count(withoutPolicy, LinkSpecReader.NO_POLICY_WHAT, e);
+      }
+    }
+    acc.take(reader.tsNs, reader.removed, reader.settings.withPolicy(policy));
   }
 
   public void merge(Newest acc, Iterable<Newest> others) {
@@ -143,6 +156,7 @@ public class NewestLinkSpec extends AggregateFunction<Row, NewestLinkSpec.Newest
             s.weightLoss,
             s.weightDelay,
             s.maxLoss,
-            s.maxQueueDelayNs);
+            s.maxQueueDelayNs,
+            s.policy);
   }
 }

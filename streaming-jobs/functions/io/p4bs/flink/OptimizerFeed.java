@@ -1,0 +1,78 @@
+package io.p4bs.flink;
+
+import java.util.Collection;
+import java.util.Set;
+
+/**
+ * Which windows go into the optimizer feed (streaming-jobs/README.md, config [metrics]
+ * optimizer_feed): every window of a link whose policy needs every window; for a link whose
+ * policy is one of the thinned ones (policies that decide on the window in hand alone, from its
+ * SRTT and N), only a window that can move such a decision, and a heartbeat so that the
+ * optimizer still hears from a steady link and a slow drift is decided at most a heartbeat late.
+ * Pure and apart from Flink, so that tests/java/OptimizerFeedRule.java can run it; the Python
+ * twin tests/feedrule.py checks the job's output against it.
+ */
+public final class OptimizerFeed {
+  final double deadband;
+  final long heartbeatNs;
+  private final Set<String> thinnedPolicies;
+
+  /**
+   * @param deadband relative move of SRTT or RTT_min from the previous window that passes a window
+   * @param heartbeatNs a window holding a whole multiple of this in (start, end] passes
+   * @param thinnedPolicies the policies whose links get only the windows that matter
+   */
+  public OptimizerFeed(double deadband, long heartbeatNs, Collection<String> thinnedPolicies) {
+    if (!(deadband >= 0 && deadband < 1) || heartbeatNs <= 0) {
+      throw new IllegalArgumentException(
+          "feed deadband " + deadband + " not in [0, 1) or heartbeat " + heartbeatNs + " <= 0");
+    }
+    this.deadband = deadband;
+    this.heartbeatNs = heartbeatNs;
+    this.thinnedPolicies = Set.copyOf(thinnedPolicies);
+  }
+
+  /** Whether a link of this policy (null: not known, so every window) gets a thinned feed. */
+  public boolean thins(String policy) {
+    return policy != null && thinnedPolicies.contains(policy);
+  }
+
+  /**
+   * Whether a thinned link's window can matter to its policy. The previous values are those of
+   * the link's previous window out (SRTT and RTT_min null where it had none); {@code first}: the
+   * link has no previous window.
+   */
+  public boolean passes(
+      boolean first,
+      int previousLongFlows,
+      int longFlows,
+      Long previousSrttNs,
+      Long srttNs,
+      Long previousRttMinNs,
+      Long rttMinNs,
+      boolean change,
+      boolean alert,
+      long startNs,
+      long endNs) {
+    return first
+        || longFlows != previousLongFlows
+        || moved(previousSrttNs, srttNs)
+        || moved(previousRttMinNs, rttMinNs)
+        || change
+        || alert
+        || heartbeat(startNs, endNs);
+  }
+
+  /** Present in one window and not the other, or moved by more than the deadband of the first. */
+  private boolean moved(Long previous, Long now) {
+    if (previous == null || now == null) {
+      return (previous == null) != (now == null);
+    }
+    return Math.abs(now - previous) > deadband * previous;
+  }
+
+  /** The window (start, end] holds a whole multiple of the heartbeat. */
+  private boolean heartbeat(long startNs, long endNs) {
+    return Math.floorDiv(endNs, heartbeatNs) > Math.floorDiv(startNs, heartbeatNs);
+  }
+}
