@@ -28,9 +28,12 @@ METRICS_KEY = "optimizer.metrics_address"
 
 
 def check_policies(config: Config) -> list[str]:
-    """Every link's policy made once with its options: the problems, one line each."""
+    """Every link's policy made once with its options, and whether the windows the optimizer
+    reads serve it (the optimizer feed thins some links' windows): the problems, one line
+    each."""
     from p4bs_optimizer.policies import policy_for
     from p4bs_optimizer.policies.base import PolicyOptionError
+    from p4bs_optimizer.service.feed import feed_problem
 
     problems = []
     for link in config.links:
@@ -38,6 +41,9 @@ def check_policies(config: Config) -> list[str]:
             policy_for(link)
         except PolicyOptionError as exc:
             problems.append(f"link {link.id}: {exc}")
+        problem = feed_problem(config, link)
+        if problem is not None:
+            problems.append(problem)
     return problems
 
 
@@ -62,7 +68,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     topics = config.kafka.topics
     logs.status_line(
         f"optimizer{' (dry run: deciding, not applying)' if service.dry_run else ''}: "
-        f"{topics['link_metrics']} -> {topics['buffer_decisions']} and the routers; group "
+        f"{topics[config.metrics.optimizer_stream]} -> {topics['buffer_decisions']} and the "
+        f"routers; group "
         f"{config.optimizer.group} (instance {service.instance}), {len(config.links)} links "
         f"in the config, their state in {topics['optimizer_state']}",
         instance=service.instance,

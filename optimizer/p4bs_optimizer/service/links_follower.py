@@ -4,7 +4,8 @@ its next window; a changed one gets its controller made again under the new sett
 same policy goes on from its state; another starts afresh, with the buffers in force and the
 windows done kept); a removed one stops being decided (its state stays in the changelog). An
 entry that does not make a valid link against the config's routers and switches is logged and
-passed over. Links the topic never mentions are the config's.
+passed over, as is one whose policy needs every window while the optimizer reads a feed
+that thins its links (`feed.py`). Links the topic never mentions are the config's.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from p4bs.config import Config, ConfigError, link_from_table
 from p4bs_optimizer.policies import policy_for
 from p4bs_optimizer.policies.base import PolicyOptionError
 from p4bs_optimizer.service.controller import LinkController
+from p4bs_optimizer.service.feed import feed_problem
 from p4bs_optimizer.service.ownership import LinkHolder
 from p4bs_optimizer.service.stats import ServiceStats
 
@@ -77,6 +79,9 @@ class LinksFollower:
             if link.id != link_id:
                 raise ValueError(f"the entry describes {link.id}")
             policy_for(link)
+            problem = feed_problem(self.config, link)
+            if problem is not None:
+                raise ValueError(problem)
         except (ValueError, ConfigError, PolicyOptionError) as exc:
             self.stats.bad_links += 1
             log.error("link %s from the links topic passed over: %s", link_id, exc)

@@ -1,6 +1,7 @@
 """Which links this process drives: the partitions the group gives it and takes back.
 
-Kafka gives each process of the group some of the `link_metrics` partitions, and a process
+Kafka gives each process of the group some of the partitions of its windows' stream
+(`link_metrics`, or `optimizer_feed` with [metrics] optimizer_feed), and a process
 drives exactly the links of its partitions. Each link's state (the policy's snapshot, what is
 in force, decisions not yet applied) is a record of the compacted `optimizer_state` topic
 (`changelog.py`), in the partition of the same number. The assignment is cooperative: a rebalance
@@ -65,7 +66,8 @@ class Ownership:
         self.stats = stats
         self.holder = holder
         self.outgoing = outgoing
-        self.metrics_topic = config.kafka.topics["link_metrics"]
+        # link_metrics, or the optimizer feed: the changelog is co-partitioned with either.
+        self.metrics_topic = config.kafka.topics[config.metrics.optimizer_stream]
         self.partitions: set[Partition] = set()
         self.next_offsets: dict[Partition, int] = {}  # as last committed
         # Records not yet committed, per partition in order, each with its link and window

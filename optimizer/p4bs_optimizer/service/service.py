@@ -1,7 +1,8 @@
 """The optimizer service: link metrics in, buffer decisions out and applied to routers.
 
-One process drives many links. A thread polls Kafka (the link_metrics topic, and the RTT
-samples of link_counters when a link separates flows by RTT) and hands each window to its
+One process drives many links. A thread polls Kafka (the link_metrics topic, or the
+optimizer feed with [metrics] optimizer_feed (`feed.py`), and the RTT samples of
+link_counters when a link separates flows by RTT) and hands each window to its
 link's controller (controller.py: the policy and the safety guards) on the asyncio loop.
 Processes in one consumer group share the links: Kafka gives each its partitions, and records
 are keyed by link (ownership.py). Policies that fit a GP for long do it off the loop
@@ -221,7 +222,7 @@ class OptimizerService:
 
     # ---- the loop ----------------------------------------------------------------------
     def _streams(self) -> list[str]:
-        streams = ["link_metrics"]
+        streams = [self.config.metrics.optimizer_stream]
         if any(link.policy == JenksPolicy.name for link in self.config.links):
             streams.append("link_counters")
         return streams
@@ -237,7 +238,7 @@ class OptimizerService:
             return
         link_id = received.record["link_id"]
         controller, number = None, 0
-        if received.stream == "link_metrics":
+        if received.stream == self.config.metrics.optimizer_stream:
             controller = self.controller(link_id, received.partition)
             if controller is not None:
                 controller.partition = received.partition  # its windows' is its changelog's
