@@ -2,14 +2,17 @@
 measured in the same run (issue 41).
 
     .venv/bin/python tests/bench/optimizer_cpu.py [--links 1000,4000,10000] [--runs 3]
-        [--reference 695705d] [--seconds 20] [--workloads deciding,steady]
+        [--reference 695705d] [--seconds 20] [--workloads deciding,steady,quiet-feed]
 
 Each measurement is one `optimizer_service.py capacity --links N --workload W` (one dry-run
 service process, GLOBECOM, each link's window every 100 ms; "deciding": its SRTT switching
 between 20 and 30 ms every second, so that every link decides once a second, the workload
 of the figures before issue 41; "steady": the SRTT wobbling by 3%, within GLOBECOM's gamma,
-so that a link decides once) in a process of its own, on one Kafka broker this benchmark
-starts. The reference runs the same benchmark script with the reference commit's
+so that a link decides once; "steady-feed": the steady workload's windows that the metrics
+job's optimizer feed holds, [metrics] optimizer_feed: a link's first, its 3% SRTT switch once
+a second, a heartbeat once a second; "quiet-feed": a 1% wobble, within the feed's deadband,
+so the heartbeats alone) in a process of its own, on one Kafka broker this
+benchmark starts. The reference runs the same benchmark script with the reference commit's
 packages first on its import path (a git worktree in a temporary folder, removed after).
 The two codes alternate, the first of each pair swapped from one run to the next, so that
 the machine's drift falls on both.
@@ -17,7 +20,8 @@ the machine's drift falls on both.
 Figures per N, medians over the runs: the service process's CPU (all its threads, the Kafka
 client's too) in seconds per second per 1,000 links, counted on the windows it handled: a
 process that falls behind handles fewer than offered (then NOT sustained), and its CPU per
-1,000 links is CPU / (windows handled per s / 10,000). For this checkout, the CPU by part
+1,000 links is CPU / (windows handled per s / windows offered per s per link / 1,000; 10
+windows a second per link but with the feed). For this checkout, the CPU by part
 (`p4bs_optimizer_cpu_seconds_total{part}`: decode, windows, state, produce, commit; "kafka
 and rest" is what is left of the process's CPU: the Kafka client's threads, the benchmark's
 own bookkeeping). Then head / reference.
@@ -107,8 +111,10 @@ def warm_up(bootstrap: str) -> None:
 
 
 def per_thousand(figures: dict[str, Any], cpu_s_per_s: float) -> float:
-    """CPU s/s per 1,000 links' windows handled (10,000 windows/s)."""
-    handled = figures["windows_per_s"] / (1000 * WINDOWS_PER_LINK_S)
+    """CPU s/s per 1,000 links' windows handled (10,000 windows/s; with the feed, what it
+    offers per 1,000 links)."""
+    offered = figures.get("offered_windows_per_s", figures["links"] * WINDOWS_PER_LINK_S)
+    handled = figures["windows_per_s"] / (1000 * offered / figures["links"])
     return cpu_s_per_s / handled if handled > 0 else float("nan")
 
 

@@ -22,7 +22,13 @@ capacity: links served by one process at one decision per second each (goal: 1,0
     "sustained" is >= 95% of the offered decisions and windows with a lag p99 under 1 s.
     `--workload steady` instead: each link's SRTT wobbles by 3% (within GLOBECOM's gamma),
     so it decides once, on its first window, as a settled network's links do; sustained is
-    then >= 95% of the windows. The
+    then >= 95% of the windows; `quiet`: by 1%, within the optimizer feed's deadband too.
+    `--workload steady-feed` (or `deciding-feed`, `quiet-feed`): the workload's windows as
+    the metrics job's optimizer feed holds them for GLOBECOM links ([metrics] optimizer_feed,
+    streaming-jobs/README.md; its default deadband and heartbeat): a link's first window,
+    each whose SRTT moved past the deadband (the steady workload's 3% switch, once a second at
+    a link's own phase: 1.9 windows a second per link), and the heartbeat, one a second
+    (`quiet-feed`: the heartbeats alone); the offered windows are those. The
     producer's windows are Avro made from a per-link template whose window times are
     rewritten (Python would otherwise spend a core encoding 10,000 windows/s); one rewritten
     window is checked to be byte for byte what the codec encodes.
@@ -75,6 +81,7 @@ from confluent_kafka import Producer
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for simlink
 
 from benchkit import fresh_topics, quantiles
+from feedrule import passes
 from simlink import WINDOW_NS, LinkModel, SimulatedLink
 
 from p4bs import paths
@@ -101,8 +108,22 @@ SRTTS_NS = (20_000_000, 30_000_000)  # alternating each second: GLOBECOM recompu
 # second. "deciding" (the figures before issue 41 are of it): GLOBECOM decides on every
 # switch, once a second per link. "steady": the SRTT wobbles by 3%, within GLOBECOM's gamma
 # (10%), so a link decides once, on its first window, as a settled network's links do.
-WORKLOADS = {"deciding": SRTTS_NS, "steady": (20_000_000, 20_600_000)}
+# "quiet": as steady, but by 1%, within the optimizer feed's deadband (2%) too, so that the
+# feed holds only its heartbeats.
+WORKLOADS = {
+    "deciding": SRTTS_NS,
+    "steady": (20_000_000, 20_600_000),
+    "quiet": (20_000_000, 20_200_000),
+}
 SWITCH_WINDOWS = 10  # windows between SRTT switches: one decision a second
+# "<workload>-feed": the workload's windows that the optimizer feed holds. The service reads
+# them from the link_metrics topic as it would from the feed's (the same records, and the
+# same work per window), so the reference commit, which has no feed, reads the same ones.
+# The config's defaults ([metrics] feed_deadband, feed_heartbeat), written here because the
+# reference's config has neither.
+FEED = "-feed"
+FEED_DEADBAND = 0.02
+FEED_HEARTBEAT_NS = 1_000_000_000
 WARMUP_S = 10.0
 STEP_EVERY_S = 4.0
 BASE_RTTS_NS = (20_000_000, 40_000_000)
@@ -200,6 +221,47 @@ def bench_links(base: LinkConfig, count: int) -> tuple[LinkConfig, ...]:
     )
 
 
+def variant_of(index: int, link: int, switch_windows: int = SWITCH_WINDOWS) -> int:
+    """Which of its two SRTTs link number `link` has in window `index` (each link switches at
+    its own phase)."""
+    return (index + link) // switch_windows % 2
+
+
+class FeedRule:
+    """Whether the optimizer feed holds a GLOBECOM link's window (tests/feedrule.py, the
+    metrics job's rule) of the workload's SRTTs: its first, an SRTT move past the deadband
+    (between the two, known in advance), a heartbeat."""
+
+    def __init__(self, srtts_ns: tuple[int, int]) -> None:
+        link = bench_links(load_config(paths.example_config()).links[0], 1)[0]
+        end_ns = 1_700_000_000_500_000_000  # not on a heartbeat: that is checked apart
+        records = [LinkModel().window(link, 100_000, end_ns) | {"srtt_ns": s} for s in srtts_ns]
+        self.moved = [
+            [
+                passes(a, b, alert=False, deadband=FEED_DEADBAND, heartbeat_ns=FEED_HEARTBEAT_NS)
+                for b in records
+            ]
+            for a in records
+        ]
+
+    def holds(self, previous: int | None, variant: int, end_ns: int) -> bool:
+        """For a window ending at `end_ns` of SRTT `variant` after one of `previous` (None:
+        the link's first)."""
+        heartbeat = end_ns // FEED_HEARTBEAT_NS > (end_ns - WINDOW_NS) // FEED_HEARTBEAT_NS
+        return previous is None or heartbeat or self.moved[previous][variant]
+
+    def windows_per_s(self, links: int) -> float:
+        """The feed's windows a second of `links` links once past their first (a cycle of
+        the workload is two switches, two seconds)."""
+        cycle = 2 * SWITCH_WINDOWS
+        held = sum(
+            self.holds(variant_of(index - 1, i), variant_of(index, i), index * WINDOW_NS)
+            for i in range(links)
+            for index in range(cycle, 2 * cycle)
+        )
+        return held / (cycle * WINDOW_NS / 1e9)
+
+
 def produce_windows(
     bootstrap: str,
     topic: str,
@@ -209,10 +271,13 @@ def produce_windows(
     period_ns: int = WINDOW_NS,
     switch_windows: int = SWITCH_WINDOWS,
     srtts_ns: tuple[int, int] = SRTTS_NS,
+    feed: bool = False,
 ) -> None:
     """In its own process: every link's window as it ends, one per `period_ns` from
     `first_end_ns` on, its SRTT switching every `switch_windows` (each link at its own
-    phase)."""
+    phase); with `feed`, only those the optimizer feed holds."""
+    rule = FeedRule(srtts_ns) if feed else None
+    previous: list[int | None] = [None] * links
     base = load_config(paths.example_config()).links[0]
     specs = bench_links(base, links)
     templates = [[WindowTemplate(s, srtt, first_end_ns) for srtt in srtts_ns] for s in specs]
@@ -229,7 +294,11 @@ def produce_windows(
         time.sleep(max(0.0, (end_ns - time.time_ns()) / 1e9))  # windows come out as they end
         index = end_ns // period_ns
         for i, key in enumerate(keys):
-            variant = (index + i) // switch_windows % 2
+            variant = variant_of(index, i, switch_windows)
+            held = rule is None or rule.holds(previous[i], variant, end_ns)
+            previous[i] = variant
+            if not held:
+                continue
             value = templates[i][variant].bytes_for(end_ns)
             while True:
                 try:
@@ -268,10 +337,12 @@ def bench_capacity(
     config = capacity_config(bootstrap, topics, links)
     first_end_ns = (time.time_ns() // WINDOW_NS + 30) * WINDOW_NS  # the producer starts
     total_s = WARMUP_S + seconds + 2
+    srtts_ns = WORKLOADS[workload.removesuffix(FEED)]
+    feed = workload.endswith(FEED)
     producer = multiprocessing.get_context("spawn").Process(
         target=produce_windows,
         args=(bootstrap, topics["link_metrics"], links, first_end_ns, total_s),
-        kwargs={"srtts_ns": WORKLOADS[workload]},
+        kwargs={"srtts_ns": srtts_ns, "feed": feed},
     )
     producer.start()
     service = TimedService(config, dry_run=True)
@@ -311,8 +382,8 @@ def bench_capacity(
     saves = (measured["end_saves"] - measured["start_saves"]) / seconds
     save_s = (measured["end_save_s"] - measured["start_save_s"]) / seconds
     p50, p99 = quantiles(lags) if lags else (float("nan"), float("nan"))
-    offered_windows = 10 * links
-    if workload == "steady":  # no decisions after the first: the windows say it
+    offered_windows = FeedRule(srtts_ns).windows_per_s(links) if feed else 10 * links
+    if not workload.startswith("deciding"):  # no decisions after the first: the windows say it
         sustained = windows >= 0.95 * offered_windows
     else:
         sustained = rate >= 0.95 * links and p99 < 1.0 and windows >= 0.95 * offered_windows
@@ -324,8 +395,8 @@ def bench_capacity(
     }
     print(
         f"  {links:5d} links, {workload}: {rate:7.1f} decisions/s"
-        + (f" (offered {links}/s, {rate / links:.0%})" if workload == "deciding" else "")
-        + f"; windows {windows:7.0f}/s (offered {offered_windows}/s); lag p50 "
+        + (f" (offered {links}/s, {rate / links:.0%})" if workload.startswith("deciding") else "")
+        + f"; windows {windows:7.0f}/s (offered {offered_windows:.0f}/s); lag p50 "
         f"{p50 * 1e3:6.1f} ms p99 {p99 * 1e3:6.1f} ms; service CPU {cpu:.2f} s/s"
         + (" (" + ", ".join(f"{k} {v:.3f}" for k, v in parts.items()) + ")" if parts else "")
         + f"; {saves:.0f} states saved/s ({save_s:.2f} s/s of wall time in transactions); "
@@ -336,7 +407,7 @@ def bench_capacity(
     if figures is not None:
         figures.update(
             links=links, workload=workload, decisions_per_s=rate, windows_per_s=windows,
-            lag_p50_s=p50,
+            offered_windows_per_s=offered_windows, lag_p50_s=p50,
             lag_p99_s=p99, cpu_s_per_s=cpu, cpu_parts=parts or None, states_per_s=saves,
             sustained=sustained,
         )  # fmt: skip
@@ -666,7 +737,10 @@ def main() -> int:
     parser.add_argument("--bootstrap", help="a running broker's, instead of one of its own")
     parser.add_argument("--json", type=Path, help="capacity: a JSON line per N, appended")
     parser.add_argument(
-        "--workload", choices=sorted(WORKLOADS), default="deciding", help="capacity's windows"
+        "--workload",
+        choices=sorted([*WORKLOADS, *(w + FEED for w in WORKLOADS)]),
+        default="deciding",
+        help="capacity's windows",
     )
     args = parser.parse_args()
     capacity_links = [int(x) for x in args.links.split(",")] * ("capacity" in args.parts)
@@ -690,7 +764,11 @@ def main() -> int:
             print(
                 f"capacity, dry run (decided and recorded, not applied), GLOBECOM, 10 windows/s "
                 f"per link, workload {args.workload} ("
-                + ("1 decision/s per link" if args.workload == "deciding" else "no decisions")
+                + (
+                    "1 decision/s per link"
+                    if args.workload.startswith("deciding")
+                    else "no decisions"
+                )
                 + f"); goal {CAPACITY_GOAL_LINKS:,} links:"
             )
             results = {}
