@@ -9,15 +9,13 @@ import dataclasses
 import itertools
 import json
 import math
-import subprocess
 from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import pytest
+from jarharness import run_harness
 
-from p4bs import paths
 from p4bs.config import MetricsConfig
 from p4bs_eval.change_detector import ChangeDetector
 
@@ -96,21 +94,10 @@ def test_the_offline_detector_reproduces_the_vector() -> None:
 def test_the_metrics_jobs_java_detector_reproduces_the_vector(tmp_path: Path) -> None:
     """The detector in the functions jar the metrics job loads, run by a small harness
     (tests/java) compiled against it."""
-    jar = paths.flink_functions_jar()
-    if not jar.is_file():
-        pytest.fail(f"{jar} is missing: run make build")
-    javac = ["javac", "-Xlint:all", "-Werror", "--release", "17", "-cp", str(jar)]
-    subprocess.run([*javac, "-d", str(tmp_path), str(HARNESS)], check=True)
     data = vector()
     settings = data["settings"]
-    args = [settings[k] for k in ("zscore_lag", "zscore_threshold", "zscore_influence")]
-    ran = subprocess.run(
-        ["java", "-cp", f"{jar}:{tmp_path}", "ChangeDetectorVector", *map(str, args)],
-        input="".join(f"{s['f']!r}\n" for s in data["steps"]),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    got = [(float(z), change == "1") for z, change in map(str.split, ran.stdout.splitlines())]
+    args = [str(settings[k]) for k in ("zscore_lag", "zscore_threshold", "zscore_influence")]
+    fs = [repr(s["f"]) for s in data["steps"]]
+    out = run_harness(HARNESS, "ChangeDetectorVector", args, fs, tmp_path)
+    got = [(float(z), change == "1") for z, change in map(str.split, out.splitlines())]
     assert_reproduces(got, data["steps"])

@@ -9,15 +9,12 @@ from __future__ import annotations
 import io
 import json
 import math
-import subprocess
 from pathlib import Path
 from typing import Any
 
-import pyflink
-import pytest
 from fastavro import parse_schema, schemaless_writer
+from jarharness import run_harness
 
-from p4bs import paths
 from p4bs_schemas.registry import STREAMS, current_schema
 
 HARNESS = Path(__file__).parents[1] / "java" / "RecordCheck.java"
@@ -76,22 +73,7 @@ def _hex(value: bytes | None) -> str:
 
 
 def _check(lines: list[str], tmp_path: Path) -> list[str]:
-    jar = paths.flink_functions_jar()
-    if not jar.is_file():
-        pytest.fail(f"{jar} is missing: run make build")
-    # The readers use Flink's Row, functions and metrics and slf4j: PyFlink's jars.
-    flink = Path(pyflink.__file__).parent / "lib" / "*"
-    javac = ["javac", "-Xlint:all", "-Werror", "--release", "17", "-cp", f"{jar}:{flink}"]
-    subprocess.run([*javac, "-d", str(tmp_path), str(HARNESS)], check=True)
-    ran = subprocess.run(
-        ["java", "-cp", f"{jar}:{tmp_path}:{flink}", "io.p4bs.flink.RecordCheck"],
-        input="".join(line + "\n" for line in lines),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    return ran.stdout.splitlines()
+    return run_harness(HARNESS, "io.p4bs.flink.RecordCheck", [], lines, tmp_path).splitlines()
 
 
 def test_a_link_spec_is_taken_whole_and_in_range_or_refused_with_its_reason(

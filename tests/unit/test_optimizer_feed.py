@@ -9,14 +9,13 @@ from __future__ import annotations
 import base64
 import dataclasses
 import random
-import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
 
-import pyflink
-import pytest
 from feedrule import passes, thinned
+from jarharness import run_harness
+from test_policies import T0, WINDOW_NS, window
 
 from p4bs import paths
 from p4bs.config import FEED_POLICIES, Config, LinkConfig, load_config
@@ -34,39 +33,14 @@ from p4bs_optimizer.service.stats import ServiceStats
 
 HARNESS = Path(__file__).parents[1] / "java" / "OptimizerFeedRule.java"
 MS = 1_000_000
-SECOND = 1_000_000_000
-WINDOW_NS = 100 * MS
-T0 = 1_700_000_000 * SECOND  # a whole second: window 9 ends on a heartbeat
+SECOND = 1_000_000_000  # T0 is a whole second: window 9 ends on a heartbeat
 DEADBAND, HEARTBEAT_NS = 0.02, SECOND
 
 
 def record(index: int, **fields: Any) -> dict[str, Any]:
-    """LinkMetrics record `index` of 100 ms windows from T0: SRTT 20 ms, RTT_min 15 ms,
-    N = 10, unless overridden."""
-    values: dict[str, Any] = {
-        "link_id": "r1:eth1",
-        "window_start_ns": T0 + index * WINDOW_NS,
-        "window_end_ns": T0 + (index + 1) * WINDOW_NS,
-        "rtt_samples": 500,
-        "rtt_flows": 10,
-        "rtt_hmean_ns": 20 * MS,
-        "srtt_ns": 20 * MS,
-        "rtt_min_ns": 15 * MS,
-        "long_flows": 10,
-        "data_packets": 800,
-        "retransmissions": 0,
-        "loss_rate": 0.0,
-        "loss_rate_ewma": 0.0,
-        "queue_delay_samples": 800,
-        "queue_delay_ns": 1 * MS,
-        "queue_delay_ewma_ns": 1 * MS,
-        "throughput_bps": 95_000_000,
-        "utilisation": 0.95,
-        "f": -0.1,
-        "zscore": 0.0,
-        "change": False,
-    }
-    return values | fields
+    """LinkMetrics record `index` of 100 ms windows from T0 (test_policies's window: SRTT 20
+    ms, RTT_min 18 ms, N = 50), fields overridden."""
+    return dataclasses.asdict(window(index)) | fields
 
 
 def _java_rule(
@@ -74,43 +48,29 @@ def _java_rule(
 ) -> tuple[list[bool], str]:
     """OptimizerFeed's answer for each (previous, window, alert), thinning `policies`, and
     whether each of GLOBECOM, p4bs and jenks is thinned."""
-    jar = paths.flink_functions_jar()
-    if not jar.is_file():
-        pytest.fail(f"{jar} is missing: run make build")
-    flink = Path(pyflink.__file__).parent / "lib" / "*"
-    javac = ["javac", "-Xlint:all", "-Werror", "--release", "17", "-cp", f"{jar}:{flink}"]
-    subprocess.run([*javac, "-d", str(tmp_path), str(HARNESS)], check=True)
 
     def text(value: int | None) -> str:
         return "-" if value is None else str(value)
 
     lines = []
-    for previous, window, alert in cases:
-        before = previous or window  # a first window's previous values are not read
+    for previous, now, alert in cases:
+        before = previous or now  # a first window's previous values are not read
         fields = (
             int(previous is None),
             before["long_flows"],
-            window["long_flows"],
+            now["long_flows"],
             text(before["srtt_ns"]),
-            text(window["srtt_ns"]),
+            text(now["srtt_ns"]),
             text(before["rtt_min_ns"]),
-            text(window["rtt_min_ns"]),
-            int(window["change"]),
+            text(now["rtt_min_ns"]),
+            int(now["change"]),
             int(alert),
-            window["window_start_ns"],
-            window["window_end_ns"],
+            now["window_start_ns"],
+            now["window_end_ns"],
         )
         lines.append(" ".join(map(str, fields)))
     args = [repr(DEADBAND), str(HEARTBEAT_NS), policies, "globecom,p4bs,jenks"]
-    ran = subprocess.run(
-        ["java", "-cp", f"{jar}:{tmp_path}:{flink}", "OptimizerFeedRule", *args],
-        input="".join(line + "\n" for line in lines),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    out = ran.stdout.split()
+    out = run_harness(HARNESS, "OptimizerFeedRule", args, lines, tmp_path).split()
     return [v == "1" for v in out[:-1]], out[-1]
 
 
@@ -128,8 +88,8 @@ def test_the_jobs_rule_passes_exactly_the_windows_that_can_matter(tmp_path: Path
         (base | {"srtt_ns": None}, base, False, True, "the first SRTT"),
         (base, base | {"srtt_ns": None}, False, True, "SRTT gone"),
         (base | {"srtt_ns": None}, base | {"srtt_ns": None}, False, False, "no SRTT in either"),
-        (base, base | {"rtt_min_ns": 14 * MS}, False, True, "RTT_min fell 6.7%"),
-        (base, base | {"rtt_min_ns": 15 * MS + 1}, False, False, "RTT_min moved 1 ns"),
+        (base, base | {"rtt_min_ns": 17 * MS}, False, True, "RTT_min fell 5.6%"),
+        (base, base | {"rtt_min_ns": 18 * MS + 1}, False, False, "RTT_min moved 1 ns"),
         (base, base | {"rtt_min_ns": None}, False, True, "RTT_min gone"),
         (base, base | {"change": True}, False, True, "the change flag"),
         (base, base, True, True, "an SLA alert raised or resolved"),
