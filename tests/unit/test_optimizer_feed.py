@@ -26,6 +26,7 @@ from p4bs_optimizer.policies import POLICIES
 from p4bs_optimizer.policies.base import Decision, Window
 from p4bs_optimizer.policies.baselines import AdtPolicy, BsclPolicy, StepPolicy, _TargetPolicy
 from p4bs_optimizer.policies.globecom import GlobecomPolicy
+from p4bs_optimizer.service import OptimizerService
 from p4bs_optimizer.service.controller import LinkController
 from p4bs_optimizer.service.feed import WINDOW_IN_HAND_POLICIES
 from p4bs_optimizer.service.links_follower import LinksFollower
@@ -173,6 +174,16 @@ def test_a_link_whose_policy_needs_every_window_is_refused_in_a_thinned_feed() -
     assert check_policies(_with_policy(thinning_p4bs, "globecom")) == []
     assert check_policies(_config(optimizer_feed=True)) == []
     assert check_policies(_config(feed_policies=("p4bs",))) == []
+
+
+def test_the_service_reads_its_windows_from_the_feed_when_it_is_on() -> None:
+    """Its consumer's stream, and the topic whose partitions it holds (and whose numbers
+    its changelog's follow)."""
+    for on, stream in ((False, "link_metrics"), (True, "optimizer_feed")):
+        config = _config(optimizer_feed=on)
+        service = OptimizerService(config, dry_run=True)
+        assert service._streams() == [stream]
+        assert service.owned.metrics_topic == config.kafka.topics[stream]
 
 
 class _Holder:
