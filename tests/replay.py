@@ -15,7 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from p4bs.bus import RecordConsumer, RecordProducer
+from p4bs.bus import Received, RecordConsumer, RecordProducer
 from p4bs.config import Config, load_config
 from p4bs_eval.change_detector import ChangeDetector
 from p4bs_loop.chaos import same_value
@@ -218,22 +218,26 @@ def consume(
     group: str,
     linger_s: float = 0.0,
     stream: str = "link_metrics",
+    partitions: dict[str, set[int]] | None = None,
 ) -> list[dict[str, Any]]:
     """`count` metrics records (read committed) of `stream`, and whatever else arrives within
-    `linger_s` after them (duplicates would)."""
+    `linger_s` after them (duplicates would); `partitions` gets each link's partitions."""
     consumer = RecordConsumer(bootstrap, group, [stream], topics)
     got: list[dict[str, Any]] = []
+
+    def take(received: Received | None) -> None:
+        if received is not None:
+            got.append(received.record)
+            if partitions is not None:
+                partitions.setdefault(received.record["link_id"], set()).add(received.partition)
+
     deadline = time.monotonic() + 120
     try:
         while len(got) < count and time.monotonic() < deadline:
-            received = consumer.poll(1.0)
-            if received is not None:
-                got.append(received.record)
+            take(consumer.poll(1.0))
         deadline = time.monotonic() + linger_s
         while time.monotonic() < deadline:
-            received = consumer.poll(max(0.0, deadline - time.monotonic()))
-            if received is not None:
-                got.append(received.record)
+            take(consumer.poll(max(0.0, deadline - time.monotonic())))
     finally:
         consumer.close()
     assert consumer.stats.malformed == 0

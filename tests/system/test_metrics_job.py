@@ -426,7 +426,10 @@ def test_the_optimizer_feed_holds_every_window_that_can_matter_and_no_other(
 
     want = expected(records, config)
     windows: dict[str, list[dict[str, Any]]] = {link_id: [] for link_id in link_ids}
-    for record in consume(stack.kafka.bootstrap, topics, 4 * len(want), "reader", 2.0):
+    metrics_partitions: dict[str, set[int]] = {}
+    for record in consume(
+        stack.kafka.bootstrap, topics, 4 * len(want), "reader", 2.0, partitions=metrics_partitions
+    ):
         windows[record["link_id"]].append(record)
     for link_id in link_ids:
         assert_windows_match(windows[link_id], want, link_id=link_id)
@@ -448,10 +451,21 @@ def test_the_optimizer_feed_holds_every_window_that_can_matter_and_no_other(
     }
     count = sum(map(len, want_feed.values()))
     feed: dict[str, list[dict[str, Any]]] = {link_id: [] for link_id in link_ids}
+    feed_partitions: dict[str, set[int]] = {}
     for record in consume(
-        stack.kafka.bootstrap, topics, count, "feed-reader", 2.0, stream="optimizer_feed"
+        stack.kafka.bootstrap,
+        topics,
+        count,
+        "feed-reader",
+        2.0,
+        stream="optimizer_feed",
+        partitions=feed_partitions,
     ):
         feed[record["link_id"]].append(record)
+    # Co-partitioned: a link's windows in the feed sit in the partition of its link_metrics
+    # (so the optimizer's changelog partition is the same whichever it reads).
+    assert feed_partitions == metrics_partitions
+    assert all(len(p) == 1 for p in feed_partitions.values())
     for link_id in link_ids:
         got = sorted(feed[link_id], key=lambda r: r["window_start_ns"])
         assert got == want_feed[link_id], link_id
