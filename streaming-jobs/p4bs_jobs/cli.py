@@ -51,10 +51,11 @@ def _start_job(args: argparse.Namespace, mode: str) -> tuple[Any, Config]:
     topics = config.kafka.topics
     result = run_metrics_job(config, topics, conf, group_id=args.group, bounded=args.bounded)
     where = f"from {restore}" if restore else "from the group's committed offsets"
+    feed = f", {topics['optimizer_feed']}" if config.metrics.optimizer_feed else ""
     logs.status_line(
         f"metrics + SLA job ({mode}) started {where}: {topics['link_counters']}, "
         f"{topics['links']} -> "
-        f"{topics['link_metrics']}, {topics['sla_alerts']}; checkpoints in {checkpoints}"
+        f"{topics['link_metrics']}, {topics['sla_alerts']}{feed}; checkpoints in {checkpoints}"
     )
     return result, config
 
