@@ -79,7 +79,9 @@ def measure(
     """One capacity run of `links` under this checkout's packages (tree None) or tree's."""
     out = work / f"{code}-{links}-{workload}.json"
     out.unlink(missing_ok=True)
-    env = dict(os.environ, P4BS_HOME=str(paths.home()))  # the jars, the example config
+    # The example config the code reads: the reference's own (this checkout's may have keys
+    # the reference does not know).
+    env = dict(os.environ, P4BS_HOME=str(tree or paths.home()))
     if tree is not None:
         env["PYTHONPATH"] = package_path(tree)
     command = [sys.executable, str(CAPACITY), "capacity", "--links", str(links)]
