@@ -355,6 +355,7 @@ class RecordConsumer:
         store_on_poll: bool = True,
         whole_topics: bool = False,
         transactional: bool = False,
+        report_ends: bool = False,
         settings: Mapping[str, Any] | None = None,
         on_assign: Callable[[list[Partition]], None] | None = None,
         on_revoke: Callable[[list[Partition]], None] | None = None,
@@ -366,6 +367,8 @@ class RecordConsumer:
         the group (no wait for a rebalance) and without committing anything.
         `transactional`: commits nothing itself; the caller commits offsets in its
         transactions (`TransactionalProducer.commit` with `group_metadata()`).
+        `report_ends`: the client tells when it reaches a partition's end, for
+        `at_end_of` (a `whole_topics` consumer always does, for `at_end`).
         `on_assign`, `on_revoke` and `on_lost` are called from `poll` when the group gives
         this consumer partitions, takes them back, or finds it had lost them (this member
         was dropped from the group: another may own them already)."""
@@ -384,10 +387,11 @@ class RecordConsumer:
                 "enable.auto.commit": not (whole_topics or transactional),
                 # Tells when a partition is read to its end (transaction markers included):
                 # `at_end` without a round trip to the broker per partition.
-                "enable.partition.eof": whole_topics,
+                "enable.partition.eof": whole_topics or report_ends,
                 **(settings or {}),
             }
         )
+        # Partitions whose end the client reported after the last record taken of them.
         self._at_eof: set[tuple[str, int]] = set()
         if whole_topics:
             deadline = Deadline(30 * SECOND_NS)
@@ -409,9 +413,14 @@ class RecordConsumer:
                     [(tp.topic, tp.partition) for tp in partitions]
                 )
 
+            def assigned(partitions: list[Partition]) -> None:
+                self._at_eof.difference_update(partitions)  # read from their offsets now
+                if on_assign is not None:
+                    on_assign(partitions)
+
             self._consumer.subscribe(
                 list(self._stream_of),
-                on_assign=call(on_assign),
+                on_assign=call(assigned),
                 on_revoke=call(on_revoke),
                 on_lost=call(on_lost),
             )
@@ -448,15 +457,16 @@ class RecordConsumer:
         """A message from the client: its record if it is one and well-formed; None for an
         end of partition, an error (raised if fatal) or a malformed record (dead-lettered)."""
         err = msg.error()
+        partition = (msg.topic() or "", msg.partition() or 0)
         if err is not None and err.code() == KafkaError._PARTITION_EOF:
-            self._at_eof.add((msg.topic() or "", msg.partition() or 0))
+            self._at_eof.add(partition)
             return None
         if err is not None:
             if err.fatal():
                 raise KafkaException(err)
             log.warning("consumer %s: %s", self.group, err)
             return None
-        self._at_eof.discard((msg.topic() or "", msg.partition() or 0))
+        self._at_eof.discard(partition)
         received = self._decode(msg)
         if received is None or self._store_on_poll:
             self._consumer.store_offsets(msg)
@@ -550,6 +560,18 @@ class RecordConsumer:
         `whole_topics` consumer only)."""
         assigned = self._consumer.assignment()
         return bool(assigned) and all((tp.topic, tp.partition) in self._at_eof for tp in assigned)
+
+    def at_end_of(self, topic: str) -> set[int]:
+        """The partitions of `topic` known to be read to their end: the client reported it
+        after the last record taken (a `report_ends` consumer), and neither their
+        assignment nor `forget_ends` came since. A partition given in a handover is not
+        among them until its backlog is read."""
+        return {p for t, p in self._at_eof if t == topic}
+
+    def forget_ends(self) -> None:
+        """No partition is known to be at its end any more: the caller held up polling, so
+        records may have come since the client last reported an end."""
+        self._at_eof.clear()
 
     def close(self) -> None:
         self._consumer.close()

@@ -148,3 +148,44 @@ def test_read_stream_returns_the_committed_records_and_stops_at_the_end(
     assert sorted((r["link_id"], r["rtt_ns"][0]) for r in got) == sorted(
         (link, n) for link in ("r1:eth1", "r2:eth0", "r3:eth2") for n in (1, 3)
     )
+
+
+def test_a_partition_is_at_its_end_once_read_to_it_and_not_after_forget_or_a_new_record(
+    stack: Stack, topics: dict[str, str]
+) -> None:
+    """`at_end_of`, what the optimizer's stale-metrics guard trusts: a partition is known to
+    be read to its end only when the client said so after the last record taken; records
+    still to take, or `forget_ends`, make it unknown again."""
+    producer = RecordProducer(stack.kafka.bootstrap, topics)
+    topic = topics["link_counters"]
+    consumer = RecordConsumer(
+        stack.kafka.bootstrap, "test-ends", ["link_counters"], topics, report_ends=True
+    )
+
+    def read_to_end(want: int) -> tuple[list[Received], set[int]]:
+        """Polls until `want` records came and their partitions are at their end."""
+        got: list[Received] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            got += consumer.poll_batch(100, 0.5)
+            ends = consumer.at_end_of(topic)
+            if len(got) >= want and {r.partition for r in got} <= ends:
+                return got, ends
+        raise AssertionError(f"{len(got)} of {want} records, ends {consumer.at_end_of(topic)}")
+
+    try:
+        for i in range(20):
+            producer.produce("link_counters", rtt(f"r1:eth{i}"))
+        assert producer.flush(30) == 0
+        got, ends = read_to_end(20)
+        held = {r.partition for r in got}
+        assert len(got) == 20 and len(held) > 1  # the links' keys spread over partitions
+        assert consumer.at_end_of("another-topic") == set()
+        consumer.forget_ends()
+        assert consumer.at_end_of(topic) == set()
+        producer.produce("link_counters", rtt("r1:eth0"))
+        assert producer.flush(30) == 0
+        (again,), ends = read_to_end(1)
+        assert again.partition in ends
+    finally:
+        consumer.close()

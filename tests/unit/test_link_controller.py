@@ -356,6 +356,26 @@ def test_stale_metrics_apply_the_safe_buffer_then_the_policy_s_buffer_returns() 
     assert not link.controller.state.fallback
 
 
+def test_a_link_whose_partition_is_being_caught_up_falls_back_only_at_twice_the_limit() -> None:
+    """After a handover its windows may wait in the partition's backlog: late, not missing."""
+    link = Link(GUARDS)
+
+    async def scenario() -> None:
+        await link.window(decide=200_000)
+        await link.commit()
+        link.clock.advance(2 * GUARDS.stale_after_ns - 1)
+        link.controller.check_stale(link.clock.monotonic_ns(), catching_up=True)
+        assert link.host.stats.fallbacks == 0, "fell back while its partition was caught up"
+        link.clock.advance(1)
+        link.controller.check_stale(link.clock.monotonic_ns(), catching_up=True)
+        await link.commit()
+
+    run(scenario)
+    assert [phase for phase, _, _ in link.outcomes()] == ["scripted", "fallback"]
+    reason = link.host.records[1]["reason"]
+    assert "for 10.0 s (limit 10 s, its partition being caught up)" in reason
+
+
 def test_a_decision_made_while_falling_back_is_applied_when_metrics_return() -> None:
     safe = example_link().safe_buffer_bytes
     link = Link(GUARDS)

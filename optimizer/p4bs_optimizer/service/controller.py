@@ -342,17 +342,21 @@ class LinkController:
         ]
         self.submit(restored, from_policy=False)
 
-    def check_stale(self, now_ns: int) -> None:
-        """Falls back to the safe buffer once when metrics have been missing too long."""
+    def check_stale(self, now_ns: int, catching_up: bool = False) -> None:
+        """Falls back to the safe buffer once when metrics have been missing too long.
+        `catching_up`: the link's partition may still have records to read (the backlog of
+        a handover), where its windows may be waiting: missing only at twice the limit."""
         quiet_ns = now_ns - self.last_window_wall_ns
-        if self.state.fallback or quiet_ns < self.guards.stale_after_ns:
+        limit_ns = self.guards.stale_after_ns * (2 if catching_up else 1)
+        if self.state.fallback or quiet_ns < limit_ns:
             return
         self.state.fallback = True
         self.dirty = True
         self.host.stats.fallbacks += 1
         reason = (
-            f"no link metrics for {quiet_ns / 1e9:.1f} s (limit "
-            f"{self.guards.stale_after_ns / 1e9:g} s): the safe buffer"
+            f"no link metrics for {quiet_ns / 1e9:.1f} s (limit {limit_ns / 1e9:g} s"
+            + (", its partition being caught up" if catching_up else "")
+            + "): the safe buffer"
         )
         log.warning(
             "link %s: %s",

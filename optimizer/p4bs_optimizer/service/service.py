@@ -363,6 +363,7 @@ class OptimizerService:
             self.config.kafka.topics,
             store_on_poll=False,
             transactional=True,
+            report_ends=True,  # check_stale waits for a partition's backlog (at_end_of)
             settings={
                 "session.timeout.ms": session_ms,
                 "heartbeat.interval.ms": max(100, session_ms // 4),
@@ -382,6 +383,7 @@ class OptimizerService:
         )
         follower.start()
         self.fits.start()
+        windows_topic = self.config.kafka.topics[self.config.metrics.optimizer_stream]
         last_persist = last_tick = last_round = time.monotonic_ns()
         try:
             while not self._stop.is_set():
@@ -389,11 +391,18 @@ class OptimizerService:
                 await self._handle_batch(batch, consumer)
                 now = time.monotonic_ns()
                 if now - last_round < STALLED_ROUND_NS:
+                    # A partition not known to be read to its end (given in a handover, or
+                    # records came since) may hold a link's windows: they are late there,
+                    # not missing, until twice the limit.
+                    at_end = consumer.at_end_of(windows_topic)
                     for controller in self.controllers.values():
-                        controller.check_stale(now)
-                # else this process stalled (e.g. a thread held the GIL loading torch): the
-                # windows of that time may be waiting in the consumer, not missing, so
-                # staleness is judged after the next poll.
+                        controller.check_stale(now, controller.partition not in at_end)
+                else:
+                    # This process stalled (a thread held the GIL loading torch, a commit
+                    # waited for a rebalance): the windows of that time may be waiting in
+                    # the consumer, not missing, so staleness is judged after the next poll,
+                    # and no partition is known to be at its end until it says so again.
+                    consumer.forget_ends()
                 last_round = now
                 if now - last_persist >= PERSIST_INTERVAL_NS:
                     for controller in self.controllers.values():
