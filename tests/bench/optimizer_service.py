@@ -2,7 +2,8 @@
 reaches the router.
 
     .venv/bin/python tests/bench/optimizer_service.py [capacity] [reaction] [searching] [decision]
-        [--links 100,300,1000] [--search-links 50,100,200] [--seconds 20] [--steps 20]
+        [--links 100,300,1000] [--search-links 50,100,200] [--beside 0] [--seconds 20]
+        [--steps 20]
 
 (default: all four). A Kafka broker of its own runs on free ports.
 
@@ -48,7 +49,10 @@ searching: how many P4BS searches one process runs at once (goal: 200, decision 
     applies nothing), with the authors' trial timing; over `--seconds` from the first GP fit,
     the lag from the end of the window that ended a trial to the transaction holding its
     decision, p50/p99, fits/s, and the CPU of the service and its fit processes, beside one
-    step fitted alone in the benchmark's process (the same run's reference).
+    step fitted alone in the benchmark's process (the same run's reference). `--beside N`:
+    N settled GLOBECOM links in the same process beside the searches (issue 41: 200
+    searches beside 10,000 links), their windows as the optimizer feed holds them (the
+    quiet workload: a heartbeat a second per link).
 decision: the P4BS policy's decision at the end of a trial with its default search, the
     authors' grid (tests/bench/ax_decision.py's measurement: tell + GP fit + EI on the grid
     + max EI), which it adds to the reaction path; the service runs it in a fit process.
@@ -221,10 +225,12 @@ def bench_links(base: LinkConfig, count: int) -> tuple[LinkConfig, ...]:
     )
 
 
-def variant_of(index: int, link: int, switch_windows: int = SWITCH_WINDOWS) -> int:
+def variant_of(
+    index: int, link: int, switch_windows: int = SWITCH_WINDOWS, flipped: bool = False
+) -> int:
     """Which of its two SRTTs link number `link` has in window `index` (each link switches at
-    its own phase)."""
-    return (index + link) // switch_windows % 2
+    its own phase; `flipped`: the other one)."""
+    return ((index + link) // switch_windows + flipped) % 2
 
 
 class FeedRule:
@@ -272,10 +278,12 @@ def produce_windows(
     switch_windows: int = SWITCH_WINDOWS,
     srtts_ns: tuple[int, int] = SRTTS_NS,
     feed: bool = False,
+    flip_from_ns: int | None = None,
 ) -> None:
     """In its own process: every link's window as it ends, one per `period_ns` from
     `first_end_ns` on, its SRTT switching every `switch_windows` (each link at its own
-    phase); with `feed`, only those the optimizer feed holds."""
+    phase), and every link's switching at once in the window ending at `flip_from_ns`; with
+    `feed`, only those the optimizer feed holds."""
     rule = FeedRule(srtts_ns) if feed else None
     previous: list[int | None] = [None] * links
     base = load_config(paths.example_config()).links[0]
@@ -293,8 +301,9 @@ def produce_windows(
     while end_ns <= stop_ns:
         time.sleep(max(0.0, (end_ns - time.time_ns()) / 1e9))  # windows come out as they end
         index = end_ns // period_ns
+        flipped = flip_from_ns is not None and end_ns >= flip_from_ns
         for i, key in enumerate(keys):
-            variant = variant_of(index, i, switch_windows)
+            variant = variant_of(index, i, switch_windows, flipped)
             held = rule is None or rule.holds(previous[i], variant, end_ns)
             previous[i] = variant
             if not held:
@@ -578,21 +587,23 @@ SEARCH_WARMUP_S = 20.0  # the service and its fit processes start before the win
 FIT_PHASES = ("optimise", "settled")  # decisions that follow a GP fit (or its stop)
 
 
-def search_links(base: LinkConfig, count: int) -> tuple[LinkConfig, ...]:
+def search_links(base: LinkConfig, count: int, first: int = 0) -> tuple[LinkConfig, ...]:
+    """P4BS links on interfaces eth<first> on (after the bench_links beside them)."""
     return tuple(
         dataclasses.replace(base, interface=f"eth{i}", policy="p4bs", policy_options={})
-        for i in range(count)
+        for i in range(first, first + count)
     )
 
 
 def search_windows(
-    bootstrap: str, topic: str, buffers: Any, first_end_ns: int, seconds: float
+    bootstrap: str, topic: str, buffers: Any, first_end_ns: int, seconds: float, first: int
 ) -> None:
-    """In its own process: each link's window as it ends, at the buffer the service last
-    decided for it (`buffers`, shared with the service: a dry run applies nothing), with
-    loss falling and delay rising with that buffer, and noise on f."""
+    """In its own process: each search link's window as it ends (search_links from
+    `first`), at the buffer the service last decided for it (`buffers`, shared with the
+    service: a dry run applies nothing), with loss falling and delay rising with that
+    buffer, and noise on f."""
     base = load_config(paths.example_config()).links[0]
-    specs = search_links(base, len(buffers))
+    specs = search_links(base, len(buffers), first)
     model = LinkModel(loss_scale_bytes=60_000, f_noise=0.01, seed=1)
     producer = RecordProducer(bootstrap, {"link_metrics": topic}, client_id="bench-search")
     end_ns, stop_ns = first_end_ns, first_end_ns + int(seconds * 1e9)
@@ -605,16 +616,21 @@ def search_windows(
 
 
 class SearchingService(TimedService):
-    """The service, telling the window producer the buffer each link's decisions set
+    """The service, telling the window producer the buffer each search link's decisions set
     (through the service's `on_record` callback)."""
 
     def __init__(self, config: Config, buffers: Any) -> None:
         super().__init__(config, dry_run=True, on_record=self._recorded)
         self.buffers = buffers
-        self.index = {link.id: i for i, link in enumerate(config.links)}
+        searching = [link for link in config.links if link.policy == "p4bs"]
+        self.index = {link.id: i for i, link in enumerate(searching)}
 
     def _recorded(self, record: dict[str, Any]) -> None:
-        if record["outcome"] == "dry_run" and record["queue"] == 0:
+        if (
+            record["outcome"] == "dry_run"
+            and record["queue"] == 0
+            and record["link_id"] in self.index
+        ):
             # The simulated link is the router: the decision is in force from now on, for
             # the windows the producer makes and for the buffer the service gives them.
             link_id, buffer = record["link_id"], record["buffer_bytes"]
@@ -632,20 +648,34 @@ class SearchingService(TimedService):
         return total
 
 
-def bench_searching(bootstrap: str, links: int, seconds: float) -> bool:
-    """`links` P4BS searches starting together in one process; the lag of the decisions
-    that follow a fit, over `seconds` from the first fit on."""
+def bench_searching(bootstrap: str, links: int, seconds: float, beside: int = 0) -> bool:
+    """`links` P4BS searches starting together in one process, `beside` settled GLOBECOM
+    links with them (the quiet-feed windows: a heartbeat a second); the lag of the
+    decisions that follow a fit, over `seconds` from the first fit on."""
     topics = fresh_topics(bootstrap, PARTITIONS)
-    base = capacity_config(bootstrap, topics, links)
-    config = dataclasses.replace(base, links=search_links(base.links[0], links))
+    base = capacity_config(bootstrap, topics, beside)
+    config = dataclasses.replace(
+        base, links=(*base.links, *search_links(base.links[0], links, beside))
+    )
     buffers = multiprocessing.get_context("spawn").Array("q", [100_000] * links, lock=False)
     first_end_ns = (time.time_ns() // WINDOW_NS) * WINDOW_NS + int(SEARCH_WARMUP_S * 1e9)
     total_s = seconds + 40  # the bound searches come first
-    producer = multiprocessing.get_context("spawn").Process(
-        target=search_windows,
-        args=(bootstrap, topics["link_metrics"], buffers, first_end_ns, total_s),
-    )
-    producer.start()
+    producers = [
+        multiprocessing.get_context("spawn").Process(
+            target=search_windows,
+            args=(bootstrap, topics["link_metrics"], buffers, first_end_ns, total_s, beside),
+        )
+    ]
+    if beside:
+        producers.append(
+            multiprocessing.get_context("spawn").Process(
+                target=produce_windows,
+                args=(bootstrap, topics["link_metrics"], beside, first_end_ns, total_s),
+                kwargs={"srtts_ns": WORKLOADS["quiet"], "feed": True},
+            )
+        )
+    for producer in producers:
+        producer.start()
     service = SearchingService(config, buffers)
     marks: dict[str, float] = {}
 
@@ -662,8 +692,7 @@ def bench_searching(bootstrap: str, links: int, seconds: float) -> bool:
                 service.commit_s,
             )
             marks["searching"] = sum(
-                c.policy.phase == "optimise"  # type: ignore[attr-defined]
-                for c in service.controllers.values()
+                getattr(c.policy, "phase", None) == "optimise" for c in service.controllers.values()
             )
             await asyncio.sleep(seconds)  # the measured span
             marks["end"], marks["end_cpu"] = time.time_ns(), service.cpu_s()
@@ -677,9 +706,10 @@ def bench_searching(bootstrap: str, links: int, seconds: float) -> bool:
     try:
         asyncio.run(run())
     finally:
-        producer.join(total_s + SEARCH_WARMUP_S + 30)
-        if producer.is_alive():
-            producer.kill()
+        for producer in producers:
+            producer.join(total_s + SEARCH_WARMUP_S + 30)
+            if producer.is_alive():
+                producer.kill()
     inside = [r for r in fitted() if marks["start"] <= r[5] < marks["end"]]
     lags = [(r[5] - r[3]) / 1e9 for r in inside]
     p50, p99 = quantiles(lags) if lags else (float("nan"), float("nan"))
@@ -692,7 +722,9 @@ def bench_searching(bootstrap: str, links: int, seconds: float) -> bool:
     commit_ms = (marks["end_commit_s"] - marks["start_commit_s"]) * 1e3 / max(transactions, 1)
     sustained = bool(lags) and p99 < SEARCH_LAG_GOAL_S
     print(
-        f"  {links:4d} links: {marks['searching']:.0f} in Bayesian optimisation at the first "
+        f"  {links:4d} links"
+        + (f" beside {beside:,} settled GLOBECOM links" if beside else "")
+        + f": {marks['searching']:.0f} in Bayesian optimisation at the first "
         f"fit; {len(inside) / seconds:5.1f} fits/s; lag window end -> decision committed p50 "
         f"{p50 * 1e3:6.1f} ms p99 {p99 * 1e3:6.1f} ms (to decided p50/p99 "
         f"{to_decided[0] * 1e3:.0f}/{to_decided[1] * 1e3:.0f} ms, then to committed "
@@ -731,6 +763,9 @@ def main() -> int:
     )
     parser.add_argument("--links", default="100,300,1000")
     parser.add_argument("--search-links", default="50,100,200")
+    parser.add_argument(
+        "--beside", type=int, default=0, help="searching: settled GLOBECOM links beside"
+    )
     parser.add_argument("--seconds", type=float, default=20.0, help="measured, per N")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--trials", type=int, default=10)
@@ -801,7 +836,7 @@ def main() -> int:
             )
             for n in search_links:
                 with progress.step(f"searching: {n} links"):
-                    ok = bench_searching(bootstrap, n, args.seconds) and ok
+                    ok = bench_searching(bootstrap, n, args.seconds, args.beside) and ok
         if "decision" in args.parts:
             print("P4BS decision latency (the authors' grid, numpy GP), same run:")
             with progress.step(f"decision: {args.trials} trials"):
