@@ -4,6 +4,7 @@ thinned link's windows the metrics job passes on to the optimizer."""
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
@@ -18,6 +19,19 @@ def _moved(previous: int | None, now: int | None, deadband: float) -> bool:
     return abs(now - previous) > deadband * previous
 
 
+def heartbeat_offset_ns(link_id: str, heartbeat_ns: int) -> int:
+    """Where in the heartbeat period the link's heartbeats fall (its id's CRC-32 modulo the
+    period), so that the links' heartbeats spread over it."""
+    return zlib.crc32(link_id.encode()) % heartbeat_ns
+
+
+def holds_heartbeat(window: Record, heartbeat_ns: int) -> bool:
+    """The window's (start, end] holds one of its link's heartbeats."""
+    offset = heartbeat_offset_ns(window["link_id"], heartbeat_ns)
+    start, end = window["window_start_ns"] - offset, window["window_end_ns"] - offset
+    return end // heartbeat_ns > start // heartbeat_ns
+
+
 def passes(
     previous: Record | None, window: Record, *, alert: bool, deadband: float, heartbeat_ns: int
 ) -> bool:
@@ -25,14 +39,13 @@ def passes(
     window (None: its first); `alert`: an SLA alert was raised or resolved in it."""
     if previous is None:
         return True
-    start, end = window["window_start_ns"], window["window_end_ns"]
     return (
         window["long_flows"] != previous["long_flows"]
         or _moved(previous["srtt_ns"], window["srtt_ns"], deadband)
         or _moved(previous["rtt_min_ns"], window["rtt_min_ns"], deadband)
         or window["change"]
         or alert
-        or end // heartbeat_ns > start // heartbeat_ns
+        or holds_heartbeat(window, heartbeat_ns)
     )
 
 

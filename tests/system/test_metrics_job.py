@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from fastavro import parse_schema, schemaless_writer
-from feedrule import thinned
+from feedrule import holds_heartbeat, thinned
 from pyflink.table import EnvironmentSettings, TableEnvironment
 from replay import (
     EMPTY_COUNTERS,
@@ -473,9 +473,5 @@ def test_the_optimizer_feed_holds_every_window_that_can_matter_and_no_other(
     # replay).
     held = want_feed[LINK]
     assert len(held) < len(want) / 2
-    heartbeats = [
-        w
-        for w in held
-        if w["window_end_ns"] // m.feed_heartbeat_ns > w["window_start_ns"] // m.feed_heartbeat_ns
-    ]
+    heartbeats = [w for w in held if holds_heartbeat(w, m.feed_heartbeat_ns)]
     assert len(heartbeats) + 1 < len(held)

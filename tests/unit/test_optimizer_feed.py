@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from feedrule import passes, thinned
+from feedrule import heartbeat_offset_ns, passes, thinned
 from jarharness import run_harness
 from test_policies import T0, WINDOW_NS, window
 
@@ -34,8 +34,11 @@ from p4bs_optimizer.service.stats import ServiceStats
 
 HARNESS = Path(__file__).parents[1] / "java" / "OptimizerFeedRule.java"
 MS = 1_000_000
-SECOND = 1_000_000_000  # T0 is a whole second: window 9 ends on a heartbeat
+SECOND = 1_000_000_000
 DEADBAND, HEARTBEAT_NS = 0.02, SECOND
+# test_policies's windows are r1:eth1's: its id's CRC-32 modulo 1 s is 641,434,235 ns, so its
+# heartbeats fall in window 6 of each second from T0 (a whole second), (T0 + 600 ms, T0 + 700 ms].
+BEAT_OFFSET_NS, BEAT_WINDOW = 641_434_235, 6
 
 
 def record(index: int, **fields: Any) -> dict[str, Any]:
@@ -57,6 +60,7 @@ def _java_rule(
     for previous, now, alert in cases:
         before = previous or now  # a first window's previous values are not read
         fields = (
+            now["link_id"],
             int(previous is None),
             before["long_flows"],
             now["long_flows"],
@@ -76,6 +80,7 @@ def _java_rule(
 
 
 def test_the_jobs_rule_passes_exactly_the_windows_that_can_matter(tmp_path: Path) -> None:
+    assert heartbeat_offset_ns("r1:eth1", HEARTBEAT_NS) == BEAT_OFFSET_NS
     base = record(1)  # (T0 + 100 ms, T0 + 200 ms]: no heartbeat
     srtt = base["srtt_ns"]
     cases: list[tuple[dict[str, Any] | None, dict[str, Any], bool, bool, str]] = [
@@ -94,8 +99,23 @@ def test_the_jobs_rule_passes_exactly_the_windows_that_can_matter(tmp_path: Path
         (base, base | {"rtt_min_ns": None}, False, True, "RTT_min gone"),
         (base, base | {"change": True}, False, True, "the change flag"),
         (base, base, True, True, "an SLA alert raised or resolved"),
-        (base, record(9), False, True, "the window ending on a whole second"),
-        (base, record(10), False, False, "the window starting on a whole second"),
+        (base, record(BEAT_WINDOW), False, True, "the window holding the link's heartbeat"),
+        (base, record(BEAT_WINDOW + 1), False, False, "the window after it"),
+        (base, record(9), False, False, "the window ending on a whole second"),
+        (
+            base | {"link_id": "r1:eth2"},
+            record(1, link_id="r1:eth2"),
+            False,
+            True,
+            "another link's heartbeat, elsewhere in the second (175 ms)",
+        ),
+        (
+            base | {"link_id": "r1:eth2"},
+            record(BEAT_WINDOW, link_id="r1:eth2"),
+            False,
+            False,
+            "another link in the first link's heartbeat window",
+        ),
         (base, record(10, window_end_ns=T0 + 2 * SECOND + 1), False, True, "a long window"),
         (
             base,
@@ -129,8 +149,10 @@ def test_the_jobs_rule_passes_exactly_the_windows_that_can_matter(tmp_path: Path
                 "change": rng.random() < 0.05,
             }
 
-        window = record(i) | values()
-        drawn.append((None if i == 0 else record(i - 1) | values(), window, rng.random() < 0.05))
+        link = {"link_id": rng.choice(["r1:eth1", "r2:eth7", "r9:xe-0/0/3"])}
+        window = record(i) | values() | link
+        previous = None if i == 0 else record(i - 1) | values() | link
+        drawn.append((previous, window, rng.random() < 0.05))
     got, _ = _java_rule(drawn, tmp_path, "globecom")
     twin = [
         passes(p, w, alert=a, deadband=DEADBAND, heartbeat_ns=HEARTBEAT_NS) for p, w, a in drawn

@@ -411,6 +411,7 @@ public class LinkMetrics extends AggregateFunction<Row, LinkMetrics.State> {
     boolean fed =
         !feed.thins(link.policy)
             || feed.passes(
+                linkId,
                 first,
                 previousLongFlows,
                 longFlows,

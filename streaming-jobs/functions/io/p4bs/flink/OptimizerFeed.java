@@ -1,7 +1,9 @@
 package io.p4bs.flink;
 
+import java.nio.charset.StandardCharsets;
 import java.util.Collection;
 import java.util.Set;
+import java.util.zip.CRC32;
 
 /**
  * Which windows go into the optimizer feed (streaming-jobs/README.md, config [metrics]
@@ -19,7 +21,8 @@ public final class OptimizerFeed {
 
   /**
    * @param deadband relative move of SRTT or RTT_min from the previous window that passes a window
-   * @param heartbeatNs a window holding a whole multiple of this in (start, end] passes
+   * @param heartbeatNs a window holding in (start, end] one of the link's heartbeats, a whole
+   *     multiple of this shifted by the link's offset ({@link #heartbeatOffsetNs}), passes
    * @param thinnedPolicies the policies whose links get only the windows that matter
    */
   public OptimizerFeed(double deadband, long heartbeatNs, Collection<String> thinnedPolicies) {
@@ -43,6 +46,7 @@ public final class OptimizerFeed {
    * link has no previous window.
    */
   public boolean passes(
+      String linkId,
       boolean first,
       int previousLongFlows,
       int longFlows,
@@ -60,7 +64,18 @@ public final class OptimizerFeed {
         || moved(previousRttMinNs, rttMinNs)
         || change
         || alert
-        || heartbeat(startNs, endNs);
+        || heartbeat(linkId, startNs, endNs);
+  }
+
+  /**
+   * Where in the heartbeat period a link's heartbeats fall: its id's CRC-32 modulo the period.
+   * The links' heartbeats spread over the period instead of all coming out in one window, so
+   * that the optimizer is handed a steady load rather than every link at once.
+   */
+  public long heartbeatOffsetNs(String linkId) {
+    CRC32 crc = new CRC32();
+    crc.update(linkId.getBytes(StandardCharsets.UTF_8));
+    return Math.floorMod(crc.getValue(), heartbeatNs);
   }
 
   /** Present in one window and not the other, or moved by more than the deadband of the first. */
@@ -71,8 +86,10 @@ public final class OptimizerFeed {
     return Math.abs(now - previous) > deadband * previous;
   }
 
-  /** The window (start, end] holds a whole multiple of the heartbeat. */
-  private boolean heartbeat(long startNs, long endNs) {
-    return Math.floorDiv(endNs, heartbeatNs) > Math.floorDiv(startNs, heartbeatNs);
+  /** The window (start, end] holds one of the link's heartbeats. */
+  private boolean heartbeat(String linkId, long startNs, long endNs) {
+    long offset = heartbeatOffsetNs(linkId);
+    return Math.floorDiv(endNs - offset, heartbeatNs)
+        > Math.floorDiv(startNs - offset, heartbeatNs);
   }
 }
