@@ -12,10 +12,11 @@ Issue 41's: the same on 2 instances, the links settled as a network's are (`--sw
 A Kafka broker of its own on free ports (the stack's settings: transactions checked for
 timeouts every second), topics of 2 partitions per instance. `--instances` `p4bs optimizer
 run --dry-run` processes of one group share the links (decisions recorded, nothing
-applied). A producer process emits one window per link and second, as it ends, the link's SRTT
-alternating between 20 and 30 ms every `--switch-every` windows (each link at its own phase),
-so that GLOBECOM decides on each switch. One window a second is also what the optimizer
-feed ([metrics] optimizer_feed) holds of a settled link: its heartbeat. The lag of a
+applied). A producer process emits each link's 100 ms windows as they end and as the metrics
+job's optimizer feed ([metrics] optimizer_feed, its defaults) holds them: the link's SRTT
+alternates between 20 and 30 ms every `--switch-every` seconds (each link at its own phase),
+so that GLOBECOM decides on each switch, and the feed holds those windows and the link's
+heartbeat, once a second at the link's own offset in the second. The lag of a
 decision is from the end of the window it was made on (`window_end_ns`) to its record
 arriving, committed, at a read-committed consumer in this process (fetch wait 10 ms), over
 `--seconds` after a warm-up; decisions/s against the links/s offered. Then (unless
@@ -57,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # for optimizer_servic
 from benchkit import quantiles
 from manylinks import many_links_config
 from optimizer_service import SRTTS_NS, WindowTemplate, produce_windows, variant_of
+from simlink import WINDOW_NS
 
 from p4bs import paths
 from p4bs.bus import RecordConsumer, RecordProducer, ensure_topics
@@ -151,6 +153,7 @@ def main() -> int:
     parser.add_argument("--no-kill", action="store_true")
     args = parser.parse_args()
     offered = args.links / args.switch_every  # decisions a second
+    switch_windows = args.switch_every * SECOND_NS // WINDOW_NS
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
         f"optimizer group benchmark: {args.links:,} links on {args.instances} processes, "
@@ -193,11 +196,7 @@ def main() -> int:
         producer = multiprocessing.get_context("spawn").Process(
             target=produce_windows,
             args=(broker.bootstrap, topics["link_metrics"], args.links, first_end_ns, total_s),
-            kwargs={
-                "period_ns": SECOND_NS,
-                "switch_windows": args.switch_every,
-                "flip_from_ns": flip_ns,
-            },
+            kwargs={"switch_windows": switch_windows, "feed": True, "flip_from_ns": flip_ns},
         )
         producer.start()
         consumer = RecordConsumer(
@@ -281,9 +280,9 @@ def main() -> int:
             buffer
             != called_for[
                 variant_of(
-                    end // SECOND_NS,
+                    end // WINDOW_NS,
                     int(link.rsplit("eth", 1)[1]),
-                    args.switch_every,
+                    switch_windows,
                     flip_ns is not None and end >= flip_ns,
                 )
             ]

@@ -85,7 +85,7 @@ from confluent_kafka import Producer
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for simlink
 
 from benchkit import fresh_topics, quantiles
-from feedrule import passes
+from feedrule import heartbeat_offset_ns, holds_heartbeat, passes
 from simlink import WINDOW_NS, LinkModel, SimulatedLink
 
 from p4bs import paths
@@ -236,11 +236,14 @@ def variant_of(
 class FeedRule:
     """Whether the optimizer feed holds a GLOBECOM link's window (tests/feedrule.py, the
     metrics job's rule) of the workload's SRTTs: its first, an SRTT move past the deadband
-    (between the two, known in advance), a heartbeat."""
+    (between the two, known in advance), its heartbeat (at the link's own offset in the
+    second)."""
 
     def __init__(self, srtts_ns: tuple[int, int]) -> None:
         link = bench_links(load_config(paths.example_config()).links[0], 1)[0]
-        end_ns = 1_700_000_000_500_000_000  # not on a heartbeat: that is checked apart
+        end_ns = 1_700_000_000_000_000_000
+        while holds_heartbeat(LinkModel().window(link, 100_000, end_ns), FEED_HEARTBEAT_NS):
+            end_ns += WINDOW_NS  # a window without the heartbeat: that is checked apart
         records = [LinkModel().window(link, 100_000, end_ns) | {"srtt_ns": s} for s in srtts_ns]
         self.moved = [
             [
@@ -250,18 +253,28 @@ class FeedRule:
             for a in records
         ]
 
-    def holds(self, previous: int | None, variant: int, end_ns: int) -> bool:
+    @staticmethod
+    def offsets_ns(links: int) -> list[int]:
+        """Each bench link's heartbeat offset in the second."""
+        base = load_config(paths.example_config()).links[0]
+        return [heartbeat_offset_ns(s.id, FEED_HEARTBEAT_NS) for s in bench_links(base, links)]
+
+    def holds(self, previous: int | None, variant: int, end_ns: int, offset_ns: int) -> bool:
         """For a window ending at `end_ns` of SRTT `variant` after one of `previous` (None:
-        the link's first)."""
-        heartbeat = end_ns // FEED_HEARTBEAT_NS > (end_ns - WINDOW_NS) // FEED_HEARTBEAT_NS
+        the link's first), of the link whose heartbeat offset is `offset_ns`."""
+        end = end_ns - offset_ns
+        heartbeat = end // FEED_HEARTBEAT_NS > (end - WINDOW_NS) // FEED_HEARTBEAT_NS
         return previous is None or heartbeat or self.moved[previous][variant]
 
     def windows_per_s(self, links: int) -> float:
         """The feed's windows a second of `links` links once past their first (a cycle of
         the workload is two switches, two seconds)."""
         cycle = 2 * SWITCH_WINDOWS
+        offsets = self.offsets_ns(links)
         held = sum(
-            self.holds(variant_of(index - 1, i), variant_of(index, i), index * WINDOW_NS)
+            self.holds(
+                variant_of(index - 1, i), variant_of(index, i), index * WINDOW_NS, offsets[i]
+            )
             for i in range(links)
             for index in range(cycle, 2 * cycle)
         )
@@ -285,6 +298,7 @@ def produce_windows(
     phase), and every link's switching at once in the window ending at `flip_from_ns`; with
     `feed`, only those the optimizer feed holds."""
     rule = FeedRule(srtts_ns) if feed else None
+    offsets = FeedRule.offsets_ns(links)
     previous: list[int | None] = [None] * links
     base = load_config(paths.example_config()).links[0]
     specs = bench_links(base, links)
@@ -304,7 +318,7 @@ def produce_windows(
         flipped = flip_from_ns is not None and end_ns >= flip_from_ns
         for i, key in enumerate(keys):
             variant = variant_of(index, i, switch_windows, flipped)
-            held = rule is None or rule.holds(previous[i], variant, end_ns)
+            held = rule is None or rule.holds(previous[i], variant, end_ns, offsets[i])
             previous[i] = variant
             if not held:
                 continue
