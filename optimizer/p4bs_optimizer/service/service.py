@@ -74,6 +74,9 @@ STOP_DECIDING_TIMEOUT_S = 30.0  # at stop, for the decisions in the decide threa
 # A round of the poll loop (poll, then hand out the records) is a poll timeout plus
 # milliseconds; one this long means the process was held up.
 STALLED_ROUND_NS = 500_000_000
+# Staleness is a matter of seconds: judged ten times a second, not after every batch (a pass
+# over 10,000 links costs milliseconds, and a backlog is read in tens of batches a second).
+STALE_CHECK_NS = 100_000_000
 # A transaction open longer than this is aborted by the broker: what a process that died
 # mid-transaction leaves, which holds up read-committed readers of its partitions (the next
 # owner restoring the changelog) until then. Ours last milliseconds.
@@ -384,25 +387,26 @@ class OptimizerService:
         follower.start()
         self.fits.start()
         windows_topic = self.config.kafka.topics[self.config.metrics.optimizer_stream]
-        last_persist = last_tick = last_round = time.monotonic_ns()
+        last_persist = last_tick = last_round = last_stale_check = time.monotonic_ns()
         try:
             while not self._stop.is_set():
                 batch = await asyncio.to_thread(_poll_batch, consumer, self.stats)
                 await self._handle_batch(batch, consumer)
                 now = time.monotonic_ns()
-                if now - last_round < STALLED_ROUND_NS:
+                if now - last_round >= STALLED_ROUND_NS:
+                    # This process stalled (a thread held the GIL loading torch, a commit
+                    # waited for a rebalance): the windows of that time may be waiting in
+                    # the consumer, not missing, so staleness is judged after the next poll,
+                    # and no partition is known to be at its end until it says so again.
+                    consumer.forget_ends()
+                elif now - last_stale_check >= STALE_CHECK_NS:
                     # A partition not known to be read to its end (given in a handover, or
                     # records came since) may hold a link's windows: they are late there,
                     # not missing, until twice the limit.
                     at_end = consumer.at_end_of(windows_topic)
                     for controller in self.controllers.values():
                         controller.check_stale(now, controller.partition not in at_end)
-                else:
-                    # This process stalled (a thread held the GIL loading torch, a commit
-                    # waited for a rebalance): the windows of that time may be waiting in
-                    # the consumer, not missing, so staleness is judged after the next poll,
-                    # and no partition is known to be at its end until it says so again.
-                    consumer.forget_ends()
+                    last_stale_check = now
                 last_round = now
                 if now - last_persist >= PERSIST_INTERVAL_NS:
                     for controller in self.controllers.values():
