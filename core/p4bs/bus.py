@@ -393,6 +393,9 @@ class RecordConsumer:
         )
         # Partitions whose end the client reported after the last record taken of them.
         self._at_eof: set[tuple[str, int]] = set()
+        # The last poll_batch took all the client held (its queue, of every partition, is one:
+        # a partition's end reported may have newer records of it queued behind others').
+        self._drained = True
         if whole_topics:
             deadline = Deadline(30 * SECOND_NS)
             try:
@@ -447,10 +450,12 @@ class RecordConsumer:
         if not messages:
             first = self._consumer.poll(timeout_s)
             if first is None:
+                self._drained = True
                 return []
             messages = [first]
             if max_records > 1:
                 messages += self._consumer.consume(max_records - 1, 0)
+        self._drained = len(messages) < max_records
         return [received for msg in messages if (received := self._take(msg)) is not None]
 
     def _take(self, msg: Message) -> Received | None:
@@ -563,9 +568,12 @@ class RecordConsumer:
 
     def at_end_of(self, topic: str) -> set[int]:
         """The partitions of `topic` known to be read to their end: the client reported it
-        after the last record taken (a `report_ends` consumer), and neither their
-        assignment nor `forget_ends` came since. A partition given in a handover is not
-        among them until its backlog is read."""
+        after the last record taken (a `report_ends` consumer), neither their assignment
+        nor `forget_ends` came since, and the last `poll_batch` took all the client held
+        (none while it reads a backlog in full batches). A partition given in a handover
+        is not among them until its backlog is read."""
+        if not self._drained:
+            return set()
         return {p for t, p in self._at_eof if t == topic}
 
     def forget_ends(self) -> None:
