@@ -303,7 +303,8 @@ def main() -> int:
         )
         ok = ok and twice == 0 and wrong == 0
         if killed_ns:
-            theirs = {link for link, owner, _, _ in seen if owner == names[0]}
+            # Its links once the group had settled (at the start, links move between them).
+            theirs = {link for link, owner, end, _ in seen if owner == names[0] and end >= start_ns}
             taken = {}
             for link, owner, _, arrived in seen:
                 if link in theirs and owner != names[0] and arrived > killed_ns:
