@@ -388,9 +388,16 @@ class OptimizerService:
         self.fits.start()
         windows_topic = self.config.kafka.topics[self.config.metrics.optimizer_stream]
         last_persist = last_tick = last_round = last_stale_check = time.monotonic_ns()
+        batch: list[Received] = []
         try:
             while not self._stop.is_set():
-                batch = await asyncio.to_thread(_poll_batch, consumer, self.stats)
+                # The decisions the last transaction authorized are applied (a dry run's at
+                # once) and their records staged; what is staged after a batch then waits
+                # for no record to come (after an empty one it does: a transaction that
+                # failed is not tried again at once).
+                await asyncio.sleep(0)
+                timeout_s = 0.0 if self.outgoing and batch else POLL_TIMEOUT_S
+                batch = await asyncio.to_thread(_poll_batch, consumer, self.stats, timeout_s)
                 await self._handle_batch(batch, consumer)
                 now = time.monotonic_ns()
                 if now - last_round >= STALLED_ROUND_NS:
@@ -462,10 +469,10 @@ def flow_min_rtts(batch: dict[str, Any]) -> dict[str, int]:
     }
 
 
-def _poll_batch(consumer: RecordConsumer, stats: ServiceStats) -> list[Received]:
-    """Up to POLL_BATCH records, waiting at most POLL_TIMEOUT_S for the first."""
+def _poll_batch(consumer: RecordConsumer, stats: ServiceStats, timeout_s: float) -> list[Received]:
+    """Up to POLL_BATCH records, waiting at most `timeout_s` for the first."""
     began = time.thread_time_ns()
-    batch = consumer.poll_batch(POLL_BATCH, POLL_TIMEOUT_S)
+    batch = consumer.poll_batch(POLL_BATCH, timeout_s)
     stats.cpu_ns["decode"] += time.thread_time_ns() - began
     return batch
 
