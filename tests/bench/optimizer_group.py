@@ -151,6 +151,9 @@ def main() -> int:
         "--switch-every", type=int, default=1, help="windows between a link's SRTT switches"
     )
     parser.add_argument("--no-kill", action="store_true")
+    parser.add_argument(
+        "--lags", type=Path, help="a CSV of the measured decisions: link, owner, window end, read"
+    )
     args = parser.parse_args()
     offered = args.links / args.switch_every  # decisions a second
     switch_windows = args.switch_every * SECOND_NS // WINDOW_NS
@@ -242,6 +245,8 @@ def main() -> int:
         producer.join(60)
 
         inside = [s for s in seen if start_ns <= s[2] < end_ns]
+        if args.lags:
+            args.lags.write_text("".join(",".join(map(str, s)) + "\n" for s in inside))
         lags = [(s[3] - s[2]) / 1e9 for s in inside]
         rate = len(inside) / args.seconds
         p50, p99 = quantiles(lags) if lags else (float("nan"), float("nan"))
