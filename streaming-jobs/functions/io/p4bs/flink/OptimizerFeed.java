@@ -72,7 +72,7 @@ public final class OptimizerFeed {
    * The links' heartbeats spread over the period instead of all coming out in one window, so
    * that the optimizer is handed a steady load rather than every link at once.
    */
-  public long heartbeatOffsetNs(String linkId) {
+  private long heartbeatOffsetNs(String linkId) {
     CRC32 crc = new CRC32();
     crc.update(linkId.getBytes(StandardCharsets.UTF_8));
     return Math.floorMod(crc.getValue(), heartbeatNs);
