@@ -25,11 +25,17 @@ def heartbeat_offset_ns(link_id: str, heartbeat_ns: int) -> int:
     return zlib.crc32(link_id.encode()) % heartbeat_ns
 
 
+def heartbeat_within(start_ns: int, end_ns: int, offset_ns: int, heartbeat_ns: int) -> bool:
+    """(start, end] holds a heartbeat of a link whose heartbeats fall at `offset_ns`."""
+    return (end_ns - offset_ns) // heartbeat_ns > (start_ns - offset_ns) // heartbeat_ns
+
+
 def holds_heartbeat(window: Record, heartbeat_ns: int) -> bool:
     """The window's (start, end] holds one of its link's heartbeats."""
-    offset = heartbeat_offset_ns(window["link_id"], heartbeat_ns)
-    start, end = window["window_start_ns"] - offset, window["window_end_ns"] - offset
-    return end // heartbeat_ns > start // heartbeat_ns
+    start, end = window["window_start_ns"], window["window_end_ns"]
+    return heartbeat_within(
+        start, end, heartbeat_offset_ns(window["link_id"], heartbeat_ns), heartbeat_ns
+    )
 
 
 def passes(

@@ -85,7 +85,7 @@ from confluent_kafka import Producer
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for simlink
 
 from benchkit import fresh_topics, quantiles
-from feedrule import heartbeat_offset_ns, holds_heartbeat, passes
+from feedrule import heartbeat_offset_ns, heartbeat_within, holds_heartbeat, passes
 from simlink import WINDOW_NS, LinkModel, SimulatedLink
 
 from p4bs import paths
@@ -254,23 +254,21 @@ class FeedRule:
         ]
 
     @staticmethod
-    def offsets_ns(links: int) -> list[int]:
-        """Each bench link's heartbeat offset in the second."""
-        base = load_config(paths.example_config()).links[0]
-        return [heartbeat_offset_ns(s.id, FEED_HEARTBEAT_NS) for s in bench_links(base, links)]
+    def offsets_ns(links: tuple[LinkConfig, ...]) -> list[int]:
+        """Each link's heartbeat offset in the second."""
+        return [heartbeat_offset_ns(link.id, FEED_HEARTBEAT_NS) for link in links]
 
     def holds(self, previous: int | None, variant: int, end_ns: int, offset_ns: int) -> bool:
         """For a window ending at `end_ns` of SRTT `variant` after one of `previous` (None:
         the link's first), of the link whose heartbeat offset is `offset_ns`."""
-        end = end_ns - offset_ns
-        heartbeat = end // FEED_HEARTBEAT_NS > (end - WINDOW_NS) // FEED_HEARTBEAT_NS
+        heartbeat = heartbeat_within(end_ns - WINDOW_NS, end_ns, offset_ns, FEED_HEARTBEAT_NS)
         return previous is None or heartbeat or self.moved[previous][variant]
 
     def windows_per_s(self, links: int) -> float:
         """The feed's windows a second of `links` links once past their first (a cycle of
         the workload is two switches, two seconds)."""
         cycle = 2 * SWITCH_WINDOWS
-        offsets = self.offsets_ns(links)
+        offsets = self.offsets_ns(bench_links(load_config(paths.example_config()).links[0], links))
         held = sum(
             self.holds(
                 variant_of(index - 1, i), variant_of(index, i), index * WINDOW_NS, offsets[i]
@@ -298,10 +296,10 @@ def produce_windows(
     phase), and every link's switching at once in the window ending at `flip_from_ns`; with
     `feed`, only those the optimizer feed holds."""
     rule = FeedRule(srtts_ns) if feed else None
-    offsets = FeedRule.offsets_ns(links)
     previous: list[int | None] = [None] * links
     base = load_config(paths.example_config()).links[0]
     specs = bench_links(base, links)
+    offsets = FeedRule.offsets_ns(specs)
     templates = [[WindowTemplate(s, srtt, first_end_ns) for srtt in srtts_ns] for s in specs]
     check_end = first_end_ns + 7 * WINDOW_NS
     expected = dict(templates[0][0].record, window_start_ns=check_end - WINDOW_NS)
