@@ -106,6 +106,35 @@ def buffer_in_force(changes: Iterable[tuple[int, int]], end_ns: int) -> int | No
     return buffer
 
 
+# The values a flat policy snapshot holds: immutable, so a copy of the snapshot keeps them.
+_SCALARS = (int, float, str, bool, type(None))
+
+
+def content(state: LinkState) -> tuple[Any, ...]:
+    """What the state holds, but for the windows it covers, as a value that later changes to
+    the state leave as it was: states of equal content are saved alike. Containers are
+    copied; a policy snapshot holding any (which the policy may change in place) is taken as
+    its JSON text. Every LinkState field but `last_window_end_ns`
+    (tests/unit/test_optimizer_state.py). Costs a tenth of a record (`to_record`), which the
+    service's periodic save of a settled link then need not make."""
+    policy_state: Any = state.policy_state
+    if all(isinstance(value, _SCALARS) for value in policy_state.values()):
+        policy_state = dict(policy_state)
+    else:
+        policy_state = json.dumps(policy_state, sort_keys=True)
+    return (
+        state.policy,
+        policy_state,
+        dict(state.intended),
+        dict(state.in_force),
+        state.last_change_ns,
+        list(state.buffer_changes),
+        state.fallback,
+        dict(state.unapplied),
+        state.epoch,
+    )
+
+
 def to_record(link_id: str, state: LinkState, owner: str, ts_ns: int) -> dict[str, Any]:
     """The state as an OptimizerLinkState record."""
     return {

@@ -4,6 +4,7 @@ carried through the changelog record (OptimizerLinkState v2) to the next owner."
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -121,3 +122,36 @@ def test_only_a_jenks_link_keeps_the_flow_lists_of_its_pending_changes() -> None
     assert stripped.unapplied[0].flows == ()
     assert stripped.unapplied[0].buffer_bytes == 100_000
     assert state.unapplied[0].flows == ("a:1>b:2/6",)  # the state read is left as it was
+
+
+def _changed(value: Any) -> Any:
+    """Another value of a LinkState field's kind."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, str):
+        return value + "-other"
+    if isinstance(value, list):
+        return [*value, (5, 6)]
+    assert isinstance(value, dict), value
+    return {**value, 7: 8}
+
+
+def test_a_states_content_is_every_field_but_the_windows_it_covers() -> None:
+    """What the periodic save compares (`changelog.content`): a change to any field is a
+    new state to save, but to the windows covered; a change made in place after the content
+    was taken too (a policy's snapshot holding a list it goes on filling)."""
+    base = LinkState("globecom", {"srtt": 1}, 1_000, {0: 1}, {0: 1}, 5, [(0, 1)], False, {}, 2)
+    for field in dataclasses.fields(LinkState):
+        other = dataclasses.replace(base, **{field.name: _changed(getattr(base, field.name))})
+        same = field.name == "last_window_end_ns"
+        assert (changelog.content(other) == changelog.content(base)) is same, field.name
+    state = dataclasses.replace(base, in_force={0: 1}, policy_state={"trials": [[1, 2.0]]})
+    taken = changelog.content(state)
+    state.in_force[0] = 2
+    assert changelog.content(state) != taken
+    state.in_force[0] = 1
+    assert changelog.content(state) == taken
+    state.policy_state["trials"].append([3, 4.0])
+    assert changelog.content(state) != taken

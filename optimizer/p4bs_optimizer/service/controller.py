@@ -174,7 +174,7 @@ class LinkController:
         # Why the policy is on the safe buffer (it raised; see policy_raised); None: it is not.
         self.policy_failure: str | None = None
         self.budget = host.change_budget(link.router)
-        self.saved_record: dict[str, Any] | None = None  # the state record staged last
+        self.saved_content: tuple[Any, ...] | None = None  # of the state staged last
 
     # ---- windows in --------------------------------------------------------------------
     def on_window(self, window: Window) -> int:

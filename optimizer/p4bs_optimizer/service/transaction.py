@@ -66,11 +66,11 @@ class NextTransaction:
         """The controller's state as it is now; with `if_changed`, only if it differs from
         the one it staged last in more than its time and windows covered (the state already
         saved covers those windows too). False if it was not staged."""
-        record = changelog.to_record(controller.link.id, controller.state, self.instance, ts_ns)
-        last = controller.saved_record
-        controller.saved_record = record
-        if if_changed and last is not None and _same_state(record, last):
+        content = changelog.content(controller.state)
+        if if_changed and content == controller.saved_content:
             return False
+        controller.saved_content = content
+        record = changelog.to_record(controller.link.id, controller.state, self.instance, ts_ns)
         self.staged[controller.link.id] = (
             controller,
             Staged(
@@ -158,13 +158,3 @@ class NextTransaction:
             if link_id not in self.staged and controllers.get(link_id) is controller:
                 self.staged[link_id] = (controller, entry)
         self.outbox[:0] = outbox
-
-
-# What a state record holds besides the state: when it was written, and the last window its
-# policy had decided then.
-_COVERAGE_FIELDS = frozenset({"ts_ns", "last_window_end_ns"})
-
-
-def _same_state(record: dict[str, Any], other: dict[str, Any]) -> bool:
-    """The two state records hold the same state (whatever their time and windows covered)."""
-    return all(value == other[key] for key, value in record.items() if key not in _COVERAGE_FIELDS)
