@@ -55,6 +55,7 @@ from p4bs_optimizer.service.fit_pool import FitPool, warm_up_grid
 from p4bs_optimizer.service.guards import ChangeBudget, Guards
 from p4bs_optimizer.service.links_follower import LinksFollower
 from p4bs_optimizer.service.ownership import Ownership
+from p4bs_optimizer.service.quiet import QuietWatch
 from p4bs_optimizer.service.stats import ServiceStats
 from p4bs_optimizer.service.transaction import NextTransaction, Transaction
 from p4bs_schemas.flows import flow_key
@@ -74,8 +75,8 @@ STOP_DECIDING_TIMEOUT_S = 30.0  # at stop, for the decisions in the decide threa
 # A round of the poll loop (poll, then hand out the records) is a poll timeout plus
 # milliseconds; one this long means the process was held up.
 STALLED_ROUND_NS = 500_000_000
-# Staleness is a matter of seconds: judged ten times a second, not after every batch (a pass
-# over 10,000 links costs milliseconds, and a backlog is read in tens of batches a second).
+# Staleness is a matter of seconds: judged ten times a second, not after every batch (a
+# backlog is read in tens of batches a second), of the links that may be quiet (quiet.py).
 STALE_CHECK_NS = 100_000_000
 # A transaction open longer than this is aborted by the broker: what a process that died
 # mid-transaction leaves, which holds up read-committed readers of its partitions (the next
@@ -118,6 +119,7 @@ class OptimizerService:
         self.links = {link.id: link for link in config.links}
         self.routers = {router.name: router for router in config.routers}
         self.controllers: dict[str, LinkController] = {}
+        self.quiet = QuietWatch()  # which of them the stale check asks
         self.outgoing = NextTransaction(self.instance, self.stats, on_record)
         self.owned = Ownership(config, self.stats, self, self.outgoing)
         self.follower = LinksFollower(config, self.stats, self)
@@ -201,6 +203,7 @@ class OptimizerService:
             decide_thread=self.fits.decide_thread_for(link, policy),
         )
         self.controllers[link_id] = controller
+        self.quiet.heard(controller)
         if state.unapplied:
             controller.save()  # this owner's transaction authorizes them
         return controller
@@ -251,6 +254,7 @@ class OptimizerService:
                     checked=True,  # RecordConsumer's codec checked the record's values
                 )
                 number = controller.on_window(window)
+                self.quiet.heard(controller)
         else:
             # RTT samples of a link this process drives (their partitions may differ).
             driven = self.controllers.get(link_id)
@@ -411,7 +415,7 @@ class OptimizerService:
                     # records came since) may hold a link's windows: they are late there,
                     # not missing, until twice the limit.
                     at_end = consumer.at_end_of(windows_topic)
-                    for controller in self.controllers.values():
+                    for controller in self.quiet.quiet(now, self.guards.stale_after_ns):
                         controller.check_stale(now, controller.partition not in at_end)
                     last_stale_check = now
                 last_round = now
