@@ -28,7 +28,8 @@ reference, measured first in the same run: the floor of any lag, a record produc
 broker and read back committed by the same kind of consumer (p50/p99 of 200).
 
 Also: each instance's CPU over the measured span (all its threads, from /proc), per 1,000
-of the links it held; over the whole run, the policy's decisions made twice (two records on
+of the links it held, and beside it the broker's, the window producer's and this process's
+(the cores all share); over the whole run, the policy's decisions made twice (two records on
 one link's window), those whose buffer is not the one the window calls for (GLOBECOM on the
 window's SRTT, computed here by the policy itself: a replay after the kill that decided
 from a wrong state would show), the guards' decisions apart (a link whose windows came
@@ -202,6 +203,9 @@ def main() -> int:
             kwargs={"switch_windows": switch_windows, "feed": True, "flip_from_ns": flip_ns},
         )
         producer.start()
+        assert broker.pid is not None and producer.pid is not None
+        # What else shares the cores: the broker, the window producer, this reader.
+        others = {"broker": broker.pid, "window producer": producer.pid, "reader": os.getpid()}
         consumer = RecordConsumer(
             broker.bootstrap,
             f"bench-reader-{run}",
@@ -230,6 +234,7 @@ def main() -> int:
             for mark, at_ns in (("start", start_ns), ("end", end_ns)):
                 if mark not in cpu_at and time.time_ns() >= at_ns:
                     cpu_at[mark] = [cpu_seconds(proc.pid) for proc in processes]
+                    cpu_at[mark] += [cpu_seconds(pid) for pid in others.values()]
             received = consumer.poll(0.1)
             if received is not None and received.record["owner"] in names:  # not the floor's
                 r = received.record
@@ -270,6 +275,15 @@ def main() -> int:
             print(
                 f"  {name} (pid {proc.pid}): {links_held:,} links, {per_owner[name]:,} "
                 f"decisions; CPU {cpu:.2f} s/s, {per_thousand:.3f} per 1,000 links",
+                flush=True,
+            )
+        spans = zip(cpu_at.get("start", []), cpu_at.get("end", []), strict=False)
+        cpus = [(after - before) / args.seconds for before, after in spans][len(processes) :]
+        if cpus:
+            print(
+                "  beside them: "
+                + ", ".join(f"{name} {cpu:.2f}" for name, cpu in zip(others, cpus, strict=True))
+                + " CPU s/s",
                 flush=True,
             )
         # The policy's decisions, each on its window; a link whose windows came late (an
