@@ -95,4 +95,4 @@ def test_the_candidates_are_the_quiet_links_in_any_order_of_events() -> None:
             if rng.random() < 0.7:
                 link.state.fallback = True  # the check fell back (else: catching up)
     assert quiet_steps > 200  # the case was met often
-    assert len(watch._order) <= len(links) * (LIMIT_NS // GRAIN_NS + 2)
+    assert len(watch._times) <= len(links) * (LIMIT_NS // GRAIN_NS + 2)
