@@ -560,6 +560,11 @@ class RecordConsumer:
         for (topic, partition), offset in offsets.items():
             self._consumer.seek(TopicPartition(topic, partition, offset))
 
+    @property
+    def drained(self) -> bool:
+        """The last `poll_batch` took all the client held: none is waiting in it."""
+        return self._drained
+
     def at_end(self) -> bool:
         """Whether every partition is read up to its end as it stood when last fetched (a
         `whole_topics` consumer only)."""

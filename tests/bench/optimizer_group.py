@@ -57,6 +57,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for many
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for optimizer_service
 
 from benchkit import quantiles
+from confluent_kafka import ConsumerGroupState, KafkaException
+from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 from manylinks import many_links_config
 from optimizer_service import SRTTS_NS, WindowTemplate, produce_windows, variant_of
 from simlink import WINDOW_NS
@@ -65,7 +67,7 @@ from p4bs import paths
 from p4bs.bus import RecordConsumer, RecordProducer, ensure_topics
 from p4bs.config import load_config
 from p4bs.progress import Progress
-from p4bs_infra.procs import free_ports
+from p4bs_infra.procs import free_ports, wait_until
 from p4bs_infra.services import KafkaBroker, wait_ready
 from p4bs_optimizer.policies.base import Window
 from p4bs_optimizer.policies.globecom import GlobecomPolicy
@@ -74,6 +76,7 @@ from p4bs_schemas.registry import STREAMS
 LAG_GOAL_S = 0.25
 HANDOVER_GOAL_S = 10.0
 WARMUP_S = 20.0
+GROUP_TIMEOUT_S = 120.0
 SECOND_NS = 1_000_000_000
 PROGRESS_EVERY_NS = 5 * SECOND_NS
 GUARD_PHASES = ("fallback", "resume")  # the safe buffer when metrics stop, and the return
@@ -107,6 +110,19 @@ def cpu_seconds(pid: int) -> float:
     """A process's CPU so far, all its threads (utime + stime in /proc/<pid>/stat)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def group_formed(bootstrap: str, group: str, instances: list[str]) -> bool:
+    """Whether the group is stable with a member of each instance, each holding partitions:
+    the windows start then, so that the warm-up does not hold the group's forming (seconds,
+    twice as long in some runs)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        described = admin.describe_consumer_groups([group], request_timeout=5)[group].result(10)
+    except KafkaException:
+        return False  # not there yet
+    holders = {m.client_id for m in described.members if m.assignment.topic_partitions}
+    return described.state == ConsumerGroupState.STABLE and holders == set(instances)
 
 
 def buffers_called_for() -> list[int]:
@@ -153,7 +169,9 @@ def main() -> int:
     )
     parser.add_argument("--no-kill", action="store_true")
     parser.add_argument(
-        "--lags", type=Path, help="a CSV of the measured decisions: link, owner, window end, read"
+        "--lags",
+        type=Path,
+        help="a CSV of the measured decisions: link, owner, window end, decided, read (ns)",
     )
     args = parser.parse_args()
     offered = args.links / args.switch_every  # decisions a second
@@ -191,6 +209,10 @@ def main() -> int:
             argv += ["--metrics-address", ""]  # several on this host: no endpoint each
             with (work / f"{name}.log").open("wb") as log:
                 processes.append(subprocess.Popen(argv, stdout=log, stderr=log))
+        config = load_config(config_path)
+        group = config.optimizer.group
+        if not wait_until(lambda: group_formed(broker.bootstrap, group, names), GROUP_TIMEOUT_S):
+            raise RuntimeError(f"the instances formed no stable group within {GROUP_TIMEOUT_S} s")
         kill_at = WARMUP_S + args.seconds
         total_s = kill_at + (0 if args.no_kill else 3 * HANDOVER_GOAL_S)
         first_end_ns = (time.time_ns() // SECOND_NS + 5) * SECOND_NS
@@ -213,8 +235,9 @@ def main() -> int:
             topics,
             settings={"fetch.wait.max.ms": 10},
         )
-        # Per decision: link, owner, window end, arrival (ns); its buffer.
+        # Per decision: link, owner, window end, arrival (ns); when it was made; its buffer.
         seen: list[tuple[str, str, int, int]] = []
+        made: list[int] = []
         buffers: list[int] = []
         phases: list[str] = []
         cpu_at: dict[str, list[float]] = {}
@@ -239,6 +262,7 @@ def main() -> int:
             if received is not None and received.record["owner"] in names:  # not the floor's
                 r = received.record
                 seen.append((r["link_id"], r["owner"], r["window_end_ns"] or 0, time.time_ns()))
+                made.append(r["ts_ns"])
                 buffers.append(r["buffer_bytes"])
                 phases.append(r["phase"])
             if not args.no_kill and not killed_ns and time.time_ns() >= end_ns:
@@ -249,9 +273,18 @@ def main() -> int:
         progress.show(f"{len(seen):,} decisions read", final=True)
         producer.join(60)
 
-        inside = [s for s in seen if start_ns <= s[2] < end_ns]
+        inside, inside_made = [], []
+        for s, made_ns in zip(seen, made, strict=True):
+            if start_ns <= s[2] < end_ns:
+                inside.append(s)
+                inside_made.append(made_ns)
         if args.lags:
-            args.lags.write_text("".join(",".join(map(str, s)) + "\n" for s in inside))
+            args.lags.write_text(
+                "".join(
+                    f"{link},{owner},{end},{made_ns},{read}\n"
+                    for (link, owner, end, read), made_ns in zip(inside, inside_made, strict=True)
+                )
+            )
         lags = [(s[3] - s[2]) / 1e9 for s in inside]
         rate = len(inside) / args.seconds
         p50, p99 = quantiles(lags) if lags else (float("nan"), float("nan"))
@@ -263,6 +296,16 @@ def main() -> int:
             f"{'met' if sustained else 'NOT met'}",
             flush=True,
         )
+        if lags:
+            pairs = list(zip(inside, inside_made, strict=True))
+            to_made = quantiles([(m - s[2]) / 1e9 for s, m in pairs])
+            to_read = quantiles([(s[3] - m) / 1e9 for s, m in pairs])
+            print(
+                f"  of it: window end -> decided p50 {to_made[0] * 1e3:.0f} ms p99 "
+                f"{to_made[1] * 1e3:.0f} ms; decided -> committed and read p50 "
+                f"{to_read[0] * 1e3:.0f} ms p99 {to_read[1] * 1e3:.0f} ms",
+                flush=True,
+            )
         ok = sustained
         held = collections.Counter(link for link, owner, _, _ in inside)
         per_owner = collections.Counter(owner for _, owner, _, _ in inside)
@@ -290,7 +333,14 @@ def main() -> int:
         # instance behind) falls back to its safe buffer and resumes the policy's buffer on
         # a later window: those are the guards', counted apart.
         called_for = buffers_called_for()
-        guarded = collections.Counter(p for p in phases if p in GUARD_PHASES)
+        # The windows stop at the end of the run: every link falls back once its limit has
+        # passed since its last one, a heartbeat before the end at most (those are left
+        # out; the reader may stop before).
+        last_ns = first_end_ns + int(total_s * 1e9) - config.metrics.feed_heartbeat_ns
+        stopped_ns = last_ns + config.optimizer.stale_after_ns
+        guarded = collections.Counter(
+            p for p, m in zip(phases, made, strict=True) if p in GUARD_PHASES and m < stopped_ns
+        )
         policy_made = [
             (s, buffer) for s, buffer, p in zip(seen, buffers, phases, strict=True)
             if p not in GUARD_PHASES
@@ -314,7 +364,7 @@ def main() -> int:
         print(
             f"  over the run: {len(policy_made):,} policy decisions, {twice} made twice, "
             f"{wrong} with a buffer other than their window's ({called_for} B for SRTT "
-            f"{[t // 1_000_000 for t in SRTTS_NS]} ms); the guards' "
+            f"{[t // 1_000_000 for t in SRTTS_NS]} ms); the guards' while windows came "
             + (", ".join(f"{n:,} {p}" for p, n in sorted(guarded.items())) or "none")
             + f"; {replayed:,} windows passed over as replays by the survivors; "
             f"{len(held):,} links decided in the measured span",
