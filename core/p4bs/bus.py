@@ -21,6 +21,7 @@ from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
+    TIMESTAMP_NOT_AVAILABLE,
     Consumer,
     KafkaError,
     KafkaException,
@@ -396,6 +397,7 @@ class RecordConsumer:
         # The last poll_batch took all the client held (its queue, of every partition, is one:
         # a partition's end reported may have newer records of it queued behind others').
         self._drained = True
+        self._behind_ms = 0  # how old the last full batch's newest record was, ms
         if whole_topics:
             deadline = Deadline(30 * SECOND_NS)
             try:
@@ -450,12 +452,16 @@ class RecordConsumer:
         if not messages:
             first = self._consumer.poll(timeout_s)
             if first is None:
-                self._drained = True
+                self._drained, self._behind_ms = True, 0
                 return []
             messages = [first]
             if max_records > 1:
                 messages += self._consumer.consume(max_records - 1, 0)
         self._drained = len(messages) < max_records
+        self._behind_ms = 0
+        kind, newest_ms = messages[-1].timestamp()  # its producer's clock
+        if not self._drained and kind != TIMESTAMP_NOT_AVAILABLE:
+            self._behind_ms = max(0, int(time.time() * 1000) - newest_ms)
         return [received for msg in messages if (received := self._take(msg)) is not None]
 
     def _take(self, msg: Message) -> Received | None:
@@ -561,9 +567,11 @@ class RecordConsumer:
             self._consumer.seek(TopicPartition(topic, partition, offset))
 
     @property
-    def drained(self) -> bool:
-        """The last `poll_batch` took all the client held: none is waiting in it."""
-        return self._drained
+    def behind_ns(self) -> int:
+        """How far behind the last `poll_batch` was reading: 0 if it took all the client
+        held, else the age of the newest record it took (by the record's timestamp, its
+        producer's clock)."""
+        return self._behind_ms * 1_000_000
 
     def at_end(self) -> bool:
         """Whether every partition is read up to its end as it stood when last fetched (a

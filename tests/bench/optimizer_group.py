@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import datetime
 import multiprocessing
 import os
 import re
@@ -135,6 +136,21 @@ def buffers_called_for() -> list[int]:
         (decision,) = GlobecomPolicy(link, {}).decide(Window.from_record(record, None))
         buffers.append(decision.buffer_bytes)
     return buffers
+
+
+GIVEN = re.compile(r"^(\S+ \S+) INFO \S+ownership: given (\S[^:]*): \d+ link states", re.M)
+
+
+def given_after(work: Path, survivors: list[str], killed_ns: int) -> float | None:
+    """Seconds from the kill to the first partitions given to a survivor after it, from
+    their logs' lines (local time, to the millisecond); None if none was."""
+    times = [
+        datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        for name in survivors
+        for stamp, _ in GIVEN.findall((work / f"{name}.log").read_text(errors="replace"))
+    ]
+    later = [t - killed_ns / 1e9 for t in times if t > killed_ns / 1e9]
+    return min(later) if later else None
 
 
 def replayed_windows(log: Path) -> int:
@@ -388,6 +404,15 @@ def main() -> int:
                 f"{'met' if handover < HANDOVER_GOAL_S else 'NOT met'}",
                 flush=True,
             )
+            given = given_after(work, names[1:], killed_ns)
+            if given is not None and times:
+                print(
+                    f"  of it: their partitions given to the others {given:.1f} s after the "
+                    f"kill (session timeout, rebalance, changelog read), their links decided "
+                    f"{statistics.median(times) - given:.1f} s (median) and "
+                    f"{times[-1] - given:.1f} s (all) after that",
+                    flush=True,
+                )
             ok = ok and handover < HANDOVER_GOAL_S
     finally:
         for proc in processes:

@@ -199,3 +199,42 @@ def test_a_partition_is_at_its_end_once_read_to_it_and_not_after_forget_or_a_new
         read_to_end(1)
     finally:
         consumer.close()
+
+
+def test_a_full_batch_says_how_far_behind_the_reading_is(
+    stack: Stack, topics: dict[str, str]
+) -> None:
+    """`behind_ns`, which has the optimizer commit a backlog's decisions in fewer
+    transactions: the age of a full batch's newest record (its timestamp), 0 once a batch
+    took all the client held."""
+    records = codec("LinkCounters")
+    producer = Producer({"bootstrap.servers": stack.kafka.bootstrap})
+    written_ms = int(time.time() * 1000) - 5_000  # records 5 s old
+    for i in range(3):
+        value = records.encode(rtt(f"r1:eth{i}"))
+        producer.produce(
+            topics["link_counters"], value, f"r1:eth{i}".encode(), headers=records.headers,
+            timestamp=written_ms + i,
+        )  # fmt: skip
+    assert producer.flush(30) == 0
+    consumer = RecordConsumer(stack.kafka.bootstrap, "test-behind", ["link_counters"], topics)
+    try:
+        deadline = time.monotonic() + 60
+        while not (taken := consumer.poll_batch(1, 0.5)) and time.monotonic() < deadline:
+            pass
+        assert len(taken) == 1
+        assert 4_900_000_000 <= consumer.behind_ns <= 60_000_000_000
+        got = _drain_batches(consumer, 2)
+        assert len(got) == 2 and consumer.behind_ns == 0
+    finally:
+        consumer.close()
+
+
+def _drain_batches(consumer: RecordConsumer, want: int) -> list[Received]:
+    """poll_batch until `want` records came, then once more (an empty, drained batch)."""
+    got: list[Received] = []
+    deadline = time.monotonic() + 60
+    while len(got) < want and time.monotonic() < deadline:
+        got += consumer.poll_batch(100, 0.5)
+    got += consumer.poll_batch(100, 0.5)
+    return got

@@ -72,6 +72,12 @@ POLL_TIMEOUT_S = 0.05
 # Handling a batch, what it staged is committed at least this often (tests/bench/
 # optimizer_service.py, searching).
 HANDLE_SLICE_NS = 100_000_000
+# Reading a backlog (full batches of records this old), what was staged goes in a transaction
+# every HANDLE_SLICE_NS, not after each batch: a transaction takes ~25 ms here, so one a batch
+# of POLL_BATCH capped a survivor taking over a killed instance's links at ~12,000 windows a
+# second, as many as its links' live ones. A burst of fresh windows (a tick's of many links)
+# is committed batch by batch, as the latency of the decisions in it wants.
+BACKLOG_NS = 1_000_000_000
 STOP_DECIDING_TIMEOUT_S = 30.0  # at stop, for the decisions in the decide thread
 # A round of the poll loop (poll, then hand out the records) is a poll timeout plus
 # milliseconds; one this long means the process was held up.
@@ -454,13 +460,8 @@ class OptimizerService:
                     await self.commit_round(consumer)
                     last_persist = now
                 elif self.outgoing and (
-                    consumer.drained or now - self._round_began_ns >= HANDLE_SLICE_NS
+                    consumer.behind_ns < BACKLOG_NS or now - self._round_began_ns >= HANDLE_SLICE_NS
                 ):
-                    # Reading a backlog (full batches), what was staged goes in a transaction
-                    # every HANDLE_SLICE_NS, not after each batch: a transaction takes ~25 ms
-                    # here, so one a batch of POLL_BATCH capped a survivor taking over a
-                    # killed instance's links at ~12,000 windows a second, as many as its
-                    # links' live ones.
                     await self.commit_round(consumer)
                 if on_tick is not None and now - last_tick >= 1_000_000_000:
                     on_tick(self)
