@@ -27,6 +27,9 @@ GRAIN_NS = 1_000_000_000
 
 
 class QuietWatch:
+    """The service's links in the order of their last window (`heard`), and which of them
+    the stale check asks (`quiet`)."""
+
     def __init__(self) -> None:
         # The entries, oldest first, as two queues (times, controllers): a tuple each would
         # be an object for the garbage collector, thousands a second living seconds, which
