@@ -368,7 +368,7 @@ def main() -> int:
                     end // WINDOW_NS,
                     int(link.rsplit("eth", 1)[1]),
                     switch_windows,
-                    flip_ns is not None and end >= flip_ns,
+                    None if flip_ns is None else flip_ns // WINDOW_NS,
                 )
             ]
             for (link, _, end, _), buffer in policy_made

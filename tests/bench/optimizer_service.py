@@ -226,10 +226,15 @@ def bench_links(base: LinkConfig, count: int) -> tuple[LinkConfig, ...]:
 
 
 def variant_of(
-    index: int, link: int, switch_windows: int = SWITCH_WINDOWS, flipped: bool = False
+    index: int, link: int, switch_windows: int = SWITCH_WINDOWS, flip_index: int | None = None
 ) -> int:
-    """Which of its two SRTTs link number `link` has in window `index` (each link switches at
-    its own phase; `flipped`: the other one)."""
+    """Which of its two SRTTs link number `link` has in window `index`: each link switches
+    every `switch_windows` at its own phase, and from window `flip_index` on has the other
+    one, but for the links whose own switch falls in that window (there the two would cancel
+    out): so that every link's SRTT switches in the flip window."""
+    flipped = (
+        flip_index is not None and index >= flip_index and (flip_index + link) % switch_windows != 0
+    )
     return ((index + link) // switch_windows + flipped) % 2
 
 
@@ -310,21 +315,20 @@ def held_windows(
     for i in range(links):
         switching[-i % switch_windows].append(i)
     everyone = range(links)
+    flip_index = None if flip_from_ns is None else flip_from_ns // period_ns
     end_ns = first_end_ns
     while end_ns <= stop_ns:
         index = end_ns // period_ns
-        flipped = flip_from_ns is not None and end_ns >= flip_from_ns
-        was_flipped = flip_from_ns is not None and end_ns - period_ns >= flip_from_ns
         first = end_ns == first_end_ns
-        if rule is None or first or flipped != was_flipped:
+        if rule is None or first or index == flip_index:
             candidates: Iterable[int] = everyone
         else:
             tick = end_ns // period_ns % slots
             candidates = sorted({*beating[tick], *switching[index % switch_windows]})
         sent = []
         for i in candidates:
-            variant = variant_of(index, i, switch_windows, flipped)
-            previous = None if first else variant_of(index - 1, i, switch_windows, was_flipped)
+            variant = variant_of(index, i, switch_windows, flip_index)
+            previous = None if first else variant_of(index - 1, i, switch_windows, flip_index)
             if rule is None or rule.holds(previous, variant, end_ns, offsets[i]):
                 sent.append((i, variant))
         yield end_ns, sent
