@@ -16,16 +16,18 @@ applied). A producer process emits each link's 100 ms windows as they end and as
 job's optimizer feed ([metrics] optimizer_feed, its defaults) holds them: the link's SRTT
 alternates between 20 and 30 ms every `--switch-every` seconds (each link at its own phase),
 so that GLOBECOM decides on each switch, and the feed holds those windows and the link's
-heartbeat, once a second at the link's own offset in the second. The lag of a
-decision is from the end of the window it was made on (`window_end_ns`) to its record
-arriving, committed, at a read-committed consumer in this process (fetch wait 10 ms), over
-`--seconds` after a warm-up; decisions/s against the links/s offered. Then (unless
-`--no-kill`) the first instance is killed (SIGKILL), and every link's SRTT switches in the
-window ending a second later, so that every link must be decided again: for each of the
-killed instance's links, the time from the kill to its first decision by another instance;
-the largest is the handover time. The
-reference, measured first in the same run: the floor of any lag, a record produced to the
-broker and read back committed by the same kind of consumer (p50/p99 of 200).
+heartbeat, once a second at the link's own offset in the second. The windows start once
+the group is stable with every instance holding partitions. The lag of a decision is from
+the end of the window it was made on (`window_end_ns`) to its record arriving, committed,
+at a read-committed consumer in this process (fetch wait 10 ms), over `--seconds` after a
+warm-up, and apart, to when it was made (the record's `ts_ns`); decisions/s against the
+links/s offered. Then (unless `--no-kill`) the first instance is killed (SIGKILL), and
+every link's SRTT switches in the window ending a second later, so that every link must be
+decided again: for each of the killed instance's links, the time from the kill to its first
+decision by another instance; the largest is the handover time, and apart, when their
+partitions were given to the others (their logs). The reference, measured first in the
+same run: the floor of any lag, a record produced to the broker and read back committed by
+the same kind of consumer (p50/p99 of 200).
 
 Also: each instance's CPU over the measured span (all its threads, from /proc), per 1,000
 of the links it held, and beside it the broker's, the window producer's and this process's
@@ -33,7 +35,8 @@ of the links it held, and beside it the broker's, the window producer's and this
 one link's window), those whose buffer is not the one the window calls for (GLOBECOM on the
 window's SRTT, computed here by the policy itself: a replay after the kill that decided
 from a wrong state would show), the guards' decisions apart (a link whose windows came
-late falls back to its safe buffer, then resumes), and the windows the instances passed
+late falls back to its safe buffer, then resumes; those once the windows stop at the end
+left out), and the windows the instances passed
 over as replays (covered by a saved state, from their last progress lines).
 """
 
