@@ -323,8 +323,7 @@ def held_windows(
         if rule is None or first or index == flip_index:
             candidates: Iterable[int] = everyone
         else:
-            tick = end_ns // period_ns % slots
-            candidates = sorted({*beating[tick], *switching[index % switch_windows]})
+            candidates = sorted({*beating[index % slots], *switching[index % switch_windows]})
         sent = []
         for i in candidates:
             variant = variant_of(index, i, switch_windows, flip_index)
