@@ -87,8 +87,15 @@ STALLED_ROUND_NS = 500_000_000
 STALE_CHECK_NS = 100_000_000
 # A transaction open longer than this is aborted by the broker: what a process that died
 # mid-transaction leaves, which holds up read-committed readers of its partitions (the next
-# owner restoring the changelog) until then. Ours last milliseconds.
-TRANSACTION_TIMEOUT_MS = 6_000
+# owner restoring the changelog) until then. Ours last milliseconds. With the broker's check
+# every second (the stack's setting) a dead process's transaction is gone within 4 s, before
+# its session timeout (6 s at least) gives its partitions to another: at 6 s, the next owner
+# waited ~1.2 s more for it before it could read the changelog.
+TRANSACTION_TIMEOUT_MS = 3_000
+# Of each partition, a fetch brings at most this much (compressed): ~900 windows of the
+# benchmark's (18 B each, lz4), fewer of a real feed's, so partitions with backlogs are read
+# in turn, a fraction of a second of each partition's links at a time.
+MAX_PARTITION_FETCH_BYTES = 16 * 1024
 
 
 # While the service runs, the garbage collector takes its young generation after 20,000 net
@@ -407,12 +414,20 @@ class OptimizerService:
             report_ends=True,  # check_stale waits for a partition's backlog (at_end_of)
             settings={
                 "session.timeout.ms": session_ms,
-                "heartbeat.interval.ms": max(100, session_ms // 4),
+                # A member learns of a rebalance (a process dead, added) at its next
+                # heartbeat: a tenth of the session timeout (the client's default is a
+                # third) takes ~1 s off a handover for a heartbeat a second or two.
+                "heartbeat.interval.ms": max(100, session_ms // 10),
                 "client.id": self.instance,  # the group's member, by its owner name
                 # A rebalance moves only the partitions that change owner; the other links
                 # stay where they are (the eager default takes every partition back and gives
                 # them out again: every process restores all its links from the changelog).
                 "partition.assignment.strategy": "cooperative-sticky",
+                # A fetch brings at most this much of each partition, and the client queues
+                # each partition's share in turn. At the default (1 MiB, compressed) one
+                # fetch held a handed-over partition's whole backlog, so the links of the
+                # other partitions given waited for all of it to be decided.
+                "max.partition.fetch.bytes": MAX_PARTITION_FETCH_BYTES,
             },
             on_assign=assigned,
             on_revoke=revoked,
