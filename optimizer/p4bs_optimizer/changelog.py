@@ -30,7 +30,7 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
-from p4bs.bus import Cluster, Received, changelog_reader, not_read_to_end, read_records
+from p4bs.bus import Cluster, Received, changelog_reader, not_read_to_end, read_newest
 from p4bs.config import LinkConfig
 from p4bs.topic_range import SECOND_NS, Deadline
 from p4bs_optimizer.policies.base import Decision
@@ -255,9 +255,10 @@ def newest_states(
 ) -> NewestStates:
     """Each link's newest committed state record in `partitions` of the changelog `topic`
     (None: all), read from their starts to their ends as they stand now by `consumer` (a
-    `p4bs.bus.changelog_reader`) until the deadline. The topic is compacted: reading it whole
-    reads little more than one record per link."""
-    read = read_records(consumer, STREAM, topic, deadline, partitions)
+    `p4bs.bus.changelog_reader`) until the deadline: the newest of each key (the link's, or
+    `from_record` refuses it), only it decoded. The topic is compacted, but what came since
+    its last compaction (up to a minute or two of states) is read whole."""
+    read = read_newest(consumer, STREAM, topic, deadline, partitions)
     newest = {r.record["link_id"]: r for r in read.records}  # each partition in its order
     return NewestStates(newest, read.malformed, read.complete)
 

@@ -11,7 +11,7 @@ from typing import Any, cast
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from p4bs.bus import read_records
+from p4bs.bus import read_newest, read_records
 from p4bs.topic_range import (
     SECOND_NS,
     Deadline,
@@ -286,3 +286,32 @@ def test_newest_states_keeps_each_links_last_record_and_names_the_malformed() ->
     # The same records through the generic reader, in each partition's order.
     every = read_records(fake(FakeConsumer(logs)), "optimizer_state", TOPIC, Deadline(SECOND_NS))
     assert [(r.partition, r.offset) for r in every.records] == [(0, 0), (0, 2), (1, 0)]
+
+
+def test_read_newest_decodes_each_keys_newest_and_falls_back_past_a_malformed_one() -> None:
+    """Key a: two states, then one that does not decode; its second state stands in and the
+    undecodable one is named. Key b's first record does not decode either, but its newest
+    does: the older one is never decoded, so it is not named. The same key in another
+    partition is another record (as compaction keeps it)."""
+    broken_a = FakeMessage(TOPIC, 0, 3, b"\x00not avro", key_=b"a")
+    logs = {
+        0: FakeLog(
+            {
+                0: state_message(0, 0, "a", 1),
+                1: state_message(0, 1, "a", 2),
+                2: FakeMessage(TOPIC, 0, 2, b"\x00not avro", key_=b"b"),
+                3: broken_a,
+                4: state_message(0, 4, "b", 1),
+            },
+            high=5,
+        ),
+        1: FakeLog({0: state_message(1, 0, "a", 7)}, high=1),
+    }
+    read = read_newest(fake(FakeConsumer(logs)), "optimizer_state", TOPIC, Deadline(SECOND_NS))
+    assert read.complete
+    assert [(r.partition, r.offset, r.record["epoch"]) for r in read.records] == [
+        (0, 1, 2),
+        (0, 4, 1),
+        (1, 0, 7),
+    ]
+    assert [m.split(":")[0] for m in read.malformed] == ["t[0]@3"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -122,6 +123,7 @@ class Ownership:
         self, consumer: RecordConsumer, loop: asyncio.AbstractEventLoop, given: list[Partition]
     ) -> None:
         numbers = sorted(p for t, p in given if t == self.metrics_topic)
+        started_ns = time.monotonic_ns()
         # Each saved state is held against the link it claims (its bounds, jenks-only flow
         # lists) as this process knows the link now.
         states = changelog.restore(
@@ -133,9 +135,10 @@ class Ownership:
         )
         offsets = consumer.committed(given)
         log.info(
-            "given %s: %d link states read from the changelog",
+            "given %s: %d link states read from the changelog in %.2f s",
             ", ".join(f"{t}[{p}]" for t, p in sorted(given)),
             len(states),
+            (time.monotonic_ns() - started_ns) / 1e9,
         )
         asyncio.run_coroutine_threadsafe(self.take(given, states, offsets), loop).result()
 
