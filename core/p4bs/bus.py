@@ -637,6 +637,16 @@ def _received(stream: str, msg: Message) -> Received:
     return Received(stream, topic, partition, offset, key_text, record)
 
 
+def _decoded(stream: str, msg: Message, malformed: list[str]) -> Received | None:
+    """A record of the stream, decoded; None if it cannot be, its place and reason then
+    added to `malformed`."""
+    try:
+        return _received(stream, msg)
+    except (RecordError, UnicodeDecodeError) as exc:
+        malformed.append(f"{msg.topic()}[{msg.partition()}]@{msg.offset()}: {exc}")
+        return None
+
+
 @dataclass
 class RecordsRead:
     """What `read_records` read: the records decoded, in each partition's order; the reasons
@@ -660,10 +670,9 @@ def read_records(
     read = RecordsRead([], [], complete=False)
 
     def decode(msg: Message) -> None:
-        try:
-            read.records.append(_received(stream, msg))
-        except (RecordError, UnicodeDecodeError) as exc:
-            read.malformed.append(f"{topic}[{msg.partition()}]@{msg.offset()}: {exc}")
+        received = _decoded(stream, msg, read.malformed)
+        if received is not None:
+            read.records.append(received)
 
     read.complete = read_ranges(consumer, topic, ranges, deadline, decode)
     return read
@@ -695,11 +704,10 @@ def read_newest(
     read = RecordsRead([], malformed, read_ranges(consumer, topic, ranges, deadline, keep))
     for messages in by_key.values():
         for msg in reversed(messages):
-            try:
-                read.records.append(_received(stream, msg))
+            received = _decoded(stream, msg, malformed)
+            if received is not None:
+                read.records.append(received)
                 break
-            except (RecordError, UnicodeDecodeError) as exc:
-                malformed.append(f"{topic}[{msg.partition()}]@{msg.offset()}: {exc}")
     read.records.sort(key=lambda r: (r.partition, r.offset))
     return read
 
