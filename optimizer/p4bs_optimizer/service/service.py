@@ -89,12 +89,11 @@ STALE_CHECK_NS = 100_000_000
 # mid-transaction leaves, which holds up read-committed readers of its partitions (the next
 # owner restoring the changelog) until then. Ours last milliseconds. With the broker's check
 # every second (the stack's setting) a dead process's transaction is gone within 4 s, before
-# its session timeout (6 s at least) gives its partitions to another: at 6 s, the next owner
-# waited ~1.2 s more for it before it could read the changelog.
+# its session timeout (6 s at least) gives its partitions to another; at 6 s the abort could
+# come up to 7 s after a kill, later than the handover's start (5.4-6.6 s).
 TRANSACTION_TIMEOUT_MS = 3_000
-# Of each partition, a fetch brings at most this much (compressed): ~900 windows of the
-# benchmark's (18 B each, lz4), fewer of a real feed's, so partitions with backlogs are read
-# in turn, a fraction of a second of each partition's links at a time.
+# ~900 of the group benchmark's windows (18 B each, lz4), fewer of a real feed's: a fraction
+# of a second of a partition's links.
 MAX_PARTITION_FETCH_BYTES = 16 * 1024
 
 
