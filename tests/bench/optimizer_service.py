@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import json
@@ -775,6 +776,18 @@ def bench_searching(bootstrap: str, links: int, seconds: float, beside: int = 0)
     transactions = marks["end_tx"] - marks["start_tx"]
     commit_ms = (marks["end_commit_s"] - marks["start_commit_s"]) * 1e3 / max(transactions, 1)
     sustained = bool(lags) and p99 < SEARCH_LAG_GOAL_S
+    # Whether the searches decide in step: the decisions that follow a fit, by the window
+    # that caused them (a burst of them waits for its fits, one after another on the loop).
+    per_window = sorted(collections.Counter(r[3] for r in inside).values(), reverse=True)
+    slowest = max(inside, key=lambda r: r[5] - r[3]) if inside else None
+    if slowest is not None:
+        in_its_window = sum(1 for r in inside if r[3] == slowest[3])
+        print(
+            f"    in step: {len(per_window)} windows caused them, the largest 5 "
+            f"{per_window[:5]} decisions; the slowest decision's window caused "
+            f"{in_its_window}",
+            flush=True,
+        )
     print(
         f"  {links:4d} links"
         + (f" beside {beside:,} settled GLOBECOM links" if beside else "")
