@@ -778,9 +778,9 @@ def bench_searching(bootstrap: str, links: int, seconds: float, beside: int = 0)
     sustained = bool(lags) and p99 < SEARCH_LAG_GOAL_S
     # Whether the searches decide in step: the decisions that follow a fit, by the window
     # that caused them (a burst of them waits for its fits, one after another on the loop).
-    per_window = sorted(collections.Counter(r[3] for r in inside).values(), reverse=True)
-    slowest = max(inside, key=lambda r: r[5] - r[3]) if inside else None
-    if slowest is not None:
+    if inside:
+        per_window = sorted(collections.Counter(r[3] for r in inside).values(), reverse=True)
+        slowest = max(inside, key=lambda r: r[5] - r[3])
         in_its_window = sum(1 for r in inside if r[3] == slowest[3])
         print(
             f"    in step: {len(per_window)} windows caused them, the largest 5 "
