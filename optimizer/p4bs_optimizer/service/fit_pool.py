@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
+import threadpoolctl
+
 from p4bs.config import Config, LinkConfig
 from p4bs_optimizer.policies import bayes
 from p4bs_optimizer.policies.base import Policy, PolicyOptionError
@@ -116,12 +118,14 @@ def fits_on_loop(link: LinkConfig) -> bool:
 
 def _fit_worker() -> None:
     """A fit process as it starts: Ctrl-C is the service's to handle (it stops the pool), it
-    ends with its service, and Ax and torch are loaded and a first GP fitted before any
-    link's fit comes."""
+    ends with its service, Ax and torch are loaded and a first GP fitted before any link's
+    fit comes, and numpy's and scipy's BLAS, loaded by then, run on one thread as torch does
+    (bayes.load_ax; why: service.blas_on_one_thread)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     service = os.getppid()
     threading.Thread(target=_exit_with, args=(service,), name="service", daemon=True).start()
     bayes.warm_up()
+    threadpoolctl.threadpool_limits(limits=1, user_api="blas")
 
 
 def _exit_with(service: int) -> None:

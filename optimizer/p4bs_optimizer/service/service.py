@@ -36,6 +36,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import threadpoolctl
+
 from p4bs.bus import (
     ConsumerStats,
     Partition,
@@ -116,6 +118,19 @@ def fewer_young_collections() -> Iterator[None]:
         yield
     finally:
         gc.set_threshold(*thresholds)
+
+
+def blas_on_one_thread() -> threadpoolctl.threadpool_limits:
+    """numpy's BLAS (OpenBLAS) on one thread while the service runs, then back as it was.
+
+    OpenBLAS starts a thread per core, and after a parallel product its threads spin for a
+    while waiting for the next. The loop's GP fits (P4BS on the grid: products of a few
+    hundred candidates by a few trials) are small and come often, so the spinning took CPU
+    from the loop, the broker and the window producer: with 200 P4BS searches in the
+    process, it cost a third of the service's CPU and doubled its decisions' lag p99
+    (optimizer/README.md, "CPU per link"). scipy's own OpenBLAS, loaded with the first fit,
+    serves only the optimiser's vector operations, which run on one thread anyway."""
+    return threadpoolctl.threadpool_limits(limits=1, user_api="blas")
 
 
 def default_instance(config: Config) -> str:
@@ -373,7 +388,7 @@ class OptimizerService:
 
     async def run(self, on_tick: Callable[[OptimizerService], None] | None = None) -> None:
         """Consumes until `stop()`; `on_tick` is called about once a second (progress)."""
-        with fewer_young_collections():
+        with fewer_young_collections(), blas_on_one_thread():
             await self._consume(on_tick)
 
     async def _consume(self, on_tick: Callable[[OptimizerService], None] | None) -> None:
