@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pytest
 import threadpoolctl
@@ -19,21 +20,29 @@ from p4bs.config import load_config
 from p4bs_optimizer.service import OptimizerService
 from p4bs_optimizer.service.service import GC_YOUNG_THRESHOLD
 
+T = TypeVar("T")
 
-def test_the_young_generation_is_collected_less_often_while_the_service_runs() -> None:
-    before = gc.get_threshold()
-    assert before[0] < GC_YOUNG_THRESHOLD
+
+def while_running(probe: Callable[[], T]) -> T:
+    """What `probe` says while the service runs; its consumer then fails, and the service
+    stops as it does on a failure."""
     service = OptimizerService(load_config(paths.example_config()), dry_run=True)
-    seen: list[tuple[int, ...]] = []
+    seen: list[T] = []
 
     async def consume(on_tick: Any) -> None:
-        seen.append(gc.get_threshold())
+        seen.append(probe())
         raise RuntimeError("the consumer failed")
 
     service._consume = consume  # type: ignore[method-assign]
     with pytest.raises(RuntimeError, match="the consumer failed"):
         asyncio.run(service.run())
-    assert seen == [(GC_YOUNG_THRESHOLD, *before[1:])]
+    return seen[0]
+
+
+def test_the_young_generation_is_collected_less_often_while_the_service_runs() -> None:
+    before = gc.get_threshold()
+    assert before[0] < GC_YOUNG_THRESHOLD
+    assert while_running(gc.get_threshold) == (GC_YOUNG_THRESHOLD, *before[1:])
     assert gc.get_threshold() == before  # also after a failure
 
 
@@ -44,17 +53,7 @@ def blas_threads() -> set[int]:
 
 
 def test_numpy_blas_runs_on_one_thread_while_the_service_runs() -> None:
-    service = OptimizerService(load_config(paths.example_config()), dry_run=True)
-    seen: list[set[int]] = []
-
-    async def consume(on_tick: Any) -> None:
-        seen.append(blas_threads())
-        raise RuntimeError("the consumer failed")
-
-    service._consume = consume  # type: ignore[method-assign]
     with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):  # as on this machine
         assert blas_threads() == {2}
-        with pytest.raises(RuntimeError, match="the consumer failed"):
-            asyncio.run(service.run())
-        assert seen == [{1}]
+        assert while_running(blas_threads) == {1}
         assert blas_threads() == {2}

@@ -129,7 +129,8 @@ def blas_on_one_thread() -> threadpoolctl.threadpool_limits:
     from the loop, the broker and the window producer: with 200 P4BS searches in the
     process, it cost a third of the service's CPU and doubled its decisions' lag p99
     (optimizer/README.md, "CPU per link"). scipy's own OpenBLAS, loaded with the first fit,
-    serves only the optimiser's vector operations, which run on one thread anyway."""
+    is left as it is: limiting numpy's alone measured the same as OPENBLAS_NUM_THREADS=1,
+    which limits both (0.36-0.38 CPU s/s and the same lag)."""
     return threadpoolctl.threadpool_limits(limits=1, user_api="blas")
 
 
