@@ -779,13 +779,12 @@ def bench_searching(bootstrap: str, links: int, seconds: float, beside: int = 0)
     # Whether the searches decide in step: the decisions that follow a fit, by the window
     # that caused them (a burst of them waits for its fits, one after another on the loop).
     if inside:
-        per_window = sorted(collections.Counter(r[3] for r in inside).values(), reverse=True)
+        per_window = collections.Counter(r[3] for r in inside)
         slowest = max(inside, key=lambda r: r[5] - r[3])
-        in_its_window = sum(1 for r in inside if r[3] == slowest[3])
         print(
             f"    in step: {len(per_window)} windows caused them, the largest 5 "
-            f"{per_window[:5]} decisions; the slowest decision's window caused "
-            f"{in_its_window}",
+            f"{[n for _, n in per_window.most_common(5)]} decisions; the slowest decision's "
+            f"window caused {per_window[slowest[3]]}",
             flush=True,
         )
     print(
