@@ -30,7 +30,7 @@ before and after Holm's adjustment across its family, its effect size and interv
 
 The Holm families: `target` (every claim on loss-delay-fit with a test: what the project
 claims of its policy, across the whole suite of one claims.json), `paper` (P4BS's claims) and
-`other` (the dynamic claims on the other policies). Given a registration (registration.py),
+`other` (the dynamic claims on the other policies). Given registrations (registration.py),
 rows of a registered scenario made at other policy code are refused and listed as `flagged`.
 """
 
@@ -45,7 +45,12 @@ from typing import Any
 from p4bs_eval.claim_rows import interval_row, p_shown, paired_row
 from p4bs_eval.claims_dynamic import OURS, TARGET, captured_verdict, dynamic_claims
 from p4bs_eval.offline_report import surface_variances
-from p4bs_eval.registration import Registration, screen_rows
+from p4bs_eval.registration import (
+    Registration,
+    check_together,
+    registration_of,
+    screen_rows,
+)
 from p4bs_eval.report import load_results
 from p4bs_eval.stats import (
     ALPHA,
@@ -225,7 +230,7 @@ def live_claims(
     return found
 
 
-def _shown(path: Path, root: Path) -> Path:
+def shown_path(path: Path, root: Path) -> Path:
     """`path` relative to `root` when inside it: claims.json names the committed files."""
     return path.relative_to(root) if path.is_relative_to(root) else path
 
@@ -304,13 +309,14 @@ def summarise(claims: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
 
 
 def build(
-    results_dir: Path, root: Path, registration: Registration | None = None
+    results_dir: Path, root: Path, registrations: Sequence[Registration] = ()
 ) -> dict[str, Any]:
     """Every claim from the summaries under `results_dir` (paths shown relative to `root`);
-    with a registration, a registered scenario's rows screened against it (`screen_rows`)
-    and its margin and alpha in force."""
-    margin_fraction = registration.margin if registration else MARGIN_FRACTION
-    alpha = registration.alpha if registration else ALPHA
+    a registered scenario's rows screened against the registration that names it
+    (`screen_rows`), with its margin in force. RegistrationError where the registrations
+    cannot be read together (`check_together`)."""
+    check_together(registrations)
+    alpha = registrations[0].alpha if registrations else ALPHA
     claims: list[dict[str, Any]] = []
     flagged: list[dict[str, Any]] = []
     oracles: list[dict[str, Any]] = []
@@ -320,7 +326,7 @@ def build(
     for folder in sorted(p for p in results_dir.iterdir() if p.is_dir()):
         for path in sorted(folder.glob("*offline.json")):
             summary = json.loads(path.read_text())
-            found = offline_claims(_shown(path, root), summary)
+            found = offline_claims(shown_path(path, root), summary)
             claims += [{**claim, "registered": False} for claim in found]
             cells = {
                 cell: {
@@ -329,16 +335,18 @@ def build(
                 }
                 for cell, data in summary["cells"].items()
             }
-            offline[str(_shown(path, root))] = cells
+            offline[str(shown_path(path, root))] = cells
         if (folder / "results.jsonl").exists() and (folder / "scenario.json").exists():
             scenario, all_rows = load_results(folder)
-            source = str(_shown(folder / "results.jsonl", root))
+            source = str(shown_path(folder / "results.jsonl", root))
+            registration = registration_of(scenario, registrations)
             rows, refused, registered = screen_rows(source, scenario, all_rows, registration)
+            margin_fraction = registration.margin if registration else MARGIN_FRACTION
             flagged += refused
             found = live_claims(source, rows, margin_fraction)
             dynamic, cell_oracles = dynamic_claims(source, rows, margin_fraction)
             oracles += cell_oracles
-            planned = registration.plan.repeats if registered and registration else 0
+            planned = registration.plan.repeats if registration else 0
             claims += [
                 {**claim, "registered": registered}
                 | ({"planned_repeats": planned} if claim.get("n", planned) < planned else {})
@@ -362,10 +370,10 @@ def build(
     families = settle_verdicts(claims, alpha)
     return {
         "made_by": "p4bs eval claims",
-        "registration": registration.identity() if registration else None,
+        "registrations": [registration.identity() for registration in registrations],
         "confidence": 1 - alpha,
         "alpha": alpha,
-        "margin_fraction": margin_fraction,
+        "margin_fraction": MARGIN_FRACTION,  # an unregistered folder's; a registered one's plan's
         "holm_families": families,
         "summary": summarise(claims),
         "flagged": flagged,

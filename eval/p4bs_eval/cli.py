@@ -251,25 +251,23 @@ def cmd_offline(args: argparse.Namespace) -> int:
 
 
 def cmd_claims(args: argparse.Namespace) -> int:
-    """eval/claims.json from the committed summaries (claims.py), with a registration's rows
-    screened against it (registration.py)."""
-    from p4bs_eval.claims import build
+    """eval/claims.json from the committed summaries (claims.py), with each registered
+    scenario's rows screened against its registration (registration.py)."""
+    from p4bs_eval.claims import build, shown_path
     from p4bs_eval.registration import RegistrationError, load_registration
 
     if not args.results.is_dir():
         print(f"p4bs eval claims: no folder {args.results}", file=sys.stderr)
         return 2
-    registration = None
-    if args.registration:
-        shown = args.registration.resolve()
-        if shown.is_relative_to(paths.home()):
-            shown = shown.relative_to(paths.home())
-        try:
-            registration = load_registration(args.registration, str(shown))
-        except RegistrationError as exc:
-            print(f"p4bs eval claims: {exc}", file=sys.stderr)
-            return 2
-    data = build(args.results, paths.home(), registration)
+    try:
+        registrations = [
+            load_registration(path, str(shown_path(path.resolve(), paths.home())))
+            for path in args.registration
+        ]
+        data = build(args.results, paths.home(), registrations)
+    except RegistrationError as exc:
+        print(f"p4bs eval claims: {exc}", file=sys.stderr)
+        return 2
     args.out.write_text(json.dumps(data, indent=1) + "\n")
     for claim, verdicts in data["summary"].items():
         shown_counts = ", ".join(f"{v} {n}" for v, n in verdicts.items())
@@ -496,8 +494,11 @@ def add_parser(sub: Any) -> None:
     claims.add_argument(
         "--registration",
         type=Path,
-        help="a registration (eval/registrations/NAME.json): its scenarios' rows made at "
-        "other policy code, or in another scenario, are refused and listed as flagged",
+        action="append",
+        default=[],
+        help="a registration (eval/registrations/NAME.json; repeat for several, each "
+        "scenario in one): its scenarios' rows made at other policy code, or in another "
+        "scenario, are refused and listed as flagged",
     )
     claims.set_defaults(func=cmd_claims)
     register = eval_sub.add_parser(

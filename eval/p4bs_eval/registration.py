@@ -204,6 +204,33 @@ def load_registration(path: Path, shown: str | None = None) -> Registration:
         raise RegistrationError(f"{path}: not a registration ({exc!r})") from None
 
 
+def check_together(registrations: Sequence[Registration]) -> None:
+    """Registrations read into one claims.json: each scenario in at most one of them (a
+    folder's rows are screened against one), and one alpha (Holm's families span the file)."""
+    named: dict[str, str] = {}
+    for registration in registrations:
+        for scenario in registration.scenarios:
+            if scenario in named:
+                raise RegistrationError(
+                    f"scenario {scenario!r} is registered in both {named[scenario]} and "
+                    f"{registration.path}"
+                )
+            named[scenario] = registration.path
+    alphas = sorted({registration.alpha for registration in registrations})
+    if len(alphas) > 1:
+        raise RegistrationError(
+            f"the registrations' alphas differ ({alphas}): one claims.json's Holm families "
+            "need one alpha"
+        )
+
+
+def registration_of(
+    scenario: Mapping[str, Any], registrations: Sequence[Registration]
+) -> Registration | None:
+    """The registration that names the scenario (by its name), if one does."""
+    return next((r for r in registrations if scenario.get("name") in r.scenarios), None)
+
+
 def screen_rows(
     source: str,
     scenario: Mapping[str, Any],

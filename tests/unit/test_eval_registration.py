@@ -5,6 +5,7 @@ the rows made at another policy tree."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import subprocess
@@ -182,8 +183,8 @@ def test_claims_refuse_rows_of_another_policy_tree(repo: Path, tmp_path: Path) -
     rows[4]["policy_code_dirty"] = True  # repeat 3's loss-delay-fit with uncommitted code
     del rows[6]["policy_tree"]  # repeat 4's from before the code fields
     (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    data = build(results, tmp_path, registration)
-    assert data["registration"]["policy_tree"] == registration.policy_tree
+    data = build(results, tmp_path, [registration])
+    assert data["registrations"][0]["policy_tree"] == registration.policy_tree
     reasons = [(f["policy"], f["repeat"], f["reason"]) for f in data["flagged"]]
     assert len(reasons) == 6
     assert reasons[0] == (
@@ -216,3 +217,58 @@ def test_a_folder_of_another_scenario_file_is_refused_whole(repo: Path) -> None:
     )
     other = described | {"name": "other"}
     assert screen_rows("x", other, rows, registration)[2] is False  # not registered: used whole
+
+
+def _results_folder(results: Path, described: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    folder = results / described["name"]
+    folder.mkdir(parents=True)
+    (folder / "scenario.json").write_text(json.dumps(described))
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_claims_read_several_registrations_each_scenario_by_its_own(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two suites registered at different times: each folder's rows screened by the
+    registration naming its scenario, at that plan's margin; one scenario in two, or two
+    alphas, cannot be read into one claims.json."""
+    first = _register(repo)
+    (repo / "eval" / "scenarios" / "dyn2.toml").write_text(SCENARIO.replace("60s", "90s"))
+    (repo / "eval" / "suite2.toml").write_text(PLAN.replace("0.02", "0.05"))
+    _git(repo, "add", ".")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "suite 2")
+    second = register(
+        [repo / "eval" / "scenarios" / "dyn2.toml"],
+        repo / "eval" / "suite2.toml",
+        repo,
+        repo / "eval" / "registrations",
+    )
+    one, two = load_registration(first), load_registration(second)
+    results = tmp_path / "results"
+    _results_folder(results, dict(one.scenarios["dyn"]["described"]), _rows(one.policy_tree))
+    rows = _rows(two.policy_tree)
+    rows[0]["policy_tree"] = "0" * 40  # one row of suite 2 made at other policy code
+    _results_folder(results, dict(two.scenarios["dyn2"]["described"]), rows)
+    monkeypatch.setenv("P4BS_HOME", str(repo))
+    out = tmp_path / "claims.json"
+    args = ["eval", "claims", "--results", str(results), "--out", str(out)]
+    assert main([*args, "--registration", str(first), "--registration", str(second)]) == 0
+    data = json.loads(out.read_text())
+    assert [r["name"] for r in data["registrations"]] == ["suite", "suite2"]
+    assert data["registrations"][1]["file"] == "eval/registrations/suite2.json"
+    ours = {  # by folder
+        c["source"].split("/")[-2]: c
+        for c in data["claims"]
+        if c["claim"] == "ours-best-or-equivalent"
+    }
+    assert (ours["dyn"]["n"], ours["dyn2"]["n"]) == (10, 9)  # suite 2's repeat 1 refused
+    assert ours["dyn"]["registered"] and ours["dyn2"]["registered"]
+    margins = [ours[name]["margin"] / abs(ours[name]["rival_mean"]) for name in ("dyn", "dyn2")]
+    assert margins == pytest.approx([0.02, 0.05])
+    assert [f["source"].split("/")[-2] for f in data["flagged"]] == ["dyn2"]
+    assert main([*args, "--registration", str(first), "--registration", str(first)]) == 2
+    with pytest.raises(RegistrationError, match="'dyn' is registered in both"):
+        build(results, tmp_path, [one, one])
+    stricter = dataclasses.replace(two, plan=dataclasses.replace(two.plan, alpha=0.01))
+    with pytest.raises(RegistrationError, match="alphas differ"):
+        build(results, tmp_path, [one, stricter])
