@@ -1,6 +1,7 @@
 """A run's figures per phase of its traffic: the `phases` of its row in results.jsonl, from
-p4bs's link metrics, and the short flows' FCT summary per phase and size class (`fct`), small
-enough to commit with the row: every FCT table of the dynamic suite is rebuilt from it.
+p4bs's link metrics, the short flows' FCT summary per phase and size class (`fct`), and
+each short flow itself (`short_flows`: its start, size and FCT), small enough to commit with
+the row: every FCT table and pooled CDF is rebuilt from results.jsonl alone.
 
 Times are seconds from the traffic's start (`traffic/timeline.json`). A window counts in the
 phase its start lies in, after the phase's first `settle_s` seconds; a short flow in the
@@ -92,3 +93,15 @@ def fct_summary(
             }
         out[span.name] = summary
     return out
+
+
+def short_flows_record(flows: list[dict[str, Any]], traffic_start_ns: int) -> dict[str, list[Any]]:
+    """Every short flow of a run, as columns: its start (s from the traffic's start, to the
+    ms), size (bytes) and FCT (ms, to 0.01; null where it did not complete). ~100 flows a run
+    at 2/s: a few kB per row."""
+    flows = sorted(flows, key=lambda f: f["start_ns"])
+    return {
+        "start_s": [round((f["start_ns"] - traffic_start_ns) / 1e9, 3) for f in flows],
+        "size_bytes": [f["size_bytes"] for f in flows],
+        "fct_ms": [round(f["fct_ns"] / 1e6, 2) if f.get("ok") else None for f in flows],
+    }

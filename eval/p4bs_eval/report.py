@@ -443,23 +443,33 @@ def plot_timeseries(run_dir: Path, scenario: dict[str, Any], rows: Any, means: A
     return paths
 
 
-def _short_fcts_ms(traffic: Path) -> list[float]:
-    """The completed short flows' FCTs over the measured part, sorted, ms."""
+def _short_fcts_ms(run_dir: Path, row: dict[str, Any], warmup_s: float) -> list[float]:
+    """The completed short flows' FCTs over the measured part, sorted, ms: from the row's
+    `short_flows` (what results.jsonl keeps), else from the run's folder (rows made before
+    it)."""
+    if "short_flows" in row:
+        flows = row["short_flows"]
+        return sorted(
+            fct
+            for start_s, fct in zip(flows["start_s"], flows["fct_ms"], strict=True)
+            if fct is not None and start_s >= warmup_s
+        )
+    traffic = run_dir / row["run_dir"] / "traffic"
     if not (traffic / "fct.jsonl").exists():
         return []
     steady = json.loads((traffic / "timeline.json").read_text())["steady_from_ns"]
-    flows = [json.loads(line) for line in (traffic / "fct.jsonl").open() if line.strip()]
-    return sorted(f["fct_ns"] / 1e6 for f in flows if f.get("ok") and f["start_ns"] >= steady)
+    records = [json.loads(line) for line in (traffic / "fct.jsonl").open() if line.strip()]
+    return sorted(f["fct_ns"] / 1e6 for f in records if f.get("ok") and f["start_ns"] >= steady)
 
 
 def _pooled_short_fcts_ms(
-    run_dir: Path, rows: list[dict[str, Any]]
+    run_dir: Path, scenario: dict[str, Any], rows: list[dict[str, Any]]
 ) -> dict[tuple[str, str], list[float]]:
     """(point, policy) -> every repeat's completed short flows' FCTs (measured part), sorted."""
     pooled: dict[tuple[str, str], list[float]] = defaultdict(list)
     for row in rows:
         if "error" not in row and row.get("short_flows_completed") is not None:
-            fcts = _short_fcts_ms(run_dir / row["run_dir"] / "traffic")
+            fcts = _short_fcts_ms(run_dir, row, scenario["warmup_s"])
             pooled[row["point"], row["policy"]] += fcts
     return {key: sorted(values) for key, values in pooled.items()}
 
@@ -467,7 +477,7 @@ def _pooled_short_fcts_ms(
 def pooled_fcts(run_dir: Path, scenario: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
     """P4BS Fig. 14's figures over every repeat's short flows: per point and policy the flows
     and the FCT's p50, p90 and p99 (nearest rank), ms."""
-    pooled = _pooled_short_fcts_ms(run_dir, rows)
+    pooled = _pooled_short_fcts_ms(run_dir, scenario, rows)
     if not pooled:
         return []
     lines = [
@@ -501,7 +511,7 @@ def plot_cdf(run_dir: Path, scenario: dict[str, Any], rows: Any, means: Any) -> 
         traffic = run_dir / row["run_dir"] / "traffic"
         steady = json.loads((traffic / "timeline.json").read_text())["steady_from_ns"]
         label = f"{row['point']} {row['policy']}"
-        _plot_cdf_line(left, _short_fcts_ms(traffic), label)
+        _plot_cdf_line(left, _short_fcts_ms(run_dir, row, scenario["warmup_s"]), label)
         ping = sorted(
             json.loads(line)["rtt_ns"] / 1e6
             for line in (traffic / "ping.jsonl").open()
@@ -531,7 +541,7 @@ def plot_fct(run_dir: Path, scenario: dict[str, Any], rows: Any, means: Any) -> 
     fig, axes = plt.subplots(
         1, len(points), figsize=(4 * len(points), 3.5), squeeze=False, sharey=True
     )
-    for (point, policy), fcts in _pooled_short_fcts_ms(run_dir, rows).items():
+    for (point, policy), fcts in _pooled_short_fcts_ms(run_dir, scenario, rows).items():
         _plot_cdf_line(axes[0][points.index(point)], fcts, f"{policy} ({len(fcts)})")
     for ax, point in zip(axes[0], points, strict=True):
         ax.set_title(point, fontsize=9)

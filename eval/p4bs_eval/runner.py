@@ -29,7 +29,7 @@ from p4bs.bus import read_stream
 from p4bs.config import load_config
 from p4bs.progress import Progress
 from p4bs_eval.figures import read_jsonl, run_figures
-from p4bs_eval.phases import fct_summary, phase_figures
+from p4bs_eval.phases import fct_summary, phase_figures, short_flows_record
 from p4bs_eval.report import load_results, run_key
 from p4bs_eval.scenario import AQM_POLICIES, NO_POLICY, EvalScenario, Point, fixed_buffer_ms
 from p4bs_infra.stack import Stack
@@ -214,6 +214,7 @@ def run_one(
     }
     if flows:
         extra["fct"] = fct_summary(spans, flows, start_ns)
+        extra["short_flows"] = short_flows_record(flows, start_ns)
     if fixed_buffer_ms(policy) is not None:
         extra["fixed_buffer_bytes"] = plan.buffer_bytes
     if setup.aqm is not None:

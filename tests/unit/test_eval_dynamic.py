@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from p4bs_eval.phases import fct_summary, phase_figures
+from p4bs_eval.phases import fct_summary, phase_figures, short_flows_record
+from p4bs_eval.report import pooled_fcts
 from p4bs_eval.runner import (
     POLICY_CODE,
     RunSetup,
@@ -232,6 +233,32 @@ def test_the_fct_summary_is_per_phase_and_size_class() -> None:
     assert summary["n100"] == {}
     assert summary["n10-again"]["100kB-1MB"]["fct_p90_ms"] == 250.0
     assert json.loads(json.dumps(summary)) == summary  # goes into the row as is
+
+
+def test_the_pooled_fct_table_is_rebuilt_from_the_rows_alone(tmp_path: Path) -> None:
+    """Each short flow goes into the row (`short_flows`), so Fig. 14's pooled FCT table comes
+    from results.jsonl with the run folders gone: the warm-up's and failed flows left out."""
+
+    def row(repeat: int, fcts_ms: list[float | None]) -> dict[str, Any]:
+        flows = [  # one flow in the warm-up (1 s), then one a second from 10 s
+            {"start_ns": T0 + round(s * 1e9), "size_bytes": 20_000, "fct_ns": None, "ok": False}
+            for s in [1.0] + [10.0 + k for k in range(len(fcts_ms))]
+        ]
+        for flow, fct in zip(flows, [5.0, *fcts_ms], strict=True):
+            if fct is not None:
+                flow |= {"fct_ns": round(fct * 1e6), "ok": True}
+        record = short_flows_record(list(reversed(flows)), T0)  # kept in start order
+        assert record["start_s"][:2] == [1.0, 10.0] and record["fct_ms"][0] == 5.0
+        return {
+            "point": "base", "policy": "bdp", "repeat": repeat, "run_dir": f"gone/r{repeat}",
+            "short_flows_completed": 3, "short_flows": json.loads(json.dumps(record)),
+        }  # fmt: skip
+
+    rows = [row(1, [100.0, 300.0, None]), row(2, [200.0, 400.0, 500.0])]
+    scenario = {"points": ["base"], "warmup_s": 10.0}
+    lines = pooled_fcts(tmp_path, scenario, rows)
+    # 5 completed after the warm-up: 100..500 ms; nearest-rank p50 300, p90 and p99 500.
+    assert lines[-1] == "| base | bdp | 2 | 5 | 300 | 500 | 500 |"
 
 
 def test_the_long_flow_schedule_stops_each_group_at_its_stop() -> None:
