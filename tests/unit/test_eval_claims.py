@@ -125,6 +125,30 @@ def test_claims_from_offline_and_live_summaries(tmp_path: Path) -> None:
     assert checks["p4bs"]["offline_f"] == pytest.approx(checks["p4bs"]["live_f"]["mean"])
 
 
+def test_ours_against_the_better_aqm_on_f_and_on_fct(tmp_path: Path) -> None:
+    """Where RED and CoDel ran, loss-delay-fit against the better of the two: by mean f
+    (higher) for ours-vs-aqm, by median FCT (lower) for ours-fct-vs-aqm; no target."""
+    f = {"loss-delay-fit": -0.60, "red": -0.75, "codel": -0.64}
+    fct = {"loss-delay-fit": 300.0, "red": 180.0, "codel": 220.0}
+    phase = {"loss-delay-fit": 1, "red": 2, "codel": 0}  # each policy's noise, out of step
+    rows = [
+        {"point": "n25", "policy": p, "repeat": r, "seed": r,
+         "f_mean": f[p] - 0.01 * ((r + phase[p]) % 3), "fct_p50_ms": fct[p] + 2.0 * (r % 2)}
+        for p in f
+        for r in range(1, 11)
+    ]  # fmt: skip
+    folder = tmp_path / "results" / "aqm"
+    folder.mkdir(parents=True)
+    (folder / "scenario.json").write_text(json.dumps({"name": "aqm"}))
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    by = {c["claim"]: c for c in build(tmp_path / "results", tmp_path)["claims"]}
+    on_f, on_fct = by["ours-vs-aqm"], by["ours-fct-vs-aqm"]
+    assert (on_f["against"], on_f["verdict"], on_f["family"]) == ("codel", "best", "other")
+    assert on_f["difference"]["mean"] == pytest.approx(0.039)
+    assert (on_fct["against"], on_fct["verdict"]) == ("red", "worse")  # 120 ms longer
+    assert "met" not in on_f and "met" not in on_fct
+
+
 def test_offline_claims_count_the_surface_s_own_error(tmp_path: Path) -> None:
     """loss-delay-fit's lead over BSCL, outside the seeds' noise, is within what the surface
     knows of the two buffers they sit on (standard error 0.05 each): the interval widens to
