@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from p4bs_eval.claim_rows import interval_row, p_shown, paired_row, rounded
-from p4bs_eval.scenario import FIXED_PREFIX
+from p4bs_eval.scenario import FIXED_PREFIX, fixed_buffer_ms
 from p4bs_eval.stats import mean_ci
 
 OURS = "loss-delay-fit"
@@ -186,6 +186,9 @@ def dynamic_claims(
                 if oracle_ci
                 else None,
                 "n": best_ci.n,
+                "fixed_f": {  # every oracle buffer's whole-run f, smallest buffer first
+                    p: _mean_row(whole[p]) for p in sorted(fixed, key=_buffer_ms)
+                },
             }
         )
         for policy in sorted(by_policy.keys() - fixed.keys()):
@@ -223,6 +226,10 @@ def dynamic_claims(
                         }
                     )
     return claims, oracles
+
+
+def _buffer_ms(policy: str) -> float:
+    return fixed_buffer_ms(policy) or 0.0
 
 
 def _mean_row(values: Mapping[int, float]) -> dict[str, float | None] | None:

@@ -254,6 +254,7 @@ def cmd_claims(args: argparse.Namespace) -> int:
     """eval/claims.json from the committed summaries (claims.py), with each registered
     scenario's rows screened against its registration (registration.py)."""
     from p4bs_eval.claims import build, shown_path
+    from p4bs_eval.claims_tables import markdown
     from p4bs_eval.registration import RegistrationError, load_registration
 
     if not args.results.is_dir():
@@ -269,12 +270,13 @@ def cmd_claims(args: argparse.Namespace) -> int:
         print(f"p4bs eval claims: {exc}", file=sys.stderr)
         return 2
     args.out.write_text(json.dumps(data, indent=1) + "\n")
+    args.out.with_suffix(".md").write_text(markdown(data))
     for claim, verdicts in data["summary"].items():
         shown_counts = ", ".join(f"{v} {n}" for v, n in verdicts.items())
         print(f"{claim}: {shown_counts}")
     if data["flagged"]:
         print(f"flagged (refused): {len(data['flagged'])} rows, reasons in {args.out}")
-    print(f"claims: {args.out}")
+    print(f"claims: {args.out} (tables: {args.out.with_suffix('.md').name})")
     return 0
 
 

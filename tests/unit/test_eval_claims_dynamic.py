@@ -14,6 +14,7 @@ import pytest
 
 from p4bs_eval.claims import build
 from p4bs_eval.claims_dynamic import captured_fraction, phase_weighted_f
+from p4bs_eval.claims_tables import markdown
 
 REPEATS = range(1, 13)
 # Phase f per policy: "calm" 40 s, then "busy" 80 s. fixed:5ms is best in calm, fixed:50ms
@@ -111,6 +112,27 @@ def test_the_oracles_and_the_captured_fraction(tmp_path: Path) -> None:
         "worse": 1,
         "met": 1,
     }
+
+
+def test_the_cell_table_shows_both_oracles_and_every_policy(tmp_path: Path) -> None:
+    """claims.md's table of a cell, as eval/README.md copies it: ours first, each policy's
+    whole-run f, its difference to the best fixed buffer, the captured fraction and the
+    verdicts; the fixed buffers' f smallest buffer first."""
+    results = tmp_path / "eval" / "results"
+    _folder(results)
+    text = markdown(build(results, tmp_path))
+    assert "### dynamic, base" in text
+    assert "Best fixed buffer in hindsight: **fixed:50ms**" in text
+    assert "Per-phase oracle (calm fixed:5ms, busy fixed:50ms)" in text
+    assert text.index("Fixed buffers: fixed:5ms") < text.index("; fixed:50ms")
+    table = text[text.index("### dynamic, base") :].splitlines()
+    rows = [line.split(" | ") for line in table if line.startswith("| ")][1:]  # no header
+    assert [cells[0] for cells in rows] == [
+        "| loss-delay-fit", "| bdp", "| bloated", "| p4bs"]  # fmt: skip
+    ours = next(cells for cells in rows if cells[0] == "| loss-delay-fit")
+    assert ours[2].startswith("+0.100 [") and ours[3] == "best"
+    assert ours[4].startswith("0.60 [") and ours[5] == "met"
+    assert ours[6:] == ["best", "best |"]  # not below Bloated, nor BDP
 
 
 def test_bloated_is_read_from_the_oracles_200ms_buffer_where_it_did_not_run(
