@@ -21,7 +21,9 @@ before and after Holm's adjustment across its family, its effect size and interv
   decision to settled) at most 20 s.
 - `offline-matches-live`, per cell and policy measured both ways: whether the offline
   simulator's mean whole-run f lies inside the live runs' 95% interval (how far the
-  simulator can be trusted, cell by cell).
+  simulator can be trusted, cell by cell). A dynamic scenario's offline runs (on its
+  oracle buffers' surfaces: `scenario` in the offline.json) are checked against that
+  scenario's live runs only, and make no other claim.
 - live, where the runs had short flows: `p4bs-lowest-fct` (P4BS Fig. 14), P4BS's median
   short-flow FCT against the static rules' (lower is better), and `ours-fct` the same for
   loss-delay-fit, which optimises f, not FCT (met when `best`).
@@ -327,14 +329,18 @@ def build(
     claims: list[dict[str, Any]] = []
     flagged: list[dict[str, Any]] = []
     oracles: list[dict[str, Any]] = []
-    # By source: cell -> policy -> seed -> whole-run mean f.
-    offline: dict[str, dict[str, dict[str, dict[int, float]]]] = {}
-    live: dict[str, dict[str, dict[str, dict[int, float]]]] = {}
+    # By source: its scenario (None: a sweep's cells, which live folders of any scenario
+    # share), then cell -> policy -> seed -> whole-run mean f.
+    offline: dict[str, tuple[str | None, dict[str, dict[str, dict[int, float]]]]] = {}
+    live: dict[str, tuple[str | None, dict[str, dict[str, dict[int, float]]]]] = {}
     for folder in sorted(p for p in results_dir.iterdir() if p.is_dir()):
         for path in sorted(folder.glob("*offline.json")):
             summary = json.loads(path.read_text())
-            found = offline_claims(shown_path(path, root), summary)
-            claims += [{**claim, "registered": False} for claim in found]
+            if summary.get("scenario") is None:
+                # A dynamic scenario's offline runs are predictions to check against its
+                # live runs, not claims: its oracles and verdicts come from the live runs.
+                found = offline_claims(shown_path(path, root), summary)
+                claims += [{**claim, "registered": False} for claim in found]
             cells = {
                 cell: {
                     p: {int(seed): f for seed, f in v["f_mean"].items()}
@@ -342,7 +348,7 @@ def build(
                 }
                 for cell, data in summary["cells"].items()
             }
-            offline[str(shown_path(path, root))] = cells
+            offline[str(shown_path(path, root))] = (summary.get("scenario"), cells)
         if (folder / "results.jsonl").exists() and (folder / "scenario.json").exists():
             scenario, all_rows = load_results(folder)
             source = str(shown_path(folder / "results.jsonl", root))
@@ -359,10 +365,11 @@ def build(
                 | ({"planned_repeats": planned} if claim.get("n", planned) < planned else {})
                 for claim in found + dynamic
             ]
-            live[source] = _per_cell(rows, "f_mean")
-    for off_source, off_cells in offline.items():
-        for live_source, live_cells in live.items():
-            claims += simulator_checks(off_cells, live_cells, (off_source, live_source))
+            live[source] = (scenario.get("name"), _per_cell(rows, "f_mean"))
+    for off_source, (off_scenario, off_cells) in offline.items():
+        for live_source, (live_scenario, live_cells) in live.items():
+            if off_scenario in (None, live_scenario):
+                claims += simulator_checks(off_cells, live_cells, (off_source, live_source))
     for name in ("p4bs-lowest-fct", "ours-fct"):
         if not any(c["claim"] == name for c in claims):
             claims.append(

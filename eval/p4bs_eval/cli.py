@@ -164,6 +164,14 @@ def _config_problem(config_path: Path, link_settings: Mapping[str, Any]) -> str 
     return None
 
 
+# The offline runs' timing: option, the dynamic scenario's key, the default otherwise.
+OFFLINE_TIMING = (
+    ("duration", "duration_s", 60.0),
+    ("warmup", "warmup_s", 10.0),
+    ("initial_buffer_ms", "buffer_ms", 200.0),
+)
+
+
 def cmd_offline(args: argparse.Namespace) -> int:
     """The policies on the buffer sweep's measured surfaces, cell by cell (offline_report.py)."""
     from p4bs.config import ConfigError
@@ -174,22 +182,26 @@ def cmd_offline(args: argparse.Namespace) -> int:
     from p4bs_eval.surface_file import load_surfaces
     from p4bs_optimizer.policies.base import PolicyOptionError
 
-    if args.seeds < 1 or args.warmup >= args.duration:
-        print("p4bs eval offline: --seeds >= 1 and --warmup < --duration", file=sys.stderr)
-        return 2
     try:
         policies = tuple(args.policies.split(","))
         check_policies(policies, "--policies")
-        found, link_settings = load_surfaces(args.source)
+        found, link_settings, origin = load_surfaces(args.source)
         config = config_with_link_settings(args.config, link_settings)
-        timing = LoopTiming(
-            metrics_lag_ns=round(args.lag * 1e9),
-            duration_ns=round(args.duration * 1e9),
-            warmup_ns=round(args.warmup * 1e9),
-        )
     except (ScenarioError, SurfaceError, ConfigError) as exc:
         print(f"p4bs eval offline: {exc}", file=sys.stderr)
         return 2
+    # A dynamic scenario's surfaces run as its live runs do; a sweep's as Fig. 11's.
+    for key, scenario_key, default in OFFLINE_TIMING:
+        if getattr(args, key) is None:
+            setattr(args, key, origin.get(scenario_key, default))
+    if args.seeds < 1 or args.warmup >= args.duration:
+        print("p4bs eval offline: --seeds >= 1 and --warmup < --duration", file=sys.stderr)
+        return 2
+    timing = LoopTiming(
+        metrics_lag_ns=round(args.lag * 1e9),
+        duration_ns=round(args.duration * 1e9),
+        warmup_ns=round(args.warmup * 1e9),
+    )
     link = config.links[0]
     initial = round(link.capacity_bps / 8 * args.initial_buffer_ms / 1000)
     shrink_burst = MEASURED_SHRINK_BURST if args.shrink_burst else 0.0
@@ -197,6 +209,11 @@ def cmd_offline(args: argparse.Namespace) -> int:
     lines = [
         f"# Offline evaluation on the surfaces of {args.source}",
         "",
+        *(
+            [f"The oracle's fixed buffers of `{origin['name']}`, its traffic's phases in time.", ""]
+            if origin
+            else []
+        ),
         f"{args.seeds} seeds per policy and cell (seed s draws the same measured runs for every "
         f"policy: paired); {args.duration:g} s runs, the first {args.warmup:g} s left out of "
         f"f; windows of {timing.window_ns / 1e6:g} ms reach the optimizer {args.lag:g} s late; "
@@ -244,7 +261,12 @@ def cmd_offline(args: argparse.Namespace) -> int:
     else:
         out = args.source.parent / f"{args.source.name.split('.')[0]}-offline.md"
     out.write_text("\n".join(lines) + "\n")
-    data = {"source": str(args.source), "seeds": args.seeds, "cells": summary_data(cells)}
+    data = {
+        "source": str(args.source),
+        "scenario": origin.get("name"),  # checked against this scenario's live runs only
+        "seeds": args.seeds,
+        "cells": summary_data(cells),
+    }
     out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
     print(f"report: {out} (and {out.with_suffix('.json').name} for `p4bs eval claims`)")
     return 0
@@ -306,13 +328,13 @@ def cmd_surfaces(args: argparse.Namespace) -> int:
     from p4bs_eval.surface_file import load_surfaces, save_surfaces, with_steps
 
     try:
-        found, link_settings = load_surfaces(args.source)
+        found, link_settings, origin = load_surfaces(args.source)
         for step_dir in args.steps:
             found = with_steps(found, step_dir)
     except SurfaceError as exc:
         print(f"p4bs eval surfaces: {exc}", file=sys.stderr)
         return 2
-    save_surfaces(args.out, found, link_settings)
+    save_surfaces(args.out, found, link_settings, origin)
     runs = sum(len(r) for s in found.values() for r in s.runs.values())
     steps = sum(len(r) for s in found.values() for r in s.steps.values())
     print(
@@ -465,8 +487,12 @@ def add_parser(sub: Any) -> None:
         "--policies", default=",".join(OFFLINE_POLICIES), help="default: %(default)s"
     )
     offline.add_argument("--seeds", type=int, default=20, help="runs per policy and cell (20)")
-    offline.add_argument("--duration", type=float, default=60.0, help="s per run (60)")
-    offline.add_argument("--warmup", type=float, default=10.0, help="s left out of f (10)")
+    offline.add_argument(
+        "--duration", type=float, help="s per run (a dynamic scenario's own, else 60)"
+    )
+    offline.add_argument(
+        "--warmup", type=float, help="s left out of f (a dynamic scenario's own, else 10)"
+    )
     offline.add_argument(
         "--lag", type=float, default=1.5, help="s a window reaches the optimizer (1.5)"
     )
@@ -477,7 +503,9 @@ def add_parser(sub: Any) -> None:
         "as measured live per packet of the queue above it (eval/README.md)",
     )
     offline.add_argument(
-        "--initial-buffer-ms", type=float, default=200.0, help="the router's buffer at start (200)"
+        "--initial-buffer-ms",
+        type=float,
+        help="the router's buffer at start (a dynamic scenario's own, else 200)",
     )
     paths.add_config_option(offline)
     offline.add_argument(

@@ -1,6 +1,6 @@
-"""Surfaces read from a buffer sweep's run folder (and its step runs from others), and a
-compact file of them to commit (`p4bs eval surfaces`), which `p4bs eval offline` reads as it
-reads the folder."""
+"""Surfaces read from a buffer sweep's run folder, or from a dynamic scenario's runs under the
+oracle's fixed buffers (and step runs from others), and a compact file of them to commit
+(`p4bs eval surfaces`), which `p4bs eval offline` reads as it reads the folder."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from p4bs_eval.report import load_results
+from p4bs_eval.scenario import fixed_buffer_ms
 from p4bs_eval.surface import (
     BLENDED,
     StepRun,
@@ -53,23 +54,40 @@ def _cell_and_buffer(row: Mapping[str, Any], scenario: Mapping[str, Any]) -> tup
 
 
 def surfaces(run_dir: Path) -> dict[str, Surface]:
-    """The surfaces of a buffer sweep's run folder (policy `none`, `buffer` swept), one per
-    cell (the point's other values), from each run's link_metrics.jsonl: the windows of its
-    traffic, warm-up included, as a simulated run has them."""
+    """The surfaces of a run folder, one per cell (the point's other values), from each
+    run's link_metrics.jsonl: the windows of its traffic, warm-up included, as a simulated
+    run has them. A buffer sweep's runs of policy `none`; else the oracle's fixed buffers
+    (`fixed:*`) of a dynamic scenario, whose windows follow its traffic's phases in time."""
     scenario, rows = load_results(run_dir, SurfaceError)
-    if "buffer" not in scenario["sweep_keys"]:
-        raise SurfaceError(f"{run_dir}: not a buffer sweep (sweep keys {scenario['sweep_keys']})")
+    sweep = "buffer" in scenario["sweep_keys"]
     cells: dict[str, dict[int, list[list[WindowRecord]]]] = {}
     for row in rows:
-        if row["policy"] != "none" or "error" in row:
+        if "error" in row:
             continue
         cell, buffer = _cell_and_buffer(row, scenario)
+        fixed_ms = fixed_buffer_ms(row["policy"])
+        if not sweep and fixed_ms is not None:
+            buffer = round(row.get("rate_bps", 100_000_000) / 8 * fixed_ms / 1000)
+        elif not (sweep and row["policy"] == "none"):
+            continue
         kept = _traffic_windows(run_dir / row["run_dir"])
         if kept:
             cells.setdefault(cell, {}).setdefault(buffer, []).append(kept)
     if not cells:
-        raise SurfaceError(f"{run_dir}: no run of policy none with windows")
+        raise SurfaceError(
+            f"{run_dir}: neither a buffer sweep's runs of policy none nor fixed:* runs with windows"
+        )
     return {cell: Surface(runs) for cell, runs in cells.items()}
+
+
+def origin_of(scenario: Mapping[str, Any]) -> dict[str, Any]:
+    """What a dynamic scenario's surfaces bring along: its name (the offline runs are
+    checked against that scenario's live runs only: its cells are its own traffic, not a
+    sweep's cells that other scenarios share) and its timing (the offline runs' defaults).
+    Empty for a buffer sweep."""
+    if "buffer" in scenario["sweep_keys"]:
+        return {}
+    return {key: scenario[key] for key in ("name", "duration_s", "warmup_s", "buffer_ms")}
 
 
 def with_steps(found: Mapping[str, Surface], run_dir: Path) -> dict[str, Surface]:
@@ -122,13 +140,15 @@ def with_steps(found: Mapping[str, Surface], run_dir: Path) -> dict[str, Surface
     return {cell: Surface(s.runs, steps[cell]) for cell, s in found.items()}
 
 
-def load_surfaces(source: Path) -> tuple[dict[str, Surface], dict[str, Any]]:
-    """A buffer sweep's surfaces and its scenario's link settings (SLA, weights), from its
-    run folder or from the file `save_surfaces` wrote."""
+def load_surfaces(
+    source: Path,
+) -> tuple[dict[str, Surface], dict[str, Any], dict[str, Any]]:
+    """A run folder's surfaces, its scenario's link settings (SLA, weights) and its origin
+    (`origin_of`), from the folder or from the file `save_surfaces` wrote."""
     if source.is_dir():
         found = surfaces(source)
         scenario, _ = load_results(source)
-        return found, scenario.get("link_settings", {})
+        return found, scenario.get("link_settings", {}), origin_of(scenario)
     try:
         with gzip.open(source, "rt") as file:
             data = json.load(file)
@@ -145,11 +165,14 @@ def load_surfaces(source: Path) -> tuple[dict[str, Surface], dict[str, Any]]:
         }
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SurfaceError(f"{source}: not a run folder or a surfaces file ({exc})") from None
-    return cells, data["link_settings"]
+    return cells, data["link_settings"], data.get("origin", {})
 
 
 def save_surfaces(
-    path: Path, found: Mapping[str, Surface], link_settings: Mapping[str, Any]
+    path: Path,
+    found: Mapping[str, Surface],
+    link_settings: Mapping[str, Any],
+    origin: Mapping[str, Any],
 ) -> None:
     """The surfaces as a compact file: per cell, buffer and run, the windows' measured fields
     the simulator reads (six significant digits), and the cells' step runs, gzipped JSON."""
@@ -172,7 +195,9 @@ def save_surfaces(
         for cell, s in found.items()
         if s.steps
     }
-    data = {"link_settings": dict(link_settings), "cells": cells}
+    data: dict[str, Any] = {"link_settings": dict(link_settings), "cells": cells}
+    if origin:
+        data["origin"] = dict(origin)
     if steps:
         data["steps"] = steps
     with gzip.open(path, "wt") as file:

@@ -149,6 +149,30 @@ def test_ours_against_the_better_aqm_on_f_and_on_fct(tmp_path: Path) -> None:
     assert "met" not in on_f and "met" not in on_fct
 
 
+def test_a_dynamic_scenarios_offline_runs_are_checked_against_its_own_live_runs(
+    tmp_path: Path,
+) -> None:
+    """An offline.json of a dynamic scenario (its `scenario` named) is matched with that
+    scenario's live folder only, though another folder has the same cell, and makes no
+    claim of its own; a sweep's (no scenario) with every folder of its cells."""
+    results = tmp_path / "results"
+    for name in ("dyn", "other"):
+        (results / name).mkdir(parents=True)
+        _live(results / name)
+        (results / name / "scenario.json").write_text(json.dumps({"name": name}))
+    _offline(results / "dyn")
+    summary = json.loads((results / "dyn" / "offline.json").read_text())
+    (results / "dyn" / "offline.json").write_text(json.dumps(summary | {"scenario": "dyn"}))
+    claims = build(results, tmp_path)["claims"]
+    checks = {c["source"] for c in claims if c["claim"] == "offline-matches-live"}
+    assert checks == {"results/dyn/offline.json against results/dyn/results.jsonl"}
+    assert not any(c["source"] == "results/dyn/offline.json" for c in claims)
+    (results / "dyn" / "offline.json").write_text(json.dumps(summary))  # a sweep's
+    claims = build(results, tmp_path)["claims"]
+    checks = {c["source"] for c in claims if c["claim"] == "offline-matches-live"}
+    assert len(checks) == 2
+
+
 def test_offline_claims_count_the_surface_s_own_error(tmp_path: Path) -> None:
     """loss-delay-fit's lead over BSCL, outside the seeds' noise, is within what the surface
     knows of the two buffers they sit on (standard error 0.05 each): the interval widens to

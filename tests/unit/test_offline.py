@@ -255,13 +255,40 @@ def test_step_runs_join_the_surface_of_their_cell_with_the_window_they_moved_in(
     ((key, (run,)),) = stepped["flows=50"].steps.items()
     assert key == (25_000, 200_000) and run.moved_at == 5 and len(run.windows) == 16
     packed = tmp_path / "sweep.json.gz"
-    save_surfaces(packed, stepped, {})
-    loaded, _ = load_surfaces(packed)
+    save_surfaces(packed, stepped, {}, {})
+    loaded, _, origin = load_surfaces(packed)
+    assert origin == {}  # a sweep's: matched to live runs by cell
     assert loaded["flows=50"].steps[key][0].moved_at == 5
     with pytest.raises(SurfaceError, match="did not measure"):
         with_steps(found, sweep_folder(tmp_path / "odd", (2,), 20, step_to_ms=5))
     with pytest.raises(SurfaceError, match="no run of policy step"):
         with_steps(found, tmp_path / "s")
+
+
+def test_a_dynamic_scenarios_oracle_buffers_are_its_surface(tmp_path: Path) -> None:
+    """Without a buffer sweep, the runs of the oracle's fixed buffers (fixed:*) make the
+    surface, and its origin (the scenario's name and timing) comes along into the file."""
+    folder = sweep_folder(tmp_path / "dyn", (2, 16), 20)
+    scenario = json.loads((folder / "scenario.json").read_text())
+    scenario |= {"name": "dyn", "points": ["base"], "sweep_keys": [], "duration_s": 9}
+    (folder / "scenario.json").write_text(json.dumps(scenario))
+    rows = [json.loads(line) for line in (folder / "results.jsonl").open()]
+    for row in rows:
+        ms = row["values"]["buffer"] // 10**6
+        row |= {"point": "base", "values": {}, "policy": f"fixed:{ms}ms"}
+    rows.append({**rows[0], "policy": "loss-delay-fit", "run_dir": "runs/none"})  # not read
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    found, _, origin = load_surfaces(folder)
+    assert list(found) == ["base"] and found["base"].buffers == [25_000, 200_000]
+    assert origin == {"name": "dyn", "duration_s": 9, "warmup_s": 1, "buffer_ms": 200}
+    packed = tmp_path / "dyn.json.gz"
+    save_surfaces(packed, found, {}, origin)
+    assert load_surfaces(packed)[2] == origin
+    for row in rows:
+        row["policy"] = "bdp"
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(SurfaceError, match="nor fixed:"):
+        surfaces(folder)
 
 
 def test_after_a_measured_move_the_windows_come_from_its_step_run() -> None:
