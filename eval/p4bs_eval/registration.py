@@ -11,7 +11,8 @@ eval/registrations/<name>.json:
   Holm family.
 
 `p4bs eval claims --registration FILE` then uses, of a registered scenario's run folder, only
-the rows made at the registered policy tree with no uncommitted policy code, of the plan's
+the rows made at the registered commit or after it (`code_commit`), at the registered policy
+tree with no uncommitted policy code, of the plan's
 policies (and the fixed:* oracle policies), in a folder whose scenario.json is the
 registered one (`screen_rows`); the others are refused and listed as flagged with the reason.
 A change to any policy is a new policy tree: every policy runs again, under a new
@@ -20,6 +21,7 @@ registration.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import subprocess
@@ -231,11 +233,24 @@ def registration_of(
     return next((r for r in registrations if scenario.get("name") in r.scenarios), None)
 
 
+@functools.lru_cache(maxsize=4096)
+def made_since(repo: Path, registered: str, commit: str) -> bool | None:
+    """Whether `commit` is the registered commit or one after it (`git merge-base
+    --is-ancestor`); None when this repository does not know one of them."""
+    done = subprocess.run(
+        ["git", "-C", str(repo), "merge-base", "--is-ancestor", registered, commit],
+        capture_output=True,
+        check=False,
+    )
+    return {0: True, 1: False}.get(done.returncode)
+
+
 def screen_rows(
     source: str,
     scenario: Mapping[str, Any],
     rows: Sequence[Mapping[str, Any]],
     registration: Registration | None,
+    repo: Path,
 ) -> tuple[list[Mapping[str, Any]], list[dict[str, Any]], bool]:
     """The rows a folder's claims may use, those refused (each with the reason), and
     whether the claims are registered. A folder of a scenario the registration does not
@@ -249,7 +264,7 @@ def screen_rows(
     ]
     used, flagged = [], []
     for row in rows:
-        reason = _refusal(row, registration, registered["path"], differs)
+        reason = _refusal(row, registration, registered["path"], differs, repo)
         if reason is None:
             used.append(row)
         else:
@@ -266,7 +281,11 @@ def screen_rows(
 
 
 def _refusal(
-    row: Mapping[str, Any], registration: Registration, path: str, differs: Sequence[str]
+    row: Mapping[str, Any],
+    registration: Registration,
+    path: str,
+    differs: Sequence[str],
+    repo: Path,
 ) -> str | None:
     if differs:
         return f"scenario.json differs from the registered {path} in {', '.join(differs)}"
@@ -283,4 +302,14 @@ def _refusal(
         return "the policy code's state unknown (git status failed when the run started)"
     if dirty:
         return "made with uncommitted changes to the policy code"
+    # The same policies at a testbed or runner from before the registration are not what
+    # it registered (e.g. the traffic generator it replaced).
+    commit = row.get("code_commit")
+    if commit is None:
+        return "no code_commit: made without the code identity a registration checks"
+    since = made_since(repo, registration.code_commit, commit)
+    if since is None:
+        return f"code_commit {commit} unknown to this repository"
+    if not since:
+        return f"made at {commit[:12]}, before the registration ({registration.code_commit[:12]})"
     return None

@@ -17,6 +17,7 @@ import pytest
 from p4bs_cli.main import main
 from p4bs_eval.claims import build
 from p4bs_eval.registration import (
+    Registration,
     RegistrationError,
     load_plan,
     load_registration,
@@ -153,7 +154,8 @@ def test_a_plan_names_its_problem(tmp_path: Path, text: str, problem: str) -> No
         load_plan(path)
 
 
-def _rows(tree: str, dirty: bool = False) -> list[dict[str, Any]]:
+def _rows(registration: Registration) -> list[dict[str, Any]]:
+    """Ten repeats of both policies, made at the registration's commit and policy tree."""
     f = {"loss-delay-fit": -1.0, "bdp": -1.3}
     return [
         {
@@ -162,8 +164,9 @@ def _rows(tree: str, dirty: bool = False) -> list[dict[str, Any]]:
             "repeat": r,
             "seed": r,
             "f_mean": value + 0.01 * (r % 3),
-            "policy_tree": tree,
-            "policy_code_dirty": dirty,
+            "code_commit": registration.code_commit,
+            "policy_tree": registration.policy_tree,
+            "policy_code_dirty": False,
         }
         for r in range(1, 11)
         for policy, value in f.items()
@@ -177,24 +180,26 @@ def test_claims_refuse_rows_of_another_policy_tree(repo: Path, tmp_path: Path) -
     folder = results / "dyn"
     folder.mkdir(parents=True)
     (folder / "scenario.json").write_text(json.dumps(described))
-    rows = _rows(registration.policy_tree)
+    rows = _rows(registration)
     for row in rows[:4]:  # repeats 1 and 2 at other policy code
         row["policy_tree"] = "0" * 40
     rows[4]["policy_code_dirty"] = True  # repeat 3's loss-delay-fit with uncommitted code
     del rows[6]["policy_tree"]  # repeat 4's from before the code fields
+    rows[8]["code_commit"] = "f" * 40  # repeat 5's at a commit this repository lacks
     (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    data = build(results, tmp_path, [registration])
+    data = build(results, repo, [registration])
     assert data["registrations"][0]["policy_tree"] == registration.policy_tree
     reasons = [(f["policy"], f["repeat"], f["reason"]) for f in data["flagged"]]
-    assert len(reasons) == 6
+    assert len(reasons) == 7
     assert reasons[0] == (
         "loss-delay-fit",
         1,
         f"policy_tree {'0' * 40}, registered {registration.policy_tree}",
     )
     assert "uncommitted" in reasons[4][2] and "no policy_tree" in reasons[5][2]
+    assert reasons[6][1:] == (5, f"code_commit {'f' * 40} unknown to this repository")
     (ours,) = [c for c in data["claims"] if c["claim"] == "ours-best-or-equivalent"]
-    assert ours["n"] == 6 and ours["registered"] is True  # repeats 5-10 only
+    assert ours["n"] == 5 and ours["registered"] is True  # repeats 6-10 only
     assert ours["planned_repeats"] == 10  # fewer than the plan's: said so
     # The same rows without the registration: all used, unregistered.
     (plain,) = [
@@ -206,17 +211,19 @@ def test_claims_refuse_rows_of_another_policy_tree(repo: Path, tmp_path: Path) -
 def test_a_folder_of_another_scenario_file_is_refused_whole(repo: Path) -> None:
     registration = load_registration(_register(repo))
     described = dict(registration.scenarios["dyn"]["described"])
-    rows = _rows(registration.policy_tree)
-    used, flagged, registered = screen_rows("x", described | {"repeat": 20}, rows, registration)
+    rows = _rows(registration)
+    used, flagged, registered = screen_rows(
+        "x", described | {"repeat": 20}, rows, registration, repo
+    )
     assert (len(used), flagged, registered) == (20, [], True)  # more repeats: the same scenario
-    used, flagged, _ = screen_rows("x", described | {"duration_s": 90.0}, rows, registration)
+    used, flagged, _ = screen_rows("x", described | {"duration_s": 90.0}, rows, registration, repo)
     assert (
         used == []
         and "differs from the registered eval/scenarios/dyn.toml in duration_s"
         in flagged[0]["reason"]
     )
     other = described | {"name": "other"}
-    assert screen_rows("x", other, rows, registration)[2] is False  # not registered: used whole
+    assert screen_rows("x", other, rows, registration, repo)[2] is False  # unregistered: all used
 
 
 def _results_folder(results: Path, described: dict[str, Any], rows: list[dict[str, Any]]) -> None:
@@ -245,9 +252,9 @@ def test_claims_read_several_registrations_each_scenario_by_its_own(
     )
     one, two = load_registration(first), load_registration(second)
     results = tmp_path / "results"
-    _results_folder(results, dict(one.scenarios["dyn"]["described"]), _rows(one.policy_tree))
-    rows = _rows(two.policy_tree)
-    rows[0]["policy_tree"] = "0" * 40  # one row of suite 2 made at other policy code
+    _results_folder(results, dict(one.scenarios["dyn"]["described"]), _rows(one))
+    rows = _rows(two)
+    rows[0]["code_commit"] = one.code_commit  # suite 2's repeat 1 made before it was registered
     _results_folder(results, dict(two.scenarios["dyn2"]["described"]), rows)
     monkeypatch.setenv("P4BS_HOME", str(repo))
     out = tmp_path / "claims.json"
@@ -265,7 +272,9 @@ def test_claims_read_several_registrations_each_scenario_by_its_own(
     assert ours["dyn"]["registered"] and ours["dyn2"]["registered"]
     margins = [ours[name]["margin"] / abs(ours[name]["rival_mean"]) for name in ("dyn", "dyn2")]
     assert margins == pytest.approx([0.02, 0.05])
-    assert [f["source"].split("/")[-2] for f in data["flagged"]] == ["dyn2"]
+    (refused,) = data["flagged"]
+    assert refused["source"].split("/")[-2] == "dyn2" and refused["repeat"] == 1
+    assert refused["reason"].startswith(f"made at {one.code_commit[:12]}, before the registration")
     assert main([*args, "--registration", str(first), "--registration", str(first)]) == 2
     with pytest.raises(RegistrationError, match="'dyn' is registered in both"):
         build(results, tmp_path, [one, one])
