@@ -23,7 +23,7 @@ CARGO   := MAKEFLAGS= MFLAGS= CARGO_HOME=$(CURDIR)/$(CACHE)/cargo cargo
 # The Cargo workspace (Cargo.toml) less its fuzz targets, which p4/model/fuzz/run.sh builds.
 WORKSPACE := --workspace --exclude p4bs-model-fuzz
 
-APT_PACKAGES := iproute2 iperf3 tshark tcpdump ethtool procps curl iputils-ping \
+APT_PACKAGES := iproute2 tshark tcpdump ethtool procps curl iputils-ping \
                 openjdk-17-jdk-headless maven python3-venv build-essential zlib1g-dev \
                 libssl-dev pkg-config chromium chromium-driver
 INFLUXDB_VERSION := v1.8.10

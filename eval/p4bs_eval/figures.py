@@ -21,7 +21,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def flow_throughputs(traffic_dir: Path, steady_from_ns: int) -> dict[tuple[str, int], float]:
     """Each long flow's goodput (bit/s) over the measured part, from the senders' bytes_acked
-    (flows that moved under 1 MB there are iperf3's control connections)."""
+    (a flow that moved under 1 MB there is not a long flow)."""
     first: dict[tuple[str, int], tuple[int, int]] = {}
     last: dict[tuple[str, int], tuple[int, int]] = {}
     for r in read_jsonl(traffic_dir / "ss.jsonl"):

@@ -369,7 +369,7 @@ class Testbed:
             raise TestbedError("the testbed needs root (network namespaces, tc)")
         if not paths.built("delay-wire").exists():
             raise TestbedError(f"{paths.built('delay-wire')} is missing: run `make setup`")
-        for tool in ("ip", "tc", "ethtool", "iperf3", "ss", "ping", "chrt"):
+        for tool in ("ip", "tc", "ethtool", "ss", "ping", "chrt"):
             if shutil.which(tool) is None:
                 raise TestbedError(f"{tool} is not installed: run `make setup`")
 

@@ -3,14 +3,15 @@
 `TrafficRun(testbed, run_dir, scenario).run()` starts the recorders (the router's FIFO at
 `qdisc_hz` over netlink, the senders' per-flow TCP state with `ss` at `ss_hz`, a ping probe
 at `ping_hz` whose first `idle_pings` samples precede all traffic), the long-flow
-groups (iperf3, each group from its own address with its congestion control, joining at its
-start time and, with a stop time, leaving then: iperf3 sends for that long and ends its test),
+groups (trafficgen's bulk flows, each group from its own address with its congestion
+control, connected before the traffic starts, sending from its start time and, with a stop
+time, reset then: a group joins and leaves on schedule whatever the queue),
 optional short flows (Poisson arrivals, at a rate that may change at given times; FCT per
 flow) and an optional VoIP-like UDP stream, waits for the scenario's duration, stops
 everything it started and writes
 `summary.json` next to the raw files:
 
-    qdisc.jsonl  ss.jsonl  ping.jsonl  iperf3-<group>-<k>.json  fct.jsonl  voip-*.jsonl
+    qdisc.jsonl  ss.jsonl  ping.jsonl  bulk-<group>-<k>[-client].jsonl  fct.jsonl  voip-*.jsonl
     delay-wire.json  summary.json  [tap-before.pcap  tap-after.pcap]  [aqm.jsonl]
 
 With an AQM (the testbed plan's `aqm`) the bottleneck is the delay wire's queue: its samples
@@ -38,8 +39,14 @@ from p4bs_infra import procs
 from p4bs_infra.testbed import SENDER_NET, SenderGroup, Testbed, TestbedError, in_ns
 from p4bs_infra.trafficgen import LOG_UNIFORM
 
-IPERF_BASE_PORT = 5201
-IPERF_MAX_PARALLEL = 100
+BULK_BASE_PORT = 5201
+# Flows per bulk client: one process's event loop feeds at most this many.
+BULK_MAX_FLOWS = 100
+# How long the bulk clients may take to connect their flows before the traffic starts (a
+# Python start on a loaded machine, then one RTT of the idle link: ~1 s).
+BULK_CONNECT_S = 30.0
+# The traffic starts this long after the go file is written: the clients poll it every 10 ms.
+BULK_GO_LEAD_S = 0.2
 FCT_PORT = 8080
 VOIP_PORT = 4000
 SHORT_FLOW_SOURCE = f"{SENDER_NET}.2"
@@ -89,8 +96,8 @@ class Scenario:
 
 @dataclass(frozen=True)
 class LongFlowBatch:
-    """One iperf3 client: up to IPERF_MAX_PARALLEL of a group's flows, on a port of its own,
-    sending from `start_s` to `stop_s` after the traffic starts."""
+    """One bulk client: up to BULK_MAX_FLOWS of a group's flows, to a server on a port of its
+    own, sending from `start_s` to `stop_s` after the traffic starts."""
 
     name: str
     port: int
@@ -106,12 +113,12 @@ def long_flow_schedule(
     """Every group's batches in the order they start; a group sends from its start to its
     stop (the traffic's end if it has none or a later one)."""
     batches = []
-    port = IPERF_BASE_PORT
+    port = BULK_BASE_PORT
     for group in groups:
         remaining, k = group.flows, 0
         stop_s = min(stops_s.get(group.name, duration_s), duration_s)
         while remaining > 0:
-            flows = min(remaining, IPERF_MAX_PARALLEL)
+            flows = min(remaining, BULK_MAX_FLOWS)
             batches.append(
                 LongFlowBatch(f"{group.name}-{k}", port, group, flows, group.start_ns / 1e9, stop_s)
             )
@@ -210,8 +217,14 @@ class TrafficRun:
             for batch in batches:
                 self._start(
                     "rcv",
-                    f"iperf3-server-{batch.name}",
-                    ["iperf3", "-s", "-1", "-p", str(batch.port)],
+                    f"bulk-server-{batch.name}",
+                    self._tool(
+                        "bulk-server",
+                        "--port",
+                        str(batch.port),
+                        "--out",
+                        str(self.run_dir / f"bulk-{batch.name}.jsonl"),
+                    ),
                 )
             if s.short_flows:
                 self._start("rcv", "fct-server", self._tool("fct-server", "--port", str(FCT_PORT)))
@@ -238,45 +251,14 @@ class TrafficRun:
             ):
                 raise TestbedError(f"the ping probe got no idle samples; see {self.run_dir}/logs")
 
+            go = self._start_bulk_clients(batches, progress)
+            start_ns = time.time_ns() + round(BULK_GO_LEAD_S * 1e9)
+            go.with_suffix(".tmp").write_text(str(start_ns))
+            go.with_suffix(".tmp").rename(go)  # whole when a client reads it
+            time.sleep(max(0.0, (start_ns - time.time_ns()) / 1e9))  # the traffic's start
             began = time.monotonic()
-            self._write_timeline(time.time_ns())
+            self._write_timeline(start_ns)
             self._start_side_traffic(began)
-            for batch in batches:
-                group = batch.group
-                if batch.start_s >= min(s.duration_s, batch.stop_s):
-                    progress(f"group {group.name} starts after its stop or the end: skipped")
-                    continue
-                # The scenario's own schedule.
-                time.sleep(max(0.0, began + batch.start_s - time.monotonic()))
-                # Sends until its stop, however late it started; iperf3 then ends its test.
-                left = began + batch.stop_s - time.monotonic()
-                progress(
-                    f"t={time.monotonic() - began:5.1f}s: {batch.flows} {group.cca} flows of "
-                    f"group {group.name} start for {left:.1f}s"
-                )
-                self._start(
-                    "snd",
-                    f"iperf3-{batch.name}",
-                    [
-                        "iperf3",
-                        "-c",
-                        p.receiver,
-                        "-p",
-                        str(batch.port),
-                        "-B",
-                        group.address,
-                        "-P",
-                        str(batch.flows),
-                        "-C",
-                        group.cca,
-                        "-t",
-                        f"{max(1.0, left):.1f}",
-                        "-J",
-                        "--logfile",
-                        str(self.run_dir / f"iperf3-{batch.name}.json"),
-                    ],
-                    waits=True,
-                )
             self._wait_clients(began + s.duration_s + 30)
             time.sleep(s.tail_s)  # the scenario's own schedule
         finally:
@@ -308,6 +290,60 @@ class TrafficRun:
             log = self.run_dir / "logs" / f"{name}.log"
             if not procs.wait_until(partial(_says, log, "listening on"), 15):
                 raise TestbedError(f"tcpdump on {interface} did not start: {procs.log_tail(log)}")
+
+    def _start_bulk_clients(
+        self, batches: list[LongFlowBatch], progress: Callable[[str], None]
+    ) -> Path:
+        """Every group's clients, each told its start and stop: they connect now, then send
+        on schedule from the traffic's start, which the returned go file is to give. Returns
+        once all are connected (TestbedError if one is not within BULK_CONNECT_S)."""
+        s, p = self.scenario, self.testbed.plan
+        go = self.run_dir / "bulk-go"
+        outs = []
+        for batch in batches:
+            group = batch.group
+            if batch.start_s >= min(s.duration_s, batch.stop_s):
+                progress(f"group {group.name} starts after its stop or the end: skipped")
+                continue
+            progress(
+                f"{batch.flows} {group.cca} flows of group {group.name}: "
+                f"{batch.start_s:g}-{batch.stop_s:g} s"
+            )
+            out = self.run_dir / f"bulk-{batch.name}-client.jsonl"
+            self._start(
+                "snd",
+                f"bulk-{batch.name}",
+                self._tool(
+                    "bulk-client",
+                    "--server",
+                    p.receiver,
+                    "--port",
+                    str(batch.port),
+                    "--bind",
+                    group.address,
+                    "--flows",
+                    str(batch.flows),
+                    "--cca",
+                    group.cca,
+                    "--go",
+                    str(go),
+                    "--start",
+                    str(batch.start_s),
+                    "--stop",
+                    str(batch.stop_s),
+                    "--out",
+                    str(out),
+                ),
+                waits=True,
+            )
+            outs.append(out)
+        if not procs.wait_until(lambda: all(_count_lines(o) >= 1 for o in outs), BULK_CONNECT_S):
+            late = [out.name for out in outs if _count_lines(out) < 1]
+            raise TestbedError(f"bulk clients not connected in {BULK_CONNECT_S:g} s: {late}")
+        for out in outs:
+            if "error" in (record := json.loads(out.read_text().splitlines()[0])):
+                raise TestbedError(f"{out.name}: {record['error']}")
+        return go
 
     def _write_timeline(self, start_ns: int) -> None:
         s = self.scenario
@@ -495,8 +531,8 @@ def _aqm_figures(
 def summarise(run_dir: Path, rate_bps: int) -> dict[str, Any]:
     """The scenario's steady-state figures from its raw files: what tests and reports read.
 
-    Time series (router, ss, VoIP) count from the end of the warm-up on; iperf3, FCT and delay
-    wire figures cover the whole run.
+    Time series (router, ss, VoIP) count from the end of the warm-up on; the bulk flows', FCT
+    and delay wire figures cover the whole run.
     """
     timeline = json.loads((run_dir / "timeline.json").read_text())
     steady = timeline["steady_from_ns"]
@@ -512,7 +548,7 @@ def summarise(run_dir: Path, rate_bps: int) -> dict[str, Any]:
     if router:
         out["router"] = router
     ss = [r for r in _jsonl(run_dir / "ss.jsonl") if r["ts_ns"] >= steady]
-    # iperf3's control connection shares the port: a long flow is one that moved data.
+    # A long flow is one that moved data (the short flows have a port of their own).
     bulk = {(r["src"], r["sport"]) for r in ss if r.get("bytes_acked", 0) >= 1_000_000}
     long_flows: dict[tuple[str, int], list[int]] = defaultdict(list)
     min_rtt: dict[tuple[str, int], int] = {}
@@ -545,17 +581,21 @@ def summarise(run_dir: Path, rate_bps: int) -> dict[str, Any]:
             "loaded_samples": len(loaded),
         }
     streams: list[float] = []
-    groups = {}
-    for path in sorted(run_dir.glob("iperf3-*.json")):
-        result = json.loads(path.read_text() or "{}")
-        end = result.get("end", {})
-        if "sum_received" in end:
-            groups[path.stem.removeprefix("iperf3-")] = end["sum_received"]["bits_per_second"]
-            streams += [st["receiver"]["bits_per_second"] for st in end.get("streams", [])]
-        elif "error" in result:
-            groups[path.stem.removeprefix("iperf3-")] = f"error: {result['error']}"
+    groups: dict[str, float | str] = {}
+    for path in sorted(run_dir.glob("bulk-*-client.jsonl")):
+        batch = path.name.removeprefix("bulk-").removesuffix("-client.jsonl")
+        client = _jsonl(path)
+        if failed := [r["error"] for r in client if "error" in r]:
+            groups[batch] = f"error: {failed[0]}"
+            continue
+        flows = [f for f in _jsonl(run_dir / f"bulk-{batch}.jsonl") if f.get("bytes")]
+        if not flows:
+            continue
+        span_ns = max(f["last_ns"] for f in flows) - min(f["first_ns"] for f in flows)
+        groups[batch] = sum(f["bytes"] for f in flows) * 8e9 / max(span_ns, 1)
+        streams += [f["bytes"] * 8e9 / max(f["last_ns"] - f["first_ns"], 1) for f in flows]
     if groups:
-        out["iperf3"] = {"groups_bps": groups, "streams": len(streams), "jain": jain_index(streams)}
+        out["bulk"] = {"groups_bps": groups, "streams": len(streams), "jain": jain_index(streams)}
     fct = _jsonl(run_dir / "fct.jsonl")
     if fct:
         ok = [f["fct_ns"] for f in fct if f.get("ok")]

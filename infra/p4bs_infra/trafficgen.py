@@ -4,12 +4,24 @@
     python -m p4bs_infra.trafficgen fct-client --server IP --port P --bind IP --rate FLOWS_PER_S
         --min-size B --max-size B --duration S --out FILE [--seed N] [--sizes websearch]
         [--rate-changes FROM_S:FLOWS_PER_S,...]
+    python -m p4bs_infra.trafficgen bulk-server --port P --out FILE
+    python -m p4bs_infra.trafficgen bulk-client --server IP --port P --bind IP --flows N
+        --cca CCA --go FILE --start S --stop S --out FILE
     python -m p4bs_infra.trafficgen voip-recv --port P --out FILE
     python -m p4bs_infra.trafficgen voip-send --dst IP --port P --bind IP --pps N --size B
         --duration S --out FILE
     python -m p4bs_infra.trafficgen qdisc-log --dev IF --hz N --out FILE
     python -m p4bs_infra.trafficgen ss-log --dst IP --hz N --out FILE
     python -m p4bs_infra.trafficgen ping-log --dst IP --hz N --out FILE
+
+Long flows (bulk): the client connects all its flows at once when it starts (each with its
+congestion control) and says so, then waits for the traffic's start (realtime ns, written to
+the `--go` file once every client is connected), sends nothing until `--start` s after it,
+then sends on every flow as fast as TCP allows until `--stop` s after it, when it resets
+them: a group joins and leaves at its scheduled times whatever the queue. (iperf3 connects
+its streams one after the other, an RTT each, and starts its timer after the last: it
+joined 90 flows 3 s late behind a 4 ms queue and 20 s late behind 200 ms.) The server
+discards what it receives and writes a record per flow: its bytes, first and last data.
 
 Short flows: the client asks the server for SIZE bytes (8-byte request) and times the flow
 from connect() to the server's close: the flow completion time. Sizes are log-uniform between
@@ -35,6 +47,7 @@ import struct
 import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import IO, Any
 
 from p4bs_linux_tc.netlink import Rtnetlink
@@ -56,6 +69,116 @@ def _writer(path: str) -> IO[str]:
 
 def _emit(out: IO[str], record: dict[str, Any]) -> None:
     out.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+
+# ---- long flows --------------------------------------------------------------------------
+BULK_READ = 1 << 18
+BULK_CONNECT_TIMEOUT_S = 10.0
+
+
+async def _serve_bulk(sock: socket.socket, peer: tuple[str, int], out: IO[str]) -> None:
+    loop = asyncio.get_running_loop()
+    buffer = bytearray(BULK_READ)
+    record: dict[str, Any] = {"src": peer[0], "sport": peer[1], "bytes": 0}
+    try:
+        while n := await loop.sock_recv_into(sock, buffer):
+            now = time.time_ns()
+            record.setdefault("first_ns", now)
+            record["last_ns"] = now
+            record["bytes"] += n
+    except ConnectionError:
+        pass  # the client resets its flows at their stop
+    finally:
+        sock.close()
+        _emit(out, record)
+
+
+async def bulk_server(args: argparse.Namespace) -> None:
+    loop = asyncio.get_running_loop()
+    out = _writer(args.out)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((args.bind, args.port))
+    listener.listen(1024)
+    listener.setblocking(False)
+    flows: set[asyncio.Task[None]] = set()
+    while not stop.is_set():
+        try:
+            sock, peer = await asyncio.wait_for(loop.sock_accept(listener), 0.1)
+        except TimeoutError:
+            continue
+        sock.setblocking(False)
+        task = asyncio.create_task(_serve_bulk(sock, peer, out))
+        flows.add(task)
+        task.add_done_callback(flows.discard)
+    for task in list(flows):  # stopped: the flows still open are recorded as they stand
+        task.cancel()
+    await asyncio.gather(*flows, return_exceptions=True)
+
+
+async def _send_until_cancelled(sock: socket.socket) -> None:
+    loop = asyncio.get_running_loop()
+    while True:
+        await loop.sock_sendall(sock, CHUNK)
+
+
+async def bulk_client(args: argparse.Namespace) -> None:
+    loop = asyncio.get_running_loop()
+    out = _writer(args.out)
+    socks = []
+    for _ in range(args.flows):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, args.cca.encode())
+        # A reset, not a FIN, at the stop: nothing left in the socket (autotuning lets it
+        # hold megabytes) goes out after it.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.bind((args.bind, 0))
+        sock.setblocking(False)
+        socks.append(sock)
+    record: dict[str, Any] = {"flows": args.flows, "cca": args.cca, "bind": args.bind}
+    try:
+        await asyncio.wait_for(
+            asyncio.gather(*(loop.sock_connect(s, (args.server, args.port)) for s in socks)),
+            BULK_CONNECT_TIMEOUT_S,
+        )
+    except (OSError, TimeoutError) as exc:
+        _emit(out, record | {"error": f"connecting: {exc!r}"})
+        return
+    _emit(out, record | {"connected_ns": time.time_ns()})
+    go = Path(args.go)
+    while not go.exists():  # written (renamed into place) once every client is connected
+        if stop.is_set():
+            return
+        await asyncio.sleep(0.01)
+    traffic_start_ns = int(go.read_text())
+    start_ns = traffic_start_ns + round(args.start * 1e9)
+    stop_ns = traffic_start_ns + round(args.stop * 1e9)
+    while (wait_s := (start_ns - time.time_ns()) / 1e9) > 0:  # stopped meanwhile: no traffic
+        if stop.is_set():
+            return
+        await asyncio.sleep(min(wait_s, 0.1))
+    started = time.time_ns()
+    pumps = [asyncio.create_task(_send_until_cancelled(s)) for s in socks]
+    while not stop.is_set() and time.time_ns() < stop_ns:
+        done, _ = await asyncio.wait(pumps, timeout=min(0.1, (stop_ns - time.time_ns()) / 1e9))
+        if done:  # a flow failed (reset by the receiver): the group is broken
+            break
+    for pump in pumps:
+        pump.cancel()
+    failed = [
+        repr(e)
+        for e in await asyncio.gather(*pumps, return_exceptions=True)
+        if isinstance(e, Exception)  # not the CancelledError of a cancelled pump
+    ]
+    stopped = time.time_ns()
+    for sock in socks:
+        sock.close()
+    _emit(
+        out,
+        record
+        | {"start_ns": started, "stop_ns": stopped}
+        | ({"error": failed[0]} if failed else {}),
+    )
 
 
 # ---- short flows -------------------------------------------------------------------------
@@ -385,6 +508,20 @@ def main(argv: list[str] | None = None) -> None:
         default="",
         help="FROM_S:FLOWS_PER_S,...: the arrival rate from those times on (0 pauses them)",
     )
+    p = sub.add_parser("bulk-server")
+    p.add_argument("--bind", default="0.0.0.0")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("bulk-client")
+    p.add_argument("--server", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--bind", required=True)
+    p.add_argument("--flows", type=int, required=True)
+    p.add_argument("--cca", required=True, help="the flows' congestion control (cubic, bbr...)")
+    p.add_argument("--go", required=True, help="where the traffic's start (realtime ns) appears")
+    p.add_argument("--start", type=float, required=True, help="s after it: start sending")
+    p.add_argument("--stop", type=float, required=True, help="s after it: reset the flows")
+    p.add_argument("--out", required=True)
     p = sub.add_parser("voip-recv")
     p.add_argument("--bind", default="0.0.0.0")
     p.add_argument("--port", type=int, required=True)
@@ -413,6 +550,8 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGINT, _on_term)
     programs = {
+        "bulk-server": bulk_server,
+        "bulk-client": bulk_client,
         "fct-server": fct_server,
         "fct-client": fct_client,
         "voip-recv": voip_recv,

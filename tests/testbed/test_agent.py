@@ -383,9 +383,10 @@ def test_buffer_changes_under_load_keep_flows_and_queue(testbed: Testbed, tmp_pa
     assert {q["limit_bytes"] for q in qdisc} >= set(changes)
     after_change = [q for q in qdisc if q["limit_bytes"] == changes[0]]
     assert after_change[0]["backlog_bytes"] > 0  # the queue was not flushed
-    streams = json.loads(next(run_dir.glob("iperf3-*.json")).read_text())
-    assert "error" not in streams
-    assert len(streams["end"]["streams"]) == 10
+    connected, ended = map(json.loads, next(run_dir.glob("bulk-*-client.jsonl")).open())
+    assert "error" not in connected and "error" not in ended
+    flows = [json.loads(line) for line in next(run_dir.glob("bulk-*[0-9].jsonl")).open()]
+    assert len(flows) == 10 and all(f["bytes"] > 0 for f in flows)
 
 
 def _queue_packets(testbed: Testbed, queue: str) -> int:

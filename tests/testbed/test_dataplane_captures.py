@@ -31,7 +31,7 @@ GROUP_RTTS_NS = (20_000_000, 60_000_000)
 FLOWS_PER_GROUP = 5
 SNAPLEN = 128
 # Low enough that every bulk flow, even one starved by RTT unfairness, is long within one
-# sketch period, and far above iperf3's control connections (a few dozen packets).
+# sketch period, and far above any connection that carries no bulk data.
 LONG_FLOW_THRESHOLD = 500
 SKETCH_PERIOD_NS = 10 * 10**9  # cms.reset (p4/SPEC.md §4)
 
@@ -216,9 +216,8 @@ def test_retransmissions_agree_with_tshark_and_the_router_drops(capture: Capture
     assert reference > 20, "the scenario must lose packets to compare anything"
     assert abs(model - reference) <= max(0.02 * reference, 2), (model, reference)
 
-    # Every drop is retransmitted, except one the receiver never asks for: iperf3's server
-    # resets its data connections at the test's end, so a segment dropped in the last RTT
-    # goes unrepaired (7 of 142 drops once; none passed the after tap, none came again).
+    # Every drop is retransmitted, except one the receiver never asks for: the bulk client
+    # resets its flows at their stop, so a segment dropped in the last RTT goes unrepaired.
     # A segment the router did not drop but the sender gave up on too early is retransmitted
     # spuriously: it passes the after tap twice.
     qdisc = [json.loads(line) for line in (capture.run_dir / "qdisc.jsonl").open()]
@@ -242,7 +241,7 @@ def test_long_flows_are_the_senders_flows(capture: Capture) -> None:
     """Long: a flow with at least the threshold of data packets within one sketch period
     (the sketch is zeroed every 10 s from the first packet; the run lasts longer, so a flow
     starved in the first period may qualify in the next), counted exactly from the capture:
-    iperf3's data streams, never its control connections."""
+    the bulk flows, nothing else."""
     first = _epoch_ns(next(p.when for p in capture.before if p.length > 0))
     counts = Counter(
         (p.src, p.sport, (_epoch_ns(p.when) - first) // SKETCH_PERIOD_NS)

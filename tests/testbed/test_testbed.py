@@ -7,6 +7,7 @@ here has its own name and is torn down by the fixture, whatever the test did.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import statistics
 import subprocess
@@ -239,6 +240,35 @@ def test_rtt_utilisation_fct_and_voip_follow_the_buffer(
     big, small = results["bloated"][1], results["stanford"][1]
     assert big["short_flows"]["fct_p50_ns"] > small["short_flows"]["fct_p50_ns"]
     assert big["voip"]["delay_p50_ns"] > small["voip"]["delay_p50_ns"] + 50_000_000
+
+
+def test_a_group_joins_and_leaves_on_schedule_behind_a_full_queue(
+    make_testbed: MakeTestbed, tmp_path: Path
+) -> None:
+    """10 Cubic flows fill the router's 200 ms; 40 more join at 4 s and leave at 9 s. Their
+    data reaches the receiver within one queue's delay of the schedule, all 40 flows at once:
+    they were connected before the traffic started. (iperf3 connected its streams one after
+    the other, an RTT each, ~9 s here, and sent for its duration from the last one.)"""
+    groups = [
+        sender_group(0, FlowGroup("base", 10, "cubic", 0, None)),
+        sender_group(1, FlowGroup("join", 40, "cubic", 4_000_000_000, None)),
+    ]
+    testbed = make_testbed(groups=groups)
+    queue_s = testbed.plan.buffer_bytes * 8 / testbed.plan.rate_bps
+    assert queue_s >= 0.15  # the bloated example buffer
+    scenario = Scenario(duration_s=12, stops_s={"join": 9.0})
+    summary = TrafficRun(testbed, tmp_path, scenario).run(progress=lambda _: None)
+    start_ns = summary["timeline"]["traffic_start_ns"]
+    joined = [json.loads(line) for line in (tmp_path / "bulk-join-0.jsonl").open()]
+    assert len(joined) == 40 and all(f["bytes"] > 0 for f in joined)
+    first_s = sorted((f["first_ns"] - start_ns) / 1e9 for f in joined)
+    last_s = sorted((f["last_ns"] - start_ns) / 1e9 for f in joined)
+    slack_s = queue_s + 0.5  # the queue ahead of them, the path, a loaded machine
+    assert first_s[0] >= 4.0 and first_s[-1] <= 4.0 + slack_s, first_s
+    assert 9.0 - slack_s <= last_s[0] and last_s[-1] <= 9.0 + slack_s, last_s
+    base = [json.loads(line) for line in (tmp_path / "bulk-base-0.jsonl").open()]
+    assert len(base) == 10 and max(f["last_ns"] - start_ns for f in base) / 1e9 <= 12 + slack_s
+    assert set(summary["bulk"]["groups_bps"]) == {"base-0", "join-0"}
 
 
 def test_ss_lines_parse_into_flow_records() -> None:

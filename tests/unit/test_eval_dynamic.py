@@ -269,7 +269,7 @@ def test_the_long_flow_schedule_stops_each_group_at_its_stop() -> None:
     batches = long_flow_schedule(groups, 120.0, {"late": 80.0, "gone": 500.0})
     got = [(b.name, b.port, b.flows, b.start_s, b.stop_s) for b in batches]
     assert got == [
-        ("base-0", 5202, 100, 0.0, 120.0),  # iperf3 runs at most 100 streams a client
+        ("base-0", 5202, 100, 0.0, 120.0),  # a bulk client feeds at most 100 flows
         ("base-1", 5203, 50, 0.0, 120.0),
         ("gone-0", 5204, 5, 10.0, 120.0),  # a stop after the end is the end
         ("late-0", 5201, 30, 40.0, 80.0),
