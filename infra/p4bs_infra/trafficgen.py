@@ -486,6 +486,14 @@ def ss_log(args: argparse.Namespace) -> None:
         time.sleep(max(0.0, next_at - time.monotonic()))
 
 
+def _receiver(sub: Any, name: str) -> argparse.ArgumentParser:
+    """A program that listens: on `--port` of `--bind` (every address by default)."""
+    p: argparse.ArgumentParser = sub.add_parser(name)
+    p.add_argument("--bind", default="0.0.0.0")
+    p.add_argument("--port", type=int, required=True)
+    return p
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="p4bs_infra.trafficgen",
@@ -493,9 +501,7 @@ def main(argv: list[str] | None = None) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("fct-server")
-    p.add_argument("--bind", default="0.0.0.0")
-    p.add_argument("--port", type=int, required=True)
+    _receiver(sub, "fct-server")
     p = sub.add_parser("fct-client")
     p.add_argument("--server", required=True)
     p.add_argument("--port", type=int, required=True)
@@ -512,10 +518,7 @@ def main(argv: list[str] | None = None) -> None:
         default="",
         help="FROM_S:FLOWS_PER_S,...: the arrival rate from those times on (0 pauses them)",
     )
-    p = sub.add_parser("bulk-server")
-    p.add_argument("--bind", default="0.0.0.0")
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--out", required=True)
+    _receiver(sub, "bulk-server").add_argument("--out", required=True)
     p = sub.add_parser("bulk-client")
     p.add_argument("--server", required=True)
     p.add_argument("--port", type=int, required=True)
@@ -526,10 +529,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--start", type=float, required=True, help="s after it: start sending")
     p.add_argument("--stop", type=float, required=True, help="s after it: reset the flows")
     p.add_argument("--out", required=True)
-    p = sub.add_parser("voip-recv")
-    p.add_argument("--bind", default="0.0.0.0")
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--out", required=True)
+    _receiver(sub, "voip-recv").add_argument("--out", required=True)
     p = sub.add_parser("voip-send")
     p.add_argument("--dst", required=True)
     p.add_argument("--port", type=int, required=True)
