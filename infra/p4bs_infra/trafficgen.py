@@ -103,7 +103,10 @@ def bulk_server(args: argparse.Namespace) -> None:
     while not stop.is_set():
         for key, _ in selector.select(timeout=0.1):
             if key.fileobj is listener:
-                sock, peer = listener.accept()
+                try:
+                    sock, peer = listener.accept()
+                except BlockingIOError:
+                    continue  # gone before it was accepted
                 sock.setblocking(False)
                 selector.register(sock, selectors.EVENT_READ)
                 flows[sock] = {"src": peer[0], "sport": peer[1], "bytes": 0}
@@ -119,8 +122,8 @@ def bulk_server(args: argparse.Namespace) -> None:
                 finish(sock)  # closed by the client
             except BlockingIOError:
                 pass  # all read
-            except ConnectionError:
-                finish(sock)  # the client resets its flows at their stop
+            except OSError:
+                finish(sock)  # the client resets its flows at their stop (or the flow failed)
         time.sleep(BULK_READ_EVERY_S)
     for sock in list(flows):  # stopped: the flows still open are recorded as they stand
         finish(sock)
