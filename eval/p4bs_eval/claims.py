@@ -353,7 +353,8 @@ def build(
             scenario, all_rows = load_results(folder)
             source = str(shown_path(folder / "results.jsonl", root))
             registration = registration_of(scenario, registrations)
-            rows, refused, registered = screen_rows(source, scenario, all_rows, registration, root)
+            rows, refused = screen_rows(source, scenario, all_rows, registration, root)
+            registered = registration is not None  # it names this folder's scenario
             margin_fraction = registration.margin if registration else MARGIN_FRACTION
             flagged += refused
             found = live_claims(source, rows, margin_fraction)

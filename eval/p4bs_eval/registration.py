@@ -251,12 +251,11 @@ def screen_rows(
     rows: Sequence[Mapping[str, Any]],
     registration: Registration | None,
     repo: Path,
-) -> tuple[list[Mapping[str, Any]], list[dict[str, Any]], bool]:
-    """The rows a folder's claims may use, those refused (each with the reason), and
-    whether the claims are registered. A folder of a scenario the registration does not
-    name (or without one) is used whole, unregistered."""
+) -> tuple[list[Mapping[str, Any]], list[dict[str, Any]]]:
+    """The rows a folder's claims may use and those refused (each with the reason). A
+    folder of a scenario the registration does not name (or without one) is used whole."""
     if registration is None or scenario.get("name") not in registration.scenarios:
-        return list(rows), [], False
+        return list(rows), []
     registered = registration.scenarios[scenario["name"]]
     described = registered["described"]
     differs = [
@@ -277,7 +276,7 @@ def screen_rows(
                     "reason": reason,
                 }
             )
-    return used, flagged, True
+    return used, flagged
 
 
 def _refusal(

@@ -212,18 +212,16 @@ def test_a_folder_of_another_scenario_file_is_refused_whole(repo: Path) -> None:
     registration = load_registration(_register(repo))
     described = dict(registration.scenarios["dyn"]["described"])
     rows = _rows(registration)
-    used, flagged, registered = screen_rows(
-        "x", described | {"repeat": 20}, rows, registration, repo
-    )
-    assert (len(used), flagged, registered) == (20, [], True)  # more repeats: the same scenario
-    used, flagged, _ = screen_rows("x", described | {"duration_s": 90.0}, rows, registration, repo)
+    used, flagged = screen_rows("x", described | {"repeat": 20}, rows, registration, repo)
+    assert (len(used), flagged) == (20, [])  # more repeats: the same scenario
+    used, flagged = screen_rows("x", described | {"duration_s": 90.0}, rows, registration, repo)
     assert (
         used == []
         and "differs from the registered eval/scenarios/dyn.toml in duration_s"
         in flagged[0]["reason"]
     )
     other = described | {"name": "other"}
-    assert screen_rows("x", other, rows, registration, repo)[2] is False  # unregistered: all used
+    assert screen_rows("x", other, rows, registration, repo) == (rows, [])  # unregistered: all used
 
 
 def _results_folder(results: Path, described: dict[str, Any], rows: list[dict[str, Any]]) -> None:
