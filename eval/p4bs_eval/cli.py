@@ -354,6 +354,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_keep(args: argparse.Namespace) -> int:
+    from p4bs_eval.keep import KeepError, keep
+
+    try:
+        kept = keep(args.run_dir, args.out)
+    except KeepError as exc:
+        print(f"p4bs eval keep: {exc}", file=sys.stderr)
+        return 2
+    print(f"keep: {args.out}: {kept.rows} rows, {kept.runs_added} runs' files added")
+    return 0
+
+
 def cmd_acquisition(args: argparse.Namespace) -> int:
     from p4bs_eval.acquisition import CurveError, run_acquisitions
 
@@ -473,6 +485,14 @@ def add_parser(sub: Any) -> None:
     report = eval_sub.add_parser("report", help="report.md and plots from a run folder")
     report.add_argument("run_dir", type=Path)
     report.set_defaults(func=cmd_report)
+    keeping = eval_sub.add_parser(
+        "keep",
+        help="copy what is worth committing of a run folder (rows, each run's windows, "
+        "decisions and timeline) into another; again as runs finish, to add the new ones",
+    )
+    keeping.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    keeping.add_argument("out", type=Path, metavar="OUT", help="e.g. eval/results/<name>")
+    keeping.set_defaults(func=cmd_keep)
     offline = eval_sub.add_parser(
         "offline",
         help="policies on a buffer sweep's measured surfaces, simulated with the loop's timing",

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from p4bs.config import LinkConfig
-from p4bs_eval.figures import read_jsonl
+from p4bs_eval.figures import read_jsonl, run_file
 from p4bs_eval.scenario import fixed_buffer_ms
 from p4bs_optimizer.policies.base import Window
 from p4bs_optimizer.policies.loss_delay_fit import mathis_loss
@@ -182,7 +182,7 @@ def score(
 def _run_windows(run: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
     """The windows of the run's traffic, its decisions, and its traffic's start (ns)."""
     timeline_path = run / "traffic" / "timeline.json"
-    metrics_path = run / "link_metrics.jsonl"
+    metrics_path = run_file(run / "link_metrics.jsonl")
     for path in (timeline_path, metrics_path):
         if not path.is_file():
             raise DetectionError(f"{run}: no {path.relative_to(run)} (an unfinished run?)")

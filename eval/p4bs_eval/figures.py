@@ -4,6 +4,7 @@ measured (its link metrics), over the run's measured part (after the warm-up).""
 
 from __future__ import annotations
 
+import gzip
 import json
 import statistics
 from collections import defaultdict
@@ -13,10 +14,19 @@ from typing import Any
 from p4bs_infra.traffic import jain_index
 
 
+def run_file(path: Path) -> Path:
+    """`path`, or its gzipped copy where a kept run folder (keep.py) has only that."""
+    packed = path.with_name(path.name + ".gz")
+    return packed if not path.exists() and packed.exists() else path
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file (gzipped or not, `run_file`); none if it is absent."""
+    path = run_file(path)
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.open() if line.strip()]
+    with gzip.open(path, "rt") if path.suffix == ".gz" else path.open() as lines:
+        return [json.loads(line) for line in lines if line.strip()]
 
 
 def flow_throughputs(traffic_dir: Path, steady_from_ns: int) -> dict[tuple[str, int], float]:

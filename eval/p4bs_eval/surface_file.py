@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from p4bs_eval.figures import read_jsonl, run_file
 from p4bs_eval.report import load_results
 from p4bs_eval.scenario import fixed_buffer_ms
 from p4bs_eval.surface import (
@@ -30,17 +31,17 @@ STEP_SNAP = 0.02
 
 def _traffic_windows(run: Path) -> list[WindowRecord]:
     """A run's windows of its traffic (traffic/timeline.json) from link_metrics.jsonl."""
-    try:
-        windows = [json.loads(line) for line in (run / "link_metrics.jsonl").open()]
-        # The traffic's own start and end: the metrics job's windows begin seconds earlier
-        # (the testbed's idle RTT probe) and go on while the queue drains.
-        timeline = json.loads((run / "traffic" / "timeline.json").read_text())
-    except OSError as exc:
-        raise SurfaceError(f"{run}: an unfinished run ({exc.strerror}: {exc.filename})") from None
-    start, end = timeline["traffic_start_ns"], timeline["end_ns"]
+    metrics, timeline = run_file(run / "link_metrics.jsonl"), run / "traffic" / "timeline.json"
+    for path in (metrics, timeline):
+        if not path.is_file():
+            raise SurfaceError(f"{run}: an unfinished run (no {path.relative_to(run)})")
+    # The traffic's own start and end: the metrics job's windows begin seconds earlier (the
+    # testbed's idle RTT probe) and go on while the queue drains.
+    times = json.loads(timeline.read_text())
+    start, end = times["traffic_start_ns"], times["end_ns"]
     return [
         w
-        for w in windows
+        for w in read_jsonl(metrics)
         if start <= w["window_start_ns"] and w["window_end_ns"] <= end and w["f"] is not None
     ]
 
@@ -107,14 +108,9 @@ def with_steps(found: Mapping[str, Surface], run_dir: Path) -> dict[str, Surface
         if cell not in found:
             raise SurfaceError(f"{run}: cell {cell} has no fixed-buffer surface")
         kept = _traffic_windows(run)
-        try:
-            applied = [
-                d
-                for d in map(json.loads, (run / "decisions.jsonl").open())
-                if d["outcome"] == "applied"
-            ]
-        except OSError as exc:
-            raise SurfaceError(f"{run}: no decisions ({exc.strerror})") from None
+        if not run_file(run / "decisions.jsonl").is_file():
+            raise SurfaceError(f"{run}: no decisions.jsonl")
+        applied = [d for d in read_jsonl(run / "decisions.jsonl") if d["outcome"] == "applied"]
         if not applied:
             raise SurfaceError(f"{run}: the step was never applied")
         moved_to = applied[0]["buffer_bytes"]
