@@ -68,7 +68,11 @@ def surfaces(run_dir: Path) -> dict[str, Surface]:
         cell, buffer = _cell_and_buffer(row, scenario)
         fixed_ms = fixed_buffer_ms(row["policy"])
         if not sweep and fixed_ms is not None:
-            buffer = round(row.get("rate_bps", 100_000_000) / 8 * fixed_ms / 1000)
+            # The buffer the run's router was given; a row from before it was recorded, its
+            # policy's delay at the link's rate.
+            buffer = row.get("fixed_buffer_bytes") or round(
+                row.get("rate_bps", 100_000_000) / 8 * fixed_ms / 1000
+            )
         elif not (sweep and row["policy"] == "none"):
             continue
         kept = _traffic_windows(run_dir / row["run_dir"])

@@ -276,10 +276,11 @@ def test_a_dynamic_scenarios_oracle_buffers_are_its_surface(tmp_path: Path) -> N
     for row in rows:
         ms = row["values"]["buffer"] // 10**6
         row |= {"point": "base", "values": {}, "policy": f"fixed:{ms}ms"}
+    rows[1]["fixed_buffer_bytes"] = 199_000  # what the router was given, where recorded
     rows.append({**rows[0], "policy": "loss-delay-fit", "run_dir": "runs/none"})  # not read
     (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     found, _, origin = load_surfaces(folder)
-    assert list(found) == ["base"] and found["base"].buffers == [25_000, 200_000]
+    assert list(found) == ["base"] and found["base"].buffers == [25_000, 199_000]
     assert origin == {"name": "dyn", "duration_s": 9, "warmup_s": 1, "buffer_ms": 200}
     packed = tmp_path / "dyn.json.gz"
     save_surfaces(packed, found, {}, origin)
