@@ -67,9 +67,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         scenario = dataclasses.replace(scenario, repeat=args.repeat)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.resume or args.out or paths.home() / ".run" / "eval" / f"{scenario.name}-{stamp}"
+    if args.registration and not _counts_for(args.registration, scenario, policies, args.resume):
+        return 2
     _unwind_on_signals()
     try:
-        failed = run_eval(scenario, out, args.config, policies, resume=args.resume is not None)
+        failed = run_eval(
+            scenario,
+            out,
+            args.config,
+            policies,
+            resume=args.resume is not None,
+            keep_into=args.keep_into,
+        )
     except ResumeError as exc:
         print(f"p4bs eval: {exc}", file=sys.stderr)
         return 2
@@ -82,6 +91,32 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 130
     print(f"report: {write_report(out)}")
     return 1 if failed else 0
+
+
+def _counts_for(
+    path: Path, scenario: Any, policies: tuple[str, ...] | None, resume: Path | None
+) -> bool:
+    """Whether the registration at `path` would use the rows of these runs, made with the
+    code of this checkout; if not, says why."""
+    from p4bs_eval.registration import (
+        RegistrationError,
+        load_registration,
+        refusals_before_running,
+    )
+    from p4bs_eval.runner import code_identity, describe, folder_policies
+
+    try:
+        registration = load_registration(path)
+    except RegistrationError as exc:
+        print(f"p4bs eval: {exc}", file=sys.stderr)
+        return False
+    running = policies or (resume and folder_policies(resume)) or scenario.policies
+    reasons = refusals_before_running(
+        registration, describe(scenario, running), code_identity(paths.home()), paths.home()
+    )
+    for reason in reasons:
+        print(f"p4bs eval: {path} would refuse these runs: {reason}", file=sys.stderr)
+    return not reasons
 
 
 def _unwind_on_signals() -> None:
@@ -479,6 +514,19 @@ def add_parser(sub: Any) -> None:
         metavar="RUN_DIR",
         help="complete the runs this folder of the same scenario has not finished (missing, "
         "or failed); --repeat may add repeats",
+    )
+    run.add_argument(
+        "--registration",
+        type=Path,
+        metavar="FILE",
+        help="a registration (eval/registrations/*.json) the runs are for: refuse to start if "
+        "it would refuse their rows (scenario file, policies, code)",
+    )
+    run.add_argument(
+        "--keep-into",
+        type=Path,
+        metavar="OUT",
+        help="after each run, bring `p4bs eval keep RUN_DIR OUT` up to date",
     )
     paths.add_config_option(run)
     run.set_defaults(func=cmd_run)

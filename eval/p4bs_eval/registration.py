@@ -257,10 +257,7 @@ def screen_rows(
     if registration is None or scenario.get("name") not in registration.scenarios:
         return list(rows), []
     registered = registration.scenarios[scenario["name"]]
-    described = registered["described"]
-    differs = [
-        key for key in described if key not in FREE_KEYS and scenario.get(key) != described[key]
-    ]
+    differs = _differs(registered["described"], scenario)
     used, flagged = [], []
     for row in rows:
         reason = _refusal(row, registration, registered["path"], differs, repo)
@@ -277,6 +274,38 @@ def screen_rows(
                 }
             )
     return used, flagged
+
+
+def refusals_before_running(
+    registration: Registration,
+    described: Mapping[str, Any],
+    identity: Mapping[str, Any],
+    repo: Path,
+) -> list[str]:
+    """Why `registration` would refuse the rows of a run of `described` (scenario.json as
+    the runner writes it) made with the code `identity` (runner.code_identity): asked
+    before the runs start, so that hours of testbed time do not go into rows that cannot
+    count. Empty when every policy's rows would count."""
+    name = described["name"]
+    if name not in registration.scenarios:
+        return [
+            f"it does not name scenario {name!r} (it names {', '.join(registration.scenarios)})"
+        ]
+    registered = registration.scenarios[name]
+    differs = _differs(registered["described"], described)
+    reasons: list[str] = []
+    for policy in described["policies"]:
+        reason = _refusal(
+            {"policy": policy, **identity}, registration, registered["path"], differs, repo
+        )
+        if reason is not None and reason not in reasons:
+            reasons.append(reason)
+    return reasons
+
+
+def _differs(registered: Mapping[str, Any], scenario: Mapping[str, Any]) -> list[str]:
+    """The keys a registered run may not change on which `scenario` differs from it."""
+    return [k for k in registered if k not in FREE_KEYS and scenario.get(k) != registered[k]]
 
 
 def _refusal(

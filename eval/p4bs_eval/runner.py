@@ -29,6 +29,7 @@ from p4bs.bus import read_stream
 from p4bs.config import load_config
 from p4bs.progress import Progress
 from p4bs_eval.figures import read_jsonl, run_figures
+from p4bs_eval.keep import KeepError, keep
 from p4bs_eval.phases import fct_summary, phase_figures, short_flows_record
 from p4bs_eval.report import load_results, run_key
 from p4bs_eval.scenario import AQM_POLICIES, NO_POLICY, EvalScenario, Point, fixed_buffer_ms
@@ -311,9 +312,11 @@ def run_eval(
     policies: tuple[str, ...] | None = None,
     *,
     resume: bool = False,
+    keep_into: Path | None = None,
 ) -> int:
     """Runs every point x policy x repeat (with `resume`, those `out` has not finished
-    without an error); returns the number of failed runs."""
+    without an error); returns the number of failed runs. With `keep_into`, what is kept of
+    `out` (keep.py) is brought up to date there after each run."""
     if resume and policies is None:
         policies = folder_policies(out)
     described = describe(scenario, policies or scenario.policies)
@@ -362,6 +365,11 @@ def run_eval(
                     f"{point.label} | {policy} | #{repeat}: {outcome} ({row['wall_s']:.0f} s)",
                     final=True,
                 )
+                if keep_into is not None:
+                    try:
+                        keep(out, keep_into)
+                    except (KeepError, OSError) as exc:  # the runs matter more: they go on
+                        progress.show(f"keep into {keep_into} failed: {exc}", final=True)
     finally:
         stack.down()
     return failed

@@ -1,11 +1,12 @@
 """`p4bs eval`, shortened scenarios through the whole pipeline, asserting only what one run
 shows with a wide margin (claims that need repeats live in the evaluation, eval/README.md):
 GLOBECOM's resizing against the fixed 200 ms buffer (mean RTT at least 3x lower, utilisation
-at least 90%), then the report and plots. P4BS's search live is test_closed_loop's; its report
-lines and heatmap are test_eval_report's."""
+at least 90%), what `--keep-into` kept after each run, then the report and plots. P4BS's
+search live is test_closed_loop's; its report lines and heatmap are test_eval_report's."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -52,7 +53,8 @@ def _eval_run(scenario_text: str, tmp_path: Path) -> Path:
     scenario = tmp_path / "short.toml"
     scenario.write_text(scenario_text)
     out = tmp_path / "run"
-    assert _p4bs_eval("run", scenario, "--out", out).returncode == 0
+    kept = tmp_path / "kept"
+    assert _p4bs_eval("run", scenario, "--out", out, "--keep-into", kept).returncode == 0
     return out
 
 
@@ -67,6 +69,12 @@ def test_resizing_cuts_the_rtt_at_full_utilisation_and_the_report_says_so(
     assert fixed["rtt_mean_ms"] >= 3 * resized["rtt_mean_ms"], (fixed, resized)
     assert resized["utilisation"] >= 0.9
     assert resized["windows"] > 0 and resized["f_mean"] is not None  # p4bs's own metrics
+    # Kept after each run: every row, and each run's windows as the metrics job gave them.
+    kept = tmp_path / "kept"
+    assert (kept / "results.jsonl").read_text() == (out / "results.jsonl").read_text()
+    for row in rows.values():
+        with gzip.open(kept / row["run_dir"] / "link_metrics.jsonl.gz", "rt") as windows:
+            assert windows.read() == (out / row["run_dir"] / "link_metrics.jsonl").read_text()
     report = (out / "report.md").read_text()
     assert "| base | globecom | 1 |" in report
     assert "globecom cuts the long flows' mean RTT" in report

@@ -21,6 +21,7 @@ from p4bs_eval.registration import (
     RegistrationError,
     load_plan,
     load_registration,
+    refusals_before_running,
     register,
     screen_rows,
 )
@@ -222,6 +223,28 @@ def test_a_folder_of_another_scenario_file_is_refused_whole(repo: Path) -> None:
     )
     other = described | {"name": "other"}
     assert screen_rows("x", other, rows, registration, repo) == (rows, [])  # unregistered: all used
+
+
+def test_before_the_runs_start_what_the_registration_would_refuse_is_told(repo: Path) -> None:
+    registration = load_registration(_register(repo))
+    described = dict(registration.scenarios["dyn"]["described"])
+    head = {
+        "code_commit": _git(repo, "rev-parse", "HEAD"),
+        "policy_tree": registration.policy_tree,
+        "policy_code_dirty": False,
+    }
+    assert refusals_before_running(registration, described | {"repeat": 20}, head, repo) == []
+    assert refusals_before_running(
+        registration, described | {"policies": ["bdp", "fixed:4ms", "red"]}, head, repo
+    ) == ["policy 'red' is not in the plan"]
+    assert refusals_before_running(
+        registration, described, head | {"policy_code_dirty": True}, repo
+    ) == ["made with uncommitted changes to the policy code"]
+    assert refusals_before_running(registration, described, head | {"policy_tree": "0" * 40}, repo)
+    (changed,) = refusals_before_running(registration, described | {"warmup_s": 5.0}, head, repo)
+    assert "differs from the registered eval/scenarios/dyn.toml in warmup_s" in changed
+    (other,) = refusals_before_running(registration, described | {"name": "x"}, head, repo)
+    assert other == "it does not name scenario 'x' (it names dyn)"
 
 
 def _results_folder(results: Path, described: dict[str, Any], rows: list[dict[str, Any]]) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from p4bs import paths
 from p4bs_eval.cli import SCENARIOS
 from p4bs_eval.report import load_results, write_report
 from p4bs_eval.runner import ResumeError, describe, folder_policies, pending_runs
@@ -94,6 +95,24 @@ def test_eval_run_refuses_before_any_run_without_router_credentials(tmp_path: Pa
     )
     assert done.returncode == 2
     assert "P4BS_ROUTER_USER is not set" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_eval_run_refuses_before_any_run_what_its_registration_would_refuse(
+    tmp_path: Path,
+) -> None:
+    env = {**os.environ, "P4BS_ROUTER_USER": "u", "P4BS_ROUTER_PASSWORD": "p"}
+    registration = paths.home() / "eval" / "registrations" / "dyn-suite-1-r3.json"
+    argv = [sys.executable, "-m", "p4bs_cli", "eval", "run", "globecom-test1"]
+    done = subprocess.run(
+        [*argv, "--registration", str(registration), "--out", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,  # were the check gone, the runs would start
+    )
+    assert done.returncode == 2
+    assert "does not name scenario 'globecom-test1'" in done.stderr
     assert not (tmp_path / "run").exists()
 
 
