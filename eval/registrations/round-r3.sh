@@ -1,0 +1,52 @@
+#!/bin/bash
+# Runs (or goes on with) the third round of issue 39, the four *-r3 registrations of this
+# folder, in its order: suite 1, fig14-again, steady-fig11, suite 2. Each scenario's runs go
+# to RUN_ROOT/<scenario> (raw, ~10 MB a run) and, after each run, what is worth committing
+# to KEPT/<scenario>-r3 (`p4bs eval keep`); a scenario found in KEPT but not in RUN_ROOT, as
+# on a new machine, is resumed from KEPT's scenario.json and results.jsonl. Each scenario is
+# checked against its registration before its first run (`--registration`): a checkout
+# whose rows it would refuse runs nothing.
+#
+#   eval/registrations/round-r3.sh RUN_ROOT [KEPT]     (KEPT: default eval/results)
+#
+# From the root of a checkout at or after the registrations' commit with their policy tree,
+# after `make setup`, as root (the testbed's namespaces), with P4BS_ROUTER_USER and
+# P4BS_ROUTER_PASSWORD set (any pair: the testbed's router takes what it is given).
+# Commit KEPT's new files as they come. Stop it with SIGTERM (the run in progress unwinds).
+set -u
+root=${1:?usage: $0 RUN_ROOT [KEPT]}
+kept=${2:-eval/results}
+here=eval/registrations
+all=loss-delay-fit,p4bs,bdp,stanford,red,codel,fixed:4ms,fixed:15ms,fixed:50ms,fixed:200ms
+stopped=0 child=
+trap 'stopped=1; [ -n "$child" ] && kill -TERM "$child" 2>/dev/null' TERM INT
+
+scenario() {  # registration scenario [p4bs eval run options...]
+  local registration=$here/$1.json name=$2; shift 2
+  local out=$root/$name keep=$kept/$name-r3
+  [ "$stopped" = 1 ] && return
+  if [ ! -f "$out/scenario.json" ] && [ -f "$keep/results.jsonl" ]; then
+    mkdir -p "$out" && cp "$keep/scenario.json" "$keep/results.jsonl" "$out/"
+  fi
+  local where=(--out "$out")
+  [ -f "$out/scenario.json" ] && where=(--resume "$out")
+  .venv/bin/p4bs eval run "$name" "${where[@]}" --registration "$registration" \
+    --keep-into "$keep" "$@" &
+  child=$!
+  wait "$child"
+  wait "$child" 2>/dev/null  # after a signal, until the run in progress has unwound
+  child=
+  echo "round-r3: $name ended $(date -u +%FT%TZ)"
+}
+
+for name in dyn-n-step dyn-bbr-join dyn-rtt-move dyn-pause dyn-change-detect; do
+  scenario dyn-suite-1-r3 "$name"
+done
+scenario fig14-again-r3 p4bs-fig14 --repeat 10 \
+  --policies bloated,bdp,stanford,adt,p4bs,loss-delay-fit,red,codel
+scenario steady-fig11-r3 steady-fig11-loss100
+for name in dyn-burst dyn-p4bs-fig15 dyn-p4bs-fig16; do
+  scenario dyn-suite-2-r3 "$name"
+done
+scenario dyn-suite-2-r3 globecom-test2 --repeat 10 --policies $all
+scenario dyn-suite-2-r3 globecom-test3 --repeat 10 --policies $all
