@@ -34,6 +34,7 @@ FULL_SET = (
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from p4bs_eval.keep import KeepError, keep
     from p4bs_eval.report import write_report
     from p4bs_eval.runner import ResumeError, run_eval
     from p4bs_eval.scenario import ScenarioError, check_policies, load_scenario
@@ -90,6 +91,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         return 130
     print(f"report: {write_report(out)}")
+    if args.keep_into:
+        try:
+            keep(out, args.keep_into)  # the report too
+        except (KeepError, OSError) as exc:
+            print(f"p4bs eval: keep into {args.keep_into} failed: {exc}", file=sys.stderr)
     return 1 if failed else 0
 
 

@@ -72,6 +72,7 @@ def test_resizing_cuts_the_rtt_at_full_utilisation_and_the_report_says_so(
     # Kept after each run: every row, and each run's windows as the metrics job gave them.
     kept = tmp_path / "kept"
     assert (kept / "results.jsonl").read_text() == (out / "results.jsonl").read_text()
+    assert (kept / "report.md").read_text() == (out / "report.md").read_text()
     for row in rows.values():
         with gzip.open(kept / row["run_dir"] / "link_metrics.jsonl.gz", "rt") as windows:
             assert windows.read() == (out / row["run_dir"] / "link_metrics.jsonl").read_text()
