@@ -34,9 +34,8 @@ FULL_SET = (
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from p4bs_eval.keep import KeepError, keep
     from p4bs_eval.report import write_report
-    from p4bs_eval.runner import ResumeError, run_eval
+    from p4bs_eval.runner import ResumeError, keep_after_run, run_eval
     from p4bs_eval.scenario import ScenarioError, check_policies, load_scenario
 
     if args.resume and args.out:
@@ -92,10 +91,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 130
     print(f"report: {write_report(out)}")
     if args.keep_into:
-        try:
-            keep(out, args.keep_into)  # the report too
-        except (KeepError, OSError) as exc:
-            print(f"p4bs eval: keep into {args.keep_into} failed: {exc}", file=sys.stderr)
+        # Once more, for the report.
+        keep_after_run(
+            out, args.keep_into, lambda line: print(f"p4bs eval: {line}", file=sys.stderr)
+        )
     return 1 if failed else 0
 
 
@@ -404,7 +403,9 @@ def cmd_keep(args: argparse.Namespace) -> int:
         print(f"p4bs eval keep: {exc}", file=sys.stderr)
         return 2
     print(f"keep: {args.out}: {kept.rows} rows, {kept.runs_added} runs' files added")
-    return 0
+    for problem in kept.incomplete:
+        print(f"p4bs eval keep: {problem}", file=sys.stderr)
+    return 1 if kept.incomplete else 0
 
 
 def cmd_acquisition(args: argparse.Namespace) -> int:

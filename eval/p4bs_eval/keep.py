@@ -30,6 +30,7 @@ class KeepError(ValueError):
 class Kept:
     rows: int  # complete rows of results.jsonl, failed runs' included
     runs_added: int  # runs whose files this call copied
+    incomplete: tuple[str, ...] = ()  # finished runs without their files: what each lacks
 
 
 def keep(run_dir: Path, out: Path) -> Kept:
@@ -44,7 +45,7 @@ def keep(run_dir: Path, out: Path) -> Kept:
     shutil.copyfile(run_dir / "scenario.json", out / "scenario.json")
     if (run_dir / "report.md").is_file():
         shutil.copyfile(run_dir / "report.md", out / "report.md")
-    added = 0
+    added, incomplete = 0, []
     for line in rows:
         row = json.loads(line)
         if "error" in row:
@@ -53,8 +54,9 @@ def keep(run_dir: Path, out: Path) -> Kept:
         if (kept / COPIED[-1]).exists():  # copied last: its presence means the run is whole
             continue
         missing = [n for n in GZIPPED + COPIED if not (source / n).is_file()]
-        if missing:
-            raise KeepError(f"{source}: a finished run without {', '.join(missing)}")
+        if missing:  # its row is kept; the others' files are not held up by it
+            incomplete.append(f"{source}: a finished run without {', '.join(missing)}")
+            continue
         kept.mkdir(parents=True, exist_ok=True)
         for name in GZIPPED:
             with (source / name).open("rb") as raw, gzip.open(kept / f"{name}.gz", "wb") as packed:
@@ -65,4 +67,4 @@ def keep(run_dir: Path, out: Path) -> Kept:
         added += 1
     # Rows last: a reader never finds a row whose run's files are not there yet.
     (out / "results.jsonl").write_text("".join(rows))
-    return Kept(len(rows), added)
+    return Kept(len(rows), added, tuple(incomplete))

@@ -21,6 +21,7 @@ import threading
 import time
 import tomllib
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -305,6 +306,16 @@ def pending_runs(
     return todo
 
 
+def keep_after_run(out: Path, keep_into: Path, say: Callable[[str], None]) -> None:
+    """`keep` after a run; what it could not keep is said, and the runs go on."""
+    try:
+        problems = keep(out, keep_into).incomplete
+    except (KeepError, OSError) as exc:
+        problems = (f"keep into {keep_into} failed: {exc}",)
+    for problem in problems:
+        say(f"not kept: {problem}")
+
+
 def run_eval(
     scenario: EvalScenario,
     out: Path,
@@ -366,10 +377,7 @@ def run_eval(
                     final=True,
                 )
                 if keep_into is not None:
-                    try:
-                        keep(out, keep_into)
-                    except (KeepError, OSError) as exc:  # the runs matter more: they go on
-                        progress.show(f"keep into {keep_into} failed: {exc}", final=True)
+                    keep_after_run(out, keep_into, lambda line: progress.show(line, final=True))
     finally:
         stack.down()
     return failed

@@ -13,6 +13,7 @@ from test_offline import sweep_folder
 
 from p4bs_cli.main import main
 from p4bs_eval.keep import KeepError, keep
+from p4bs_eval.runner import keep_after_run
 from p4bs_eval.surface_file import surfaces
 
 
@@ -69,14 +70,27 @@ def test_keep_again_adds_only_new_runs_and_leaves_out_an_unfinished_row(tmp_path
     assert keep(run_dir, kept).runs_added == 0
 
 
-def test_keep_refuses_a_folder_that_is_not_a_run_folder_or_a_run_without_its_files(
+def test_keep_refuses_a_folder_that_is_not_a_run_folder_and_names_a_run_without_its_files(
     tmp_path: Path,
 ) -> None:
     with pytest.raises(KeepError, match=r"no scenario\.json"):
         keep(tmp_path / "nothing", tmp_path / "kept")
     (tmp_path / "run").mkdir()
     write_folder(tmp_path / "run")
-    (tmp_path / "run" / "runs" / "base" / "ldf" / "r0" / "decisions.jsonl").unlink()
-    assert main(["eval", "keep", str(tmp_path / "run"), str(tmp_path / "kept")]) == 2
-    with pytest.raises(KeepError, match=r"without decisions\.jsonl"):
-        keep(tmp_path / "run", tmp_path / "kept")
+    (tmp_path / "run" / "runs" / "base" / "fixed" / "r0" / "decisions.jsonl").unlink()
+    assert main(["eval", "keep", str(tmp_path / "run"), str(tmp_path / "kept")]) == 1
+    kept = keep(tmp_path / "run", tmp_path / "kept")
+    (problem,) = kept.incomplete
+    assert problem.endswith("fixed/r0: a finished run without decisions.jsonl")
+    # The other run and every row are kept all the same.
+    assert (tmp_path / "kept" / "runs" / "base" / "ldf" / "r0" / "traffic").is_dir()
+    assert (tmp_path / "kept" / "results.jsonl").read_text().count("\n") == 2
+
+
+def test_after_a_run_what_could_not_be_kept_is_said_and_nothing_raised(tmp_path: Path) -> None:
+    said: list[str] = []
+    keep_after_run(tmp_path / "nothing", tmp_path / "kept", said.append)
+    (line,) = said
+    assert line.startswith(f"not kept: keep into {tmp_path / 'kept'} failed: ") and (
+        "no scenario.json" in line
+    )
