@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 from p4bs.config.model import PrometheusConfig
 from p4bs.metrics_endpoint import MetricsEndpoint, registry_of, start_metrics_endpoint
 from p4bs_exporter.target import ExporterStats
-from p4bs_exporter.tofino import REGISTER_READS
+from p4bs_exporter.tofino_contract import REGISTER_READS
 
 
 class ExporterCollector(Collector):

@@ -46,7 +46,8 @@ from fakebfrt import COUNTER_FIELDS, Switch, fake_modules, write_config
 
 from p4bs.bus import ensure_topics
 from p4bs.config import load_config
-from p4bs_exporter.tofino import REGISTER_INDEX, TofinoTarget
+from p4bs_exporter.tofino import TofinoTarget
+from p4bs_exporter.tofino_contract import REGISTER_INDEX
 from p4bs_infra.procs import free_ports, wait_until
 from p4bs_infra.services import KafkaBroker, wait_ready
 from p4bs_schemas.registry import STREAMS

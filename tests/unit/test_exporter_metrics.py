@@ -22,7 +22,7 @@ from p4bs_exporter import run_spec
 from p4bs_exporter.metrics import serve_exporter_metrics
 from p4bs_exporter.model_target import socket_address
 from p4bs_exporter.target import ExporterStats
-from p4bs_exporter.tofino import REGISTER_READS
+from p4bs_exporter.tofino_contract import REGISTER_READS
 from p4bs_infra.procs import free_port
 
 NAMES = (

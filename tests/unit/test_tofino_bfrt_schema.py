@@ -17,7 +17,7 @@ from typing import Any
 import fakebfrt
 import pytest
 
-from p4bs_exporter import tofino
+from p4bs_exporter import tofino_contract as tofino
 
 BUILD = os.environ.get("P4BS_TOFINO_BUILD", "")
 pytestmark = pytest.mark.skipif(
