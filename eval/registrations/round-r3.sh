@@ -5,7 +5,10 @@
 # to KEPT/<scenario>-r3 (`p4bs eval keep`); a scenario found in KEPT but not in RUN_ROOT, as
 # on a new machine, is resumed from KEPT's scenario.json and results.jsonl. Each scenario is
 # checked against its registration before its first run (`--registration`): a checkout
-# whose rows it would refuse runs nothing.
+# whose rows it would refuse runs nothing. Once all of a scenario's runs are done, before
+# anyone reads its rows, the simulator's predictions are made from its fixed buffers' runs
+# (`surfaces`, then `offline`: KEPT/<scenario>-r3/surfaces-offline.{md,json}) and the change
+# detectors scored on its windows (`detection`), all into the kept folder.
 #
 #   eval/registrations/round-r3.sh RUN_ROOT [KEPT]     (KEPT: default eval/results)
 #
@@ -21,8 +24,8 @@ all=loss-delay-fit,p4bs,bdp,stanford,red,codel,fixed:4ms,fixed:15ms,fixed:50ms,f
 stopped=0 child=
 trap 'stopped=1; [ -n "$child" ] && kill -TERM "$child" 2>/dev/null' TERM INT
 
-scenario() {  # registration scenario [p4bs eval run options...]
-  local registration=$here/$1.json name=$2; shift 2
+scenario() {  # registration scenario offline-policies|- [p4bs eval run options...]
+  local registration=$here/$1.json name=$2 offline=$3; shift 3
   local out=$root/$name keep=$kept/$name-r3
   [ "$stopped" = 1 ] && return
   if [ ! -f "$out/scenario.json" ] && [ -f "$keep/results.jsonl" ]; then
@@ -34,19 +37,32 @@ scenario() {  # registration scenario [p4bs eval run options...]
     --keep-into "$keep" "$@" &
   child=$!
   wait "$child"
+  local done=$?
   wait "$child" 2>/dev/null  # after a signal, until the run in progress has unwound
   child=
-  echo "round-r3: $name ended $(date -u +%FT%TZ)"
+  echo "round-r3: $name ended $(date -u +%FT%TZ), exit $done"
+  [ "$done" = 0 ] && [ "$stopped" = 0 ] && [ ! -f "$keep/detection.json" ] && analyse "$keep" "$offline"
 }
 
+analyse() {  # kept-folder offline-policies|-
+  local keep=$1 offline=$2
+  if [ "$offline" != - ] &&
+    .venv/bin/p4bs eval surfaces "$keep" --out "$keep/surfaces.json.gz"; then
+    .venv/bin/p4bs eval offline "$keep/surfaces.json.gz" --policies "$offline" --seeds 10
+  fi
+  .venv/bin/p4bs eval detection "$keep"
+}
+
+simulated=loss-delay-fit,p4bs,bdp,stanford  # the simulator's policies (no AQM in it)
 for name in dyn-n-step dyn-bbr-join dyn-rtt-move dyn-pause dyn-change-detect; do
-  scenario dyn-suite-1-r3 "$name"
+  scenario dyn-suite-1-r3 "$name" $simulated
 done
-scenario fig14-again-r3 p4bs-fig14 --repeat 10 \
+# No fixed buffers in Fig. 14: nothing to simulate on.
+scenario fig14-again-r3 p4bs-fig14 - --repeat 10 \
   --policies bloated,bdp,stanford,adt,p4bs,loss-delay-fit,red,codel
-scenario steady-fig11-r3 steady-fig11-loss100
+scenario steady-fig11-r3 steady-fig11-loss100 loss-delay-fit
 for name in dyn-burst dyn-p4bs-fig15 dyn-p4bs-fig16; do
-  scenario dyn-suite-2-r3 "$name"
+  scenario dyn-suite-2-r3 "$name" $simulated
 done
-scenario dyn-suite-2-r3 globecom-test2 --repeat 10 --policies $all
-scenario dyn-suite-2-r3 globecom-test3 --repeat 10 --policies $all
+scenario dyn-suite-2-r3 globecom-test2 $simulated --repeat 10 --policies $all
+scenario dyn-suite-2-r3 globecom-test3 $simulated --repeat 10 --policies $all
