@@ -16,7 +16,7 @@ import gzip
 import json
 import shutil
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 GZIPPED = ("link_metrics.jsonl", "decisions.jsonl")
 COPIED = ("traffic/timeline.json",)
@@ -46,11 +46,14 @@ def keep(run_dir: Path, out: Path) -> Kept:
     if (run_dir / "report.md").is_file():
         shutil.copyfile(run_dir / "report.md", out / "report.md")
     added, incomplete = 0, []
-    for line in rows:
-        row = json.loads(line)
-        if "error" in row:
+    for number, line in enumerate(rows, 1):
+        where = _run_of(line)
+        if where is None:
+            incomplete.append(f"{run_dir / 'results.jsonl'}: line {number} is not a run's row")
             continue
-        source, kept = run_dir / row["run_dir"], out / row["run_dir"]
+        if not where:  # a failed run: its row only
+            continue
+        source, kept = run_dir / where, out / where
         if (kept / COPIED[-1]).exists():  # copied last: its presence means the run is whole
             continue
         missing = [n for n in GZIPPED + COPIED if not (source / n).is_file()]
@@ -68,3 +71,20 @@ def keep(run_dir: Path, out: Path) -> Kept:
     # Rows last: a reader never finds a row whose run's files are not there yet.
     (out / "results.jsonl").write_text("".join(rows))
     return Kept(len(rows), added, tuple(incomplete))
+
+
+def _run_of(line: str) -> str | None:
+    """A row's run folder, relative and inside the run folder ("" for a failed run, whose
+    files are not kept); None for a line that is not a run's row."""
+    try:
+        row = json.loads(line)
+        where = row["run_dir"]
+        failed = "error" in row
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(where, str) or not where:
+        return None
+    path = PurePosixPath(where)
+    if path.is_absolute() or ".." in path.parts:
+        return None
+    return "" if failed else where

@@ -310,7 +310,7 @@ def keep_after_run(out: Path, keep_into: Path, say: Callable[[str], None]) -> No
     """`keep` after a run; what it could not keep is said, and the runs go on."""
     try:
         problems = keep(out, keep_into).incomplete
-    except (KeepError, OSError) as exc:
+    except (KeepError, OSError) as exc:  # KeepError: the folder is not a run folder
         problems = (f"keep into {keep_into} failed: {exc}",)
     for problem in problems:
         say(f"not kept: {problem}")

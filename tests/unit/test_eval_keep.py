@@ -68,6 +68,19 @@ def test_keep_again_adds_only_new_runs_and_leaves_out_an_unfinished_row(tmp_path
     assert (again.rows, again.runs_added) == (3, 1)  # the failed run's row, not its files
     assert (kept / "runs" / "base" / "ldf" / "r0" / "traffic" / "timeline.json").exists()
     assert keep(run_dir, kept).runs_added == 0
+    # Lines that are not a run's row, or name a folder outside the run folder, are named and
+    # passed over; nothing is copied from or to outside it.
+    outside = tmp_path / "elsewhere"
+    (outside / "traffic").mkdir(parents=True)
+    for name in ("link_metrics.jsonl", "decisions.jsonl", "traffic/timeline.json"):
+        (outside / name).write_text("{}\n")
+    hostile = ["not json", json.dumps({"policy": "x"}), json.dumps({"run_dir": "../elsewhere"})]
+    results.write_text(first + "".join(line + "\n" for line in hostile))
+    again = keep(run_dir, kept)
+    assert [p.rsplit(": ", 1)[1] for p in again.incomplete] == ["line 2 is not a run's row"] + [
+        f"line {n} is not a run's row" for n in (3, 4)
+    ]
+    assert not list(outside.rglob("*.gz"))  # where kept/../elsewhere would have been written
 
 
 def test_keep_refuses_a_folder_that_is_not_a_run_folder_and_names_a_run_without_its_files(
