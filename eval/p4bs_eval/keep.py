@@ -30,7 +30,7 @@ class KeepError(ValueError):
 class Kept:
     rows: int  # complete rows of results.jsonl, failed runs' included
     runs_added: int  # runs whose files this call copied
-    incomplete: tuple[str, ...] = ()  # finished runs without their files: what each lacks
+    incomplete: tuple[str, ...] = ()  # lines not kept whole: bad rows, runs without files
 
 
 def keep(run_dir: Path, out: Path) -> Kept:
