@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
-from policylink import BDP_BYTES, CAPACITY_BPS, FakeLink, make_link, run, settled
+from policylink import BDP_BYTES, CAPACITY_BPS, WINDOW_NS, FakeLink, make_link, run, settled
 
 from p4bs_optimizer.policies.base import PolicyOptionError
 from p4bs_optimizer.policies.loss_delay_fit import LossDelayFitPolicy, PowerLaw, first_guess_bytes
@@ -243,6 +243,10 @@ def test_heavy_loss_in_the_buffer_in_force_has_the_top_probed_first() -> None:
     ]
     assert "flows that do not back off on loss; step 1 probes the top" in decisions[0].reason
     assert "f higher at the top than at 300000 B" in decisions[1].reason
+    # a raise: measured once the queue is steady (BBR's own, 60 ms), not at once
+    assert "step 1: at 5000000 B (queue at its level 2.0 s in: steady, 60.0 then 60.0 ms)" in (
+        decisions[1].reason
+    )
 
 
 def test_flows_that_lose_far_more_than_loss_based_ones_at_the_first_guess_get_the_top_probed() -> (
@@ -266,6 +270,39 @@ def test_flows_that_lose_far_more_than_loss_based_ones_at_the_first_guess_get_th
     assert decisions[1].buffer_bytes == decisions[2].buffer_bytes == LINK.max_buffer_bytes
     assert "flows that do not back off on loss" in decisions[1].reason
     assert "f higher at the top than at" in decisions[2].reason
+
+
+def test_a_raised_buffer_is_measured_once_its_queue_has_filled_it() -> None:
+    """Loss-based flows that lose more than Mathis et al. predict (12 flows losing as 24 do,
+    14 times the model at the first guess) have the top probed. A raised buffer fills at
+    40 ms a second without a loss, then loses: measured 1 s after the raise, the top's queue
+    would be a tenth full and f there the best seen (as on dyn-n-step, eval/README.md). The
+    step waits for the queue's level (its first loss), finds f worse at the top than at the
+    first guess, and the search goes on below the top, to the optimum."""
+    link = power_law_link(flows=12)
+    queue = {"ns": delay_of(link.buffer)}  # full at the start; 40 ms more a second, up to B / C
+
+    def f_filling(buffer: int) -> float:  # the link asks for f first, once a window
+        queue["ns"] = min(delay_of(buffer), queue["ns"] + 0.04 * WINDOW_NS)
+        return -(0.5 * filling_loss(buffer) / 0.01 + 0.5 * queue["ns"] / D_HAT_NS)
+
+    def filling_loss(buffer: int) -> float:
+        return loss_of(buffer) if queue["ns"] >= delay_of(buffer) else 0.0
+
+    link.f_of, link.loss_of, link.delay_of = f_filling, filling_loss, lambda b: queue["ns"]
+    decisions = run(LossDelayFitPolicy(LINK, {}), link, settled, limit=5000)
+    probe, after = decisions[1], decisions[2]
+    assert (probe.trial, probe.buffer_bytes) == (2, LINK.max_buffer_bytes), probe.reason
+    assert "flows that do not back off on loss; step 2 probes the top" in probe.reason
+    level = re.search(
+        r"step 2: at 5000000 B \(queue at its level ([0-9.]+) s in: a loss\)", after.reason
+    )
+    assert level, after.reason
+    # 400 ms of queue at 40 ms a second: 10 s, and the top's delay measured at the full queue
+    assert float(level[1]) == pytest.approx(10.0, abs=0.5)
+    assert re.search(r"step 2: .*?delay 400\.00 ms", after.reason), after.reason
+    assert "f higher at the top" not in after.reason
+    assert f_of(decisions[-1].buffer_bytes) > f_of(optimum()) - 0.01
 
 
 def test_an_unknown_buffer_in_force_makes_step_0_the_search_max() -> None:
@@ -299,7 +336,8 @@ def test_a_change_restarts_the_search_from_the_settled_buffer() -> None:
     assert (state["step"]["buffer_bytes"], state["step"]["trial"]) == (settled_on, 1)
     step2 = run(policy, link, lambda d: True, limit=100)
     assert step2[0].trial == 2 and step2[0].reason.startswith("change detected")
-    assert f"step 1: at {settled_on} B" in step2[0].reason
+    # the traffic changed: measured from its level (here at once: the flows lose)
+    assert f"step 1: at {settled_on} B (queue at its level 1.1 s in: a loss)" in step2[0].reason
 
 
 def test_restored_policy_decides_what_the_uninterrupted_one_does() -> None:

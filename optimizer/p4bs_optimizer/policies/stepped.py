@@ -4,8 +4,10 @@ metrics job's change detector flags f.
 
 A step's windows count only once the windows say its buffer is in force
 (`Window.buffer_bytes`: the service's last applied change before the window's end), from a wait
-after the first such window (`_settle_ns`: the queue needs time to reach its new level)
-until `measure_ns` of windows were counted (and at least 2). A decision that is not in force
+after the first such window (`_settle_ns`: the queue needs time to reach its new level) and,
+for a step whose queue may still be on its way there (`Step.to_level`: a raise, or traffic
+that just changed), from the window a subclass's `_at_level` says it got there, until
+`measure_ns` of windows were counted (and at least 2). A decision that is not in force
 `reissue_after_ns` (and at least a step's time) after it was made is made again. No search
 starts before a window shows the link busy (`min_utilisation`): an idle link's f says
 nothing about its buffer. A change once the settled buffer has been in force for
@@ -66,6 +68,10 @@ class Step:
     rtt_flows: int = 0  # of the last measured window
     loss_sum: float = 0.0  # of the windows' loss rates
     delay_sum_ns: float = 0.0  # of the windows' mean queueing delays (0 with no sample)
+    # The queue may still be moving to its level once the buffer is in force (a raise:
+    # loss-based flows take seconds to fill it; or traffic that just changed): the windows
+    # count from the one `_at_level` accepts.
+    to_level: bool = False
 
     def decision(self, reason: str) -> Decision:
         return Decision(
@@ -128,8 +134,10 @@ class SteppedPolicy(Policy):
             return []
         if self.phase == SETTLED:
             return self._watch_for_change(step, window, change)
-        if window.window_start_ns < step.in_force_ns + self._settle_ns(step):
-            return []
+        if not step.f_values:
+            at_level = self._at_level(step, window)  # sees each window until one is measured
+            if window.window_start_ns < step.in_force_ns + self._settle_ns(step) or not at_level:
+                return []
         step.measure(window)
         if step.measured_ns < self.config.measure_ns or len(step.f_values) < MIN_WINDOWS:
             return []
@@ -149,6 +157,11 @@ class SteppedPolicy(Policy):
 
     def _settle_ns(self, step: Step) -> int:
         return self.config.settle_ns
+
+    def _at_level(self, step: Step, window: Window) -> bool:
+        """Whether the step's queue has reached its level by this window (shown every window
+        in force until the step's first measured one); by default at once."""
+        return True
 
     def _observed_change(self, window: Window) -> str | None:
         """What changed by this window, for a reason; None: nothing. Here the metrics job's
@@ -188,7 +201,14 @@ class SteppedPolicy(Policy):
         step's time is decided again."""
         now = window.window_end_ns
         if step.in_force_ns is not None:
-            self.step = Step(step.buffer_bytes, step.phase, step.trial, step.f, decided_ns=now)
+            self.step = Step(
+                step.buffer_bytes,
+                step.phase,
+                step.trial,
+                step.f,
+                decided_ns=now,
+                to_level=step.to_level,
+            )
             return []
         waited = now - step.decided_ns
         if waited < max(
