@@ -225,7 +225,7 @@ def cmd_offline(args: argparse.Namespace) -> int:
     try:
         policies = tuple(args.policies.split(","))
         check_policies(policies, "--policies")
-        found, link_settings, origin = load_surfaces(args.source)
+        found, link_settings, origin, _ = load_surfaces(args.source)
         config = config_with_link_settings(args.config, link_settings)
     except (ScenarioError, SurfaceError, ConfigError) as exc:
         print(f"p4bs eval offline: {exc}", file=sys.stderr)
@@ -368,13 +368,13 @@ def cmd_surfaces(args: argparse.Namespace) -> int:
     from p4bs_eval.surface_file import load_surfaces, save_surfaces, with_steps
 
     try:
-        found, link_settings, origin = load_surfaces(args.source)
+        found, link_settings, origin, traffic = load_surfaces(args.source)
         for step_dir in args.steps:
-            found = with_steps(found, step_dir)
+            found = with_steps(found, step_dir, traffic)
     except SurfaceError as exc:
         print(f"p4bs eval surfaces: {exc}", file=sys.stderr)
         return 2
-    save_surfaces(args.out, found, link_settings, origin)
+    save_surfaces(args.out, found, link_settings, origin, traffic)
     runs = sum(len(r) for s in found.values() for r in s.runs.values())
     steps = sum(len(r) for s in found.values() for r in s.steps.values())
     print(

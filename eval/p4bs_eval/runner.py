@@ -258,6 +258,20 @@ def describe(scenario: EvalScenario, policies: tuple[str, ...]) -> dict[str, Any
         ],
         "settle_s": scenario.settle_s,
         "oracle_buffers_ms": list(scenario.oracle_buffers_ms),
+        "traffic": traffic_of(scenario),
+    }
+
+
+def traffic_of(scenario: EvalScenario) -> dict[str, Any]:
+    """What shapes a run's traffic, but for the sweep's values (a cell's name holds those):
+    the step runs `p4bs eval surfaces --steps` adds to a surface must have had the same."""
+    return {
+        "duration_s": scenario.duration_s,
+        "warmup_s": scenario.warmup_s,
+        "groups": [dataclasses.asdict(g) for g in scenario.groups],
+        "short_flows": dataclasses.asdict(scenario.short_flows) if scenario.short_flows else None,
+        "voip": dataclasses.asdict(scenario.voip) if scenario.voip else None,
+        "phases": [dataclasses.asdict(p) for p in scenario.phases],
     }
 
 

@@ -9,7 +9,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from p4bs_eval.figures import read_jsonl, run_file
 from p4bs_eval.report import load_results
@@ -95,12 +95,40 @@ def origin_of(scenario: Mapping[str, Any]) -> dict[str, Any]:
     return {key: scenario[key] for key in ("name", "duration_s", "warmup_s", "buffer_ms")}
 
 
-def with_steps(found: Mapping[str, Surface], run_dir: Path) -> dict[str, Surface]:
+class LoadedSurfaces(NamedTuple):
+    """What `load_surfaces` reads: the surfaces per cell, the scenario's link settings (SLA,
+    weights), its origin (`origin_of`) and its traffic (runner.traffic_of; None from a
+    folder or file made before scenario.json recorded it)."""
+
+    found: dict[str, Surface]
+    link_settings: dict[str, Any]
+    origin: dict[str, Any]
+    traffic: dict[str, Any] | None
+
+
+def _same_traffic(run_dir: Path, theirs: Any, ours: Any) -> None:
+    """Raises SurfaceError naming what differs between a step folder's traffic and its
+    surface's; nothing to compare when either was made before scenario.json recorded it."""
+    if theirs is None or ours is None:
+        return
+    differs = sorted(k for k in theirs.keys() | ours.keys() if theirs.get(k) != ours.get(k))
+    if differs:
+        raise SurfaceError(
+            f"{run_dir}: its traffic is not the surface's (differs in {', '.join(differs)}): "
+            f"its moves would be measured on other traffic"
+        )
+
+
+def with_steps(
+    found: Mapping[str, Surface], run_dir: Path, traffic: Mapping[str, Any] | None
+) -> dict[str, Surface]:
     """The surfaces with the step runs of a run folder (policy `step`) added to their cells:
     each run's move from its initial buffer to the buffer it applied, at the first window
     the metrics job labels with it (the window its change fell in). Both buffers must be
-    measured ones of the cell's surface."""
+    measured ones of the cell's surface, and the folder's traffic the surface's `traffic`
+    (its scenario's but for the buffers; the cell's values are in its name)."""
     scenario, rows = load_results(run_dir, SurfaceError)
+    _same_traffic(run_dir, scenario.get("traffic"), traffic)
     # Per cell, its step runs so far and this folder's.
     steps = {cell: {k: list(v) for k, v in s.steps.items()} for cell, s in found.items()}
     added = 0
@@ -140,15 +168,14 @@ def with_steps(found: Mapping[str, Surface], run_dir: Path) -> dict[str, Surface
     return {cell: Surface(s.runs, steps[cell]) for cell, s in found.items()}
 
 
-def load_surfaces(
-    source: Path,
-) -> tuple[dict[str, Surface], dict[str, Any], dict[str, Any]]:
-    """A run folder's surfaces, its scenario's link settings (SLA, weights) and its origin
-    (`origin_of`), from the folder or from the file `save_surfaces` wrote."""
+def load_surfaces(source: Path) -> LoadedSurfaces:
+    """A run folder's surfaces, from the folder or from the file `save_surfaces` wrote."""
     if source.is_dir():
         found = surfaces(source)
         scenario, _ = load_results(source)
-        return found, scenario.get("link_settings", {}), origin_of(scenario)
+        return LoadedSurfaces(
+            found, scenario.get("link_settings", {}), origin_of(scenario), scenario.get("traffic")
+        )
     try:
         with gzip.open(source, "rt") as file:
             data = json.load(file)
@@ -165,7 +192,7 @@ def load_surfaces(
         }
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SurfaceError(f"{source}: not a run folder or a surfaces file ({exc})") from None
-    return cells, data["link_settings"], data.get("origin", {})
+    return LoadedSurfaces(cells, data["link_settings"], data.get("origin", {}), data.get("traffic"))
 
 
 def save_surfaces(
@@ -173,6 +200,7 @@ def save_surfaces(
     found: Mapping[str, Surface],
     link_settings: Mapping[str, Any],
     origin: Mapping[str, Any],
+    traffic: Mapping[str, Any] | None,
 ) -> None:
     """The surfaces as a compact file: per cell, buffer and run, the windows' measured fields
     the simulator reads (six significant digits), and the cells' step runs, gzipped JSON."""
@@ -198,6 +226,8 @@ def save_surfaces(
     data: dict[str, Any] = {"link_settings": dict(link_settings), "cells": cells}
     if origin:
         data["origin"] = dict(origin)
+    if traffic is not None:
+        data["traffic"] = dict(traffic)
     if steps:
         data["steps"] = steps
     with gzip.open(path, "wt") as file:

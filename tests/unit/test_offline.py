@@ -184,11 +184,24 @@ def test_a_search_settles_near_the_surface_optimum_and_p4bs_runs_deterministical
     assert phases[0] == "bound_search" and "settled" in phases, phases
 
 
+# A scenario.json's traffic (runner.traffic_of): 50 Cubic flows for 10 s.
+TRAFFIC: dict[str, Any] = {
+    "duration_s": 10, "warmup_s": 1, "short_flows": None, "voip": None, "phases": [],
+    "groups": [{"name": "g", "flows": 50, "cca": "cubic", "start_ns": 0, "rtt_ns": None,
+                "stop_ns": None}],
+}  # fmt: skip
+
+
 def sweep_folder(
-    run_dir: Path, buffers_ms: tuple[int, ...], windows_per_run: int, step_to_ms: int = 0
+    run_dir: Path,
+    buffers_ms: tuple[int, ...],
+    windows_per_run: int,
+    step_to_ms: int = 0,
+    traffic: dict[str, Any] | None = TRAFFIC,
 ) -> Path:
-    """A run folder as `p4bs eval run` writes it for a buffer sweep at 50 flows; with
-    `step_to_ms`, of policy step: the buffer moved there in the traffic's sixth window."""
+    """A run folder as `p4bs eval run` writes it for a buffer sweep at 50 flows (of
+    `traffic`; None: from before scenario.json recorded it); with `step_to_ms`, of policy
+    step: the buffer moved there in the traffic's sixth window."""
     rng = random.Random(1)
     policy = "step" if step_to_ms else "none"
     scenario = {
@@ -198,6 +211,8 @@ def sweep_folder(
         "sweep_keys": ["flows", "buffer"],
         "link_settings": {"sla": {"max_queue_delay": "50ms", "max_loss": 0.01}},
     }  # fmt: skip
+    if traffic is not None:
+        scenario["traffic"] = traffic
     rows = []
     for ms in buffers_ms:
         run = run_dir / "runs" / f"b{ms}"
@@ -248,21 +263,31 @@ def test_surfaces_are_read_from_a_buffer_sweeps_run_folder(tmp_path: Path) -> No
 def test_step_runs_join_the_surface_of_their_cell_with_the_window_they_moved_in(
     tmp_path: Path,
 ) -> None:
-    found = surfaces(sweep_folder(tmp_path / "s", (2, 16), 20))
-    stepped = with_steps(found, sweep_folder(tmp_path / "up", (2,), 20, step_to_ms=16))
+    found, _, _, traffic = load_surfaces(sweep_folder(tmp_path / "s", (2, 16), 20))
+    assert traffic == TRAFFIC
+    stepped = with_steps(found, sweep_folder(tmp_path / "up", (2,), 20, step_to_ms=16), traffic)
     # Applied in the metrics job's eighth window, the sixth of the traffic (which starts with
     # the third): its window 5 is the first the metrics job labels with the new buffer.
     ((key, (run,)),) = stepped["flows=50"].steps.items()
     assert key == (25_000, 200_000) and run.moved_at == 5 and len(run.windows) == 16
     packed = tmp_path / "sweep.json.gz"
-    save_surfaces(packed, stepped, {}, {})
-    loaded, _, origin = load_surfaces(packed)
+    save_surfaces(packed, stepped, {}, {}, traffic)
+    loaded, _, origin, packed_traffic = load_surfaces(packed)
     assert origin == {}  # a sweep's: matched to live runs by cell
+    assert packed_traffic == TRAFFIC
     assert loaded["flows=50"].steps[key][0].moved_at == 5
     with pytest.raises(SurfaceError, match="did not measure"):
-        with_steps(found, sweep_folder(tmp_path / "odd", (2,), 20, step_to_ms=5))
+        with_steps(found, sweep_folder(tmp_path / "odd", (2,), 20, step_to_ms=5), traffic)
     with pytest.raises(SurfaceError, match="no run of policy step"):
-        with_steps(found, tmp_path / "s")
+        with_steps(found, tmp_path / "s", traffic)
+    # Step runs of other traffic (flows that leave) measure other moves: refused, by name.
+    other = {**TRAFFIC, "groups": [{**TRAFFIC["groups"][0], "stop_ns": 5 * 10**9}]}
+    leaving = sweep_folder(tmp_path / "leave", (2,), 20, step_to_ms=16, traffic=other)
+    with pytest.raises(SurfaceError, match=r"not the surface's \(differs in groups\)"):
+        with_steps(found, leaving, traffic)
+    # Folders from before scenario.json recorded the traffic have nothing to compare.
+    older = sweep_folder(tmp_path / "old", (2,), 20, step_to_ms=16, traffic=None)
+    assert with_steps(found, older, traffic)["flows=50"].steps
 
 
 def test_a_dynamic_scenarios_oracle_buffers_are_its_surface(tmp_path: Path) -> None:
@@ -279,12 +304,12 @@ def test_a_dynamic_scenarios_oracle_buffers_are_its_surface(tmp_path: Path) -> N
     rows[1]["fixed_buffer_bytes"] = 199_000  # what the router was given, where recorded
     rows.append({**rows[0], "policy": "loss-delay-fit", "run_dir": "runs/none"})  # not read
     (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    found, _, origin = load_surfaces(folder)
+    found, _, origin, _ = load_surfaces(folder)
     assert list(found) == ["base"] and found["base"].buffers == [25_000, 199_000]
     assert origin == {"name": "dyn", "duration_s": 9, "warmup_s": 1, "buffer_ms": 200}
     packed = tmp_path / "dyn.json.gz"
-    save_surfaces(packed, found, {}, origin)
-    assert load_surfaces(packed)[2] == origin
+    save_surfaces(packed, found, {}, origin, None)
+    assert load_surfaces(packed).origin == origin
     for row in rows:
         row["policy"] = "bdp"
     (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
