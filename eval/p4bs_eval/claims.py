@@ -33,8 +33,10 @@ before and after Holm's adjustment across its family, its effect size and interv
   claims of claims_dynamic.py.
 
 The Holm families: `target` (every claim on loss-delay-fit with a test: what the project
-claims of its policy, across the whole suite of one claims.json), `paper` (P4BS's claims) and
-`other` (the dynamic claims on the other policies). Given registrations (registration.py),
+claims of its policy, across the whole suite of one claims.json), `paper` (P4BS's claims),
+`other` (the dynamic claims on the other policies) and `tuned` (loss-delay-fit's claims on
+a scenario its registration's plan lists in `tuned_on`: marked `tuned_on`, counted apart in
+the summary, never held-out evidence). Given registrations (registration.py),
 rows of a registered scenario made at other policy code are refused and listed as `flagged`.
 """
 
@@ -76,6 +78,7 @@ SEARCH_BUDGET_S = 20.0
 # What a target claim needs to be met: only these verdicts (never `inconclusive`).
 TARGETS = {"best": (BEST,), "best-or-equivalent": (BEST, EQUIVALENT)}
 PAPER = "paper"  # the Holm family of P4BS's claims (the others: claims_dynamic.py)
+TUNED = "tuned"  # target claims on scenarios a registration says the policy was tuned on
 
 
 def versus(
@@ -271,6 +274,13 @@ def simulator_checks(
     return found
 
 
+def tuned_on(claim: Mapping[str, Any]) -> dict[str, Any]:
+    """What marks a claim of a scenario its registration says the policy was tuned on: a
+    target claim leaves the `target` family for `tuned` (not held-out evidence, and not
+    weighing on the held-out verdicts' Holm adjustment)."""
+    return {"tuned_on": True} | ({"family": TUNED} if claim.get("family") == TARGET else {})
+
+
 def settle_verdicts(claims: Sequence[dict[str, Any]], alpha: float = ALPHA) -> dict[str, int]:
     """Holm's adjustment within each family over every p-value its claims hold (a paired
     claim's p of a difference and of equivalence, a captured fraction's p), then each
@@ -307,7 +317,9 @@ def summarise(claims: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
     too), and for a target claim how many are met."""
     counts: dict[str, dict[str, int]] = {}
     for claim in claims:
-        by_verdict = counts.setdefault(claim["claim"], {})
+        by_verdict = counts.setdefault(
+            claim["claim"] + (" (tuned on)" if claim.get("tuned_on") else ""), {}
+        )
         if "p_equivalence" in claim:
             for kind in VERDICTS:
                 by_verdict.setdefault(kind, 0)
@@ -361,9 +373,11 @@ def build(
             dynamic, cell_oracles = dynamic_claims(source, rows, margin_fraction)
             oracles += cell_oracles
             planned = registration.plan.repeats if registration else 0
+            tuned = registration is not None and scenario.get("name") in registration.plan.tuned_on
             claims += [
                 {**claim, "registered": registered}
                 | ({"planned_repeats": planned} if claim.get("n", planned) < planned else {})
+                | (tuned_on(claim) if tuned else {})
                 for claim in found + dynamic
             ]
             live[source] = (scenario.get("name"), _per_cell(rows, "f_mean"))

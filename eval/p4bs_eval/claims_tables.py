@@ -67,8 +67,9 @@ def cell_table(oracle: Mapping[str, Any], claims: Sequence[Mapping[str, Any]]) -
     folder = oracle["source"].split("/")[-2]
     phases = ", ".join(f"{p['phase']} {p['policy']}" for p in oracle["per_phase"])
     fixed = "; ".join(f"{p} {interval(f)}" for p, f in oracle.get("fixed_f", {}).items())
+    tuned = any(c.get("tuned_on") for c in claims)
     lines = [
-        f"### {folder}, {oracle['cell']}",
+        f"### {folder}, {oracle['cell']}" + (" (tuned on: not held out)" if tuned else ""),
         "",
         f"Best fixed buffer in hindsight: **{oracle['best_fixed']}**, whole-run f "
         f"{interval(oracle['best_fixed_f'])} ({oracle['n']} repeats). Per-phase oracle "

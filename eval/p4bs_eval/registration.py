@@ -58,11 +58,30 @@ class Plan:
     margin: float = MARGIN_FRACTION
     alpha: float = ALPHA
     holm_family: str = "suite"
+    # Scenarios of the registration whose earlier runs the policy was changed after: their
+    # verdicts are reported as such (claims.py: `tuned_on`, a Holm family of their own), not
+    # as held-out evidence.
+    tuned_on: tuple[str, ...] = ()
+
+    def as_data(self) -> dict[str, Any]:
+        """The plan as a registration file holds it (lists for the tuples)."""
+        return asdict(self) | {"policies": list(self.policies), "tuned_on": list(self.tuned_on)}
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> Plan:
+        """A plan from a registration file (one from before `tuned_on` has none)."""
+        return cls(
+            **{
+                **data,
+                "policies": tuple(data["policies"]),
+                "tuned_on": tuple(data.get("tuned_on", ())),
+            }
+        )
 
 
 def load_plan(path: Path) -> Plan:
     """The analysis plan: `policies` (required), `name` (default the file's stem),
-    `metric`, `repeats`, `margin`, `alpha`, `holm_family` (defaults: Plan's)."""
+    `metric`, `repeats`, `margin`, `alpha`, `holm_family`, `tuned_on` (defaults: Plan's)."""
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -78,7 +97,17 @@ def load_plan(path: Path) -> Plan:
         or not all(isinstance(p, str) and p for p in policies)
     ):
         raise RegistrationError(f"{path}: policies must be a non-empty list of policy names")
-    plan = Plan(**{**data, "name": data.get("name", path.stem), "policies": tuple(policies)})
+    tuned_on = data.get("tuned_on", [])
+    if not isinstance(tuned_on, list) or not all(isinstance(n, str) and n for n in tuned_on):
+        raise RegistrationError(f"{path}: tuned_on must be a list of scenario names")
+    plan = Plan(
+        **{
+            **data,
+            "name": data.get("name", path.stem),
+            "policies": tuple(policies),
+            "tuned_on": tuple(tuned_on),
+        }
+    )
     if plan.metric not in METRICS:
         raise RegistrationError(f"{path}: metric {plan.metric!r}; the claims compare {METRICS}")
     if not isinstance(plan.repeats, int) or plan.repeats < MIN_REPEATS:
@@ -142,6 +171,9 @@ def register(scenario_paths: Sequence[Path], plan_path: Path, repo: Path, out_di
                 "described": describe(scenario, scenario.policies),
             }
         )
+    unknown = sorted(set(plan.tuned_on) - {s["name"] for s in scenarios})
+    if unknown:
+        raise RegistrationError(f"{plan_path}: tuned_on names scenarios not registered: {unknown}")
     out = out_dir / f"{plan.name}.json"
     if out.exists():
         raise RegistrationError(
@@ -154,7 +186,7 @@ def register(scenario_paths: Sequence[Path], plan_path: Path, repo: Path, out_di
         "code_commit": _git(repo, "rev-parse", "HEAD"),
         "policy_tree": _git(repo, "rev-parse", f"HEAD:{POLICY_DIR}"),
         "plan_file": files[-1],
-        "plan": asdict(plan) | {"policies": list(plan.policies)},
+        "plan": plan.as_data(),
         "scenarios": scenarios,
     }
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -186,7 +218,7 @@ class Registration:
             "name": self.name,
             "code_commit": self.code_commit,
             "policy_tree": self.policy_tree,
-            "plan": asdict(self.plan) | {"policies": list(self.plan.policies)},
+            "plan": self.plan.as_data(),
         }
 
 
@@ -199,7 +231,7 @@ def load_registration(path: Path, shown: str | None = None) -> Registration:
             name=data["name"],
             code_commit=data["code_commit"],
             policy_tree=data["policy_tree"],
-            plan=Plan(**{**plan, "policies": tuple(plan["policies"])}),
+            plan=Plan.from_data(plan),
             scenarios={s["name"]: s for s in data["scenarios"]},
         )
     except (OSError, ValueError, KeyError, TypeError) as exc:

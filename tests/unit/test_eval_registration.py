@@ -99,6 +99,7 @@ def test_register_records_the_commit_the_policy_tree_and_the_files(repo: Path) -
         "margin": 0.02,
         "alpha": 0.05,
         "holm_family": "suite",
+        "tuned_on": [],
     }
     with pytest.raises(RegistrationError, match="never rewritten"):
         _register(repo)
@@ -146,6 +147,7 @@ def test_the_command_refuses_an_uncommitted_scenario(
         ('policies = ["bdp"]\nmargin = 2.0', "margin"),
         ('policies = ["bdp"]\nmetric = "rtt"', "metric"),
         ('policies = ["bdp"]\nfamily = "x"', "unknown keys"),
+        ('policies = ["bdp"]\ntuned_on = "dyn"', "tuned_on must be a list"),
     ],
 )
 def test_a_plan_names_its_problem(tmp_path: Path, text: str, problem: str) -> None:
@@ -302,3 +304,27 @@ def test_claims_read_several_registrations_each_scenario_by_its_own(
     stricter = dataclasses.replace(two, plan=dataclasses.replace(two.plan, alpha=0.01))
     with pytest.raises(RegistrationError, match="alphas differ"):
         build(results, tmp_path, [one, stricter])
+
+
+def test_a_scenario_the_policy_was_tuned_on_gives_verdicts_apart(
+    repo: Path, tmp_path: Path
+) -> None:
+    """A plan's `tuned_on` names registered scenarios whose earlier runs the policy was
+    changed after: their target claims are marked, counted apart and leave the `target`
+    Holm family; a name the registration does not hold is refused."""
+    (repo / "eval" / "suite.toml").write_text(PLAN + 'tuned_on = ["dyn"]\n')
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "tuned")
+    registration = load_registration(_register(repo))
+    assert registration.plan.tuned_on == ("dyn",)
+    results = tmp_path / "results"
+    _results_folder(results, dict(registration.scenarios["dyn"]["described"]), _rows(registration))
+    data = build(results, repo, [registration])
+    (ours,) = [c for c in data["claims"] if c["claim"] == "ours-best-or-equivalent"]
+    assert ours["tuned_on"] is True and ours["family"] == "tuned" and ours["registered"]
+    assert "ours-best-or-equivalent (tuned on)" in data["summary"]
+    assert "ours-best-or-equivalent" not in data["summary"]
+    assert "target" not in data["holm_families"]
+    (repo / "eval" / "suite.toml").write_text(PLAN + 'name = "other"\ntuned_on = ["elsewhere"]\n')
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "unknown")
+    with pytest.raises(RegistrationError, match=r"tuned_on names scenarios not registered"):
+        _register(repo)
