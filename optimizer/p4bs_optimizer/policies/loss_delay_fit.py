@@ -316,7 +316,7 @@ class LossDelayFitPolicy(SteppedPolicy):
 
     def _restart(self, window: Window, prefix: str) -> list[Decision]:
         self.phase, self.points, self.edge_steps, self.probing = SEARCH, [], 0, False
-        self.unfilled = False
+        self.unfilled, self.level_note = False, ""
         self.note = prefix + "new search from the settled buffer; "
         assert self.step is not None
         decisions = self._measure_in_force(window, self.step.buffer_bytes, 1)
@@ -524,6 +524,7 @@ class LossDelayFitPolicy(SteppedPolicy):
         f: float | None = None,
     ) -> Decision:
         raised = self.step is not None and buffer > self.step.buffer_bytes
+        self.level_note = ""  # a step's own, once its queue is at its level
         decision = super()._new_step(window, buffer, phase, trial, reason, f)
         assert self.step is not None
         self.step.to_level = raised and phase == SEARCH
