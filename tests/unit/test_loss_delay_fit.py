@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
-from policylink import BDP_BYTES, CAPACITY_BPS, WINDOW_NS, FakeLink, make_link, run, settled
+from policylink import BDP_BYTES, CAPACITY_BPS, RTT_NS, WINDOW_NS, FakeLink, make_link, run, settled
 
 from p4bs_optimizer.policies.base import PolicyOptionError
 from p4bs_optimizer.policies.loss_delay_fit import LossDelayFitPolicy, PowerLaw, first_guess_bytes
@@ -318,10 +318,11 @@ def test_an_unknown_buffer_in_force_makes_step_0_the_search_max() -> None:
     assert decisions[0].trial == 1 and "step 0: at 5000000 B" in decisions[0].reason
 
 
-def test_a_change_restarts_the_search_from_the_settled_buffer() -> None:
+def test_a_change_restarts_the_search_from_the_first_guess_for_the_traffic_now() -> None:
     """With `zscore_change` (the metrics job's detector, the default before issue 39), after
-    change_holdoff_ns a change flag makes the settled buffer step 1 of a new search,
-    measured where it is: no decision until step 2, whose reason says why."""
+    change_holdoff_ns a change flag starts a new search at the first guess for the flows of
+    the window that showed it (twice as many as before here), its reason saying why; with
+    no RTT in that window, from the settled buffer, measured in force."""
     policy = LossDelayFitPolicy(LINK, {"zscore_change": True})
     link = power_law_link()
     decisions = run(policy, link, settled, limit=2000)
@@ -330,14 +331,20 @@ def test_a_change_restarts_the_search_from_the_settled_buffer() -> None:
         assert policy.decide(link.window(change=True)) == []
     for _ in range(50):  # change_holdoff_ns: 5 s
         assert policy.decide(link.window(change=True)) == []
-    assert policy.decide(link.window(change=True)) == []
-    state = policy.snapshot()
+    restored = LossDelayFitPolicy(LINK, {"zscore_change": True})
+    restored.restore(policy.snapshot())
+    link.flows = 48
+    [first] = policy.decide(link.window(change=True))
+    assert (first.phase, first.trial) == ("search", 1)
+    assert first.buffer_bytes == round(first_guess_bytes(LINK, RTT_NS, 48))
+    assert first.reason.startswith("change detected (z-score 20.0")
+    assert "first step at the optimum of f for 48 loss-based flows" in first.reason
+    assert policy.snapshot()["points"] == []
+    link.rtt_min_ns = link.srtt_ns = None  # type: ignore[assignment]
+    assert restored.decide(link.window(change=True)) == []
+    state = restored.snapshot()
     assert (state["phase"], state["points"]) == ("search", [])
     assert (state["step"]["buffer_bytes"], state["step"]["trial"]) == (settled_on, 1)
-    step2 = run(policy, link, lambda d: True, limit=100)
-    assert step2[0].trial == 2 and step2[0].reason.startswith("change detected")
-    # the traffic changed: measured from its level (here at once: the flows lose)
-    assert f"step 1: at {settled_on} B (queue at its level 1.1 s in: a loss)" in step2[0].reason
 
 
 def test_restored_policy_decides_what_the_uninterrupted_one_does() -> None:

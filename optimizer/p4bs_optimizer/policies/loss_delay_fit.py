@@ -44,8 +44,10 @@ about B^1). Two measured buffers already place the optimum of the fitted sum.
   steps it settles on the best measured buffer. Any step (step 0 too) whose f is at least
   -`good_enough` settles the search on its buffer: loss and delay are both a small part of
   their bounds there, and another step would cost more than it could gain.
-- "settled": the buffer stays until the traffic changes; the search then starts again with
-  the settled buffer, in force, as its first step (measured without a change). The change is
+- "settled": the buffer stays until the traffic changes; the search then starts again from
+  the first guess for the traffic now (N and RTT_min of the window that showed the change),
+  the settled buffer being the old traffic's (without an RTT in that window, from the
+  settled buffer, in force, measured without a change). The change is
   the policy's own detector's (`traffic_change.py`: N, RTT_min, the loss and delay regimes
   and the CCA mix, each against a baseline that restarts after every buffer change, so the
   search's own moves are never a change), or with `zscore_change` the metrics job's z-score
@@ -317,10 +319,17 @@ class LossDelayFitPolicy(SteppedPolicy):
     def _restart(self, window: Window, prefix: str) -> list[Decision]:
         self.phase, self.points, self.edge_steps, self.probing = SEARCH, [], 0, False
         self.unfilled, self.level_note = False, ""
-        self.note = prefix + "new search from the settled buffer; "
         assert self.step is not None
-        decisions = self._measure_in_force(window, self.step.buffer_bytes, 1)
-        self.step.to_level = True  # the queue follows the new traffic
+        settled_on = self.step.buffer_bytes
+        rtt_ns = window.rtt_min_ns if window.rtt_min_ns is not None else window.srtt_ns
+        if rtt_ns is None:
+            self.note = prefix + "new search from the settled buffer; "
+            decisions = self._measure_in_force(window, settled_on, 1)
+        else:
+            self.note = ""
+            decisions = [self._first_guess(window, rtt_ns, self._flows(window), prefix)]
+        if self.step.buffer_bytes >= settled_on:
+            self.step.to_level = True  # the queue follows the new traffic
         return decisions
 
     def _measure_in_force(self, window: Window, buffer: int, trial: int) -> list[Decision]:
