@@ -205,6 +205,24 @@ def _config_problem(config_path: Path, link_settings: Mapping[str, Any]) -> str 
 
 
 # The offline runs' timing: option, the dynamic scenario's key, the default otherwise.
+# In force a window after the decision's own in 58% of the third round's decisions on
+# dyn-n-step, two windows after in 37%, three in 5% (eval/README.md, "The lag"): with the
+# default --lag, a delay of 0, 0.5 and 1 s added to the apply time.
+MEASURED_LATE_APPLY = "0:0.58,0.5:0.37,1:0.05"
+
+
+def late_apply_shares(text: str) -> tuple[tuple[int, float], ...]:
+    """`s:share,...` as (ns, share) pairs; argparse's type for --late-apply."""
+    try:
+        pairs = [item.split(":") for item in text.split(",")]
+        shares = tuple((round(float(s) * 1e9), float(share)) for s, share in pairs)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected s:share,...") from None
+    if any(ns < 0 or share < 0 for ns, share in shares) or sum(s for _, s in shares) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: delays and shares >= 0, some share > 0")
+    return shares
+
+
 OFFLINE_TIMING = (
     ("duration", "duration_s", 60.0),
     ("warmup", "warmup_s", 10.0),
@@ -239,6 +257,7 @@ def cmd_offline(args: argparse.Namespace) -> int:
         return 2
     timing = LoopTiming(
         metrics_lag_ns=round(args.lag * 1e9),
+        late_apply=args.late_apply,
         duration_ns=round(args.duration * 1e9),
         warmup_ns=round(args.warmup * 1e9),
     )
@@ -257,7 +276,14 @@ def cmd_offline(args: argparse.Namespace) -> int:
         f"{args.seeds} seeds per policy and cell (seed s draws the same measured runs for every "
         f"policy: paired); {args.duration:g} s runs, the first {args.warmup:g} s left out of "
         f"f; windows of {timing.window_ns / 1e6:g} ms reach the optimizer {args.lag:g} s late; "
-        f"initial buffer {args.initial_buffer_ms:g} ms; "
+        + (
+            "a decision is applied later by "
+            + ", ".join(f"{ns / 1e9:g} s ({share:.0%})" for ns, share in timing.late_apply)
+            + "; "
+            if any(ns for ns, _ in timing.late_apply)
+            else ""
+        )
+        + f"initial buffer {args.initial_buffer_ms:g} ms; "
         + (
             f"a lowered buffer loses {shrink_burst:g} times the queue above it; "
             if shrink_burst
@@ -569,7 +595,14 @@ def add_parser(sub: Any) -> None:
         "--warmup", type=float, help="s left out of f (a dynamic scenario's own, else 10)"
     )
     offline.add_argument(
-        "--lag", type=float, default=1.5, help="s a window reaches the optimizer (1.5)"
+        "--lag", type=float, default=0.5, help="s a window reaches the optimizer (0.5)"
+    )
+    offline.add_argument(
+        "--late-apply",
+        type=late_apply_shares,
+        default=MEASURED_LATE_APPLY,
+        help="s:share,... delays added to a decision's apply time, one drawn per decision "
+        "(default: the third round's testbed, eval/README.md; 0:1 for none)",
     )
     offline.add_argument(
         "--shrink-burst",

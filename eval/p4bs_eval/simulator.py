@@ -13,7 +13,8 @@ of them instead, at the same time since the move, and no fill or shrink model ap
 BBR the flows' state depends on how the buffer got where it is, which a fixed-buffer run,
 measured from the traffic's start, cannot show (eval/README.md).
 The policy sees a window `metrics_lag` after it ended; what it decides is applied `apply`
-after the decision, no sooner than `min_change_interval` after the previous change (the
+after the decision (and, with `late_apply`, later by a delay drawn per decision from the
+measured ones), no sooner than `min_change_interval` after the previous change (the
 service's guard), and is in force from the window it is applied in, which the metrics job
 labels with the last change applied before the window's end. A raised buffer is
 not full at once where the surface shows loss-based flows filling it (`_filling`): the
@@ -72,6 +73,11 @@ class LoopTiming:
     # results.jsonl; eval/README.md), less the apply time, on the windows' grid.
     metrics_lag_ns: int = 1_500_000_000
     apply_ns: int = 50_000_000  # a decision is in force this long after it was made
+    # Delays added to `apply_ns`, ns, each with its share, one drawn per decision by the
+    # run's seed; empty: none. The live loop's time from a window's end to the router's set
+    # varies, so a decision is in force in the first window after its own in some runs and
+    # a window or two later in others (eval/README.md, "The lag").
+    late_apply: tuple[tuple[int, float], ...] = ()
     min_change_interval_ns: int = 1_000_000_000
     duration_ns: int = 60_000_000_000
     warmup_ns: int = 10_000_000_000
@@ -166,6 +172,14 @@ def _blend(
             link.f_terms(out["loss_rate"] or 0.0, out["queue_delay_ns"] or 0)
         )
     return out
+
+
+def _drawn(rng: random.Random, shares: Sequence[tuple[int, float]]) -> int:
+    """One of the values, by their shares (0 when there are none)."""
+    if not shares:
+        return 0
+    values, weights = zip(*shares, strict=True)
+    return int(rng.choices(values, weights)[0])
 
 
 def _made_about_then(runs: Sequence[StepRun], k: int) -> Sequence[StepRun]:
@@ -330,7 +344,10 @@ def simulate(
                 if decision.queue != 0:
                     continue
                 result.decisions.append((end, decision))
-                applied = max(end + timing.apply_ns, last_change + timing.min_change_interval_ns)
+                late = _drawn(rng, timing.late_apply)
+                applied = max(
+                    end + timing.apply_ns + late, last_change + timing.min_change_interval_ns
+                )
                 # The service applies the newest decision: one made sooner but not yet in
                 # force is replaced. The metrics job labels a window with the last change
                 # applied before its end: the window the change falls in has it.

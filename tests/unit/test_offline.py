@@ -5,6 +5,7 @@ same seeds giving the same runs; a surface read from a buffer sweep's run folder
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import math
@@ -18,6 +19,7 @@ import pytest
 from p4bs import paths
 from p4bs.config import LinkConfig, load_config
 from p4bs_cli.main import main
+from p4bs_eval.cli import late_apply_shares
 from p4bs_eval.offline_report import PolicySummary, evaluate, surface_variance
 from p4bs_eval.simulator import MEASURED_SHRINK_BURST, LoopTiming, simulate
 from p4bs_eval.surface import StepRun, Surface, SurfaceError
@@ -128,6 +130,24 @@ def test_a_decision_is_in_force_after_the_lag_and_the_apply_time() -> None:
     assert run.buffers[:7] == [800_000] * 7 and set(run.buffers[7:]) == {200_000}
     assert [(t, d.buffer_bytes) for t, d in run.decisions] == [(3_500_000_000, 200_000)]
     assert len(run.f) == 80 and run.warmup_windows == 10
+
+
+def test_a_decision_applied_late_is_in_force_as_many_windows_later() -> None:
+    """With `late_apply`, each decision's apply time gets a delay drawn from the shares: all
+    0.5 s here, so the static buffer is in force from window 8 instead of 7; the same seed
+    draws the same delays, and --late-apply's text is read as s:share pairs."""
+    late = dataclasses.replace(TIMING, late_apply=((500_000_000, 1.0),))
+    policy = POLICIES["static"](LINK, {"buffer": 200_000})
+    run = simulate(policy, known_surface(), LINK, CONFIG.metrics, 800_000, late, seed=1)
+    assert run.buffers[:8] == [800_000] * 8 and set(run.buffers[8:]) == {200_000}
+    assert late_apply_shares("0:0.58,0.5:0.37,1:0.05") == (
+        (0, 0.58),
+        (500_000_000, 0.37),
+        (1_000_000_000, 0.05),
+    )
+    for bad in ("0.5", "x:1", "0:0", "-1:1"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            late_apply_shares(bad)
 
 
 def test_a_run_shorter_than_the_simulation_goes_on_from_its_steady_part() -> None:
