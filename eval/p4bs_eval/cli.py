@@ -218,7 +218,7 @@ def late_apply_shares(text: str) -> tuple[tuple[int, float], ...]:
         shares = tuple((round(float(s) * 1e9), float(share)) for s, share in pairs)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: expected s:share,...") from None
-    if any(ns < 0 or share < 0 for ns, share in shares) or sum(s for _, s in shares) <= 0:
+    if any(ns < 0 or share < 0 for ns, share in shares) or sum(w for _, w in shares) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: delays and shares >= 0, some share > 0")
     return shares
 
