@@ -205,12 +205,6 @@ def _config_problem(config_path: Path, link_settings: Mapping[str, Any]) -> str 
 
 
 # The offline runs' timing: option, the dynamic scenario's key, the default otherwise.
-# In force a window after the decision's own in 58% of the third round's decisions on
-# dyn-n-step, two windows after in 37%, three in 5% (eval/README.md, "The lag"): with the
-# default --lag, a delay of 0, 0.5 and 1 s added to the apply time.
-MEASURED_LATE_APPLY = "0:0.58,0.5:0.37,1:0.05"
-
-
 def late_apply_shares(text: str) -> tuple[tuple[int, float], ...]:
     """`s:share,...` as (ns, share) pairs; argparse's type for --late-apply."""
     try:
@@ -235,7 +229,12 @@ def cmd_offline(args: argparse.Namespace) -> int:
     from p4bs.config import ConfigError
     from p4bs_eval.offline_report import cell_report, evaluate, summary_data
     from p4bs_eval.scenario import ScenarioError, check_policies, config_with_link_settings
-    from p4bs_eval.simulator import MEASURED_SHRINK_BURST, LoopTiming
+    from p4bs_eval.simulator import (
+        MEASURED_LAG_NS,
+        MEASURED_LATE_APPLY,
+        MEASURED_SHRINK_BURST,
+        LoopTiming,
+    )
     from p4bs_eval.surface import SurfaceError
     from p4bs_eval.surface_file import load_surfaces
     from p4bs_optimizer.policies.base import PolicyOptionError
@@ -255,9 +254,12 @@ def cmd_offline(args: argparse.Namespace) -> int:
     if args.seeds < 1 or args.warmup >= args.duration:
         print("p4bs eval offline: --seeds >= 1 and --warmup < --duration", file=sys.stderr)
         return 2
+    if args.lag is None:
+        args.lag = MEASURED_LAG_NS / 1e9
     timing = LoopTiming(
         metrics_lag_ns=round(args.lag * 1e9),
-        late_apply=args.late_apply,
+        late_apply=MEASURED_LATE_APPLY if args.late_apply is None else args.late_apply,
+        router_buffer_read=args.router_buffer_read,
         duration_ns=round(args.duration * 1e9),
         warmup_ns=round(args.warmup * 1e9),
     )
@@ -283,7 +285,12 @@ def cmd_offline(args: argparse.Namespace) -> int:
             if any(ns for ns, _ in timing.late_apply)
             else ""
         )
-        + f"initial buffer {args.initial_buffer_ms:g} ms; "
+        + f"initial buffer {args.initial_buffer_ms:g} ms"
+        + (
+            " (read by the service); "
+            if args.router_buffer_read
+            else " (not known to the policy); "
+        )
         + (
             f"a lowered buffer loses {shrink_burst:g} times the queue above it; "
             if shrink_burst
@@ -595,14 +602,23 @@ def add_parser(sub: Any) -> None:
         "--warmup", type=float, help="s left out of f (a dynamic scenario's own, else 10)"
     )
     offline.add_argument(
-        "--lag", type=float, default=0.5, help="s a window reaches the optimizer (0.5)"
+        "--lag",
+        type=float,
+        help="s a window reaches the optimizer (default: the third round's testbed's, "
+        "eval/README.md)",
     )
     offline.add_argument(
         "--late-apply",
         type=late_apply_shares,
-        default=MEASURED_LATE_APPLY,
         help="s:share,... delays added to a decision's apply time, one drawn per decision "
-        "(default: the third round's testbed, eval/README.md; 0:1 for none)",
+        "(default: the shares measured on the third round's testbed, eval/README.md; 0:1 "
+        "for none)",
+    )
+    offline.add_argument(
+        "--router-buffer-read",
+        action="store_true",
+        help="the windows before the first change say the router's buffer (the service read "
+        "it when it took the link; on the third round's testbed it never had)",
     )
     offline.add_argument(
         "--shrink-burst",

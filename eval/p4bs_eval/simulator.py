@@ -11,7 +11,9 @@ buffer, a measured buffer whose surface has step runs of that move (runs of poli
 from the measured buffer nearest the one before the move, into it) gives its windows from one
 of them instead, at the same time since the move, and no fill or shrink model applies: with
 BBR the flows' state depends on how the buffer got where it is, which a fixed-buffer run,
-measured from the traffic's start, cannot show (eval/README.md).
+measured from the traffic's start, cannot show (eval/README.md). When a shrink's step runs
+measured it into only one of the two buffers around the new one, the other gets the shrink
+model's burst, so that the blend does not halve the measured one.
 The policy sees a window `metrics_lag` after it ended; what it decides is applied `apply`
 after the decision (and, with `late_apply`, later by a delay drawn per decision from the
 measured ones), no sooner than `min_change_interval` after the previous change (the
@@ -63,21 +65,32 @@ STEP_TIME_SLACK = 10
 MEASURED_SHRINK_BURST = 1.27
 
 
+# The live loop on the third round's testbed (eval/README.md, "The lag"): of 504 decisions
+# on dyn-n-step, 58% in force from the first window after their own, 37% from the second,
+# 5% from the third: with a 0.5 s lag, no delay, 0.5 s and 1 s added to the apply time.
+MEASURED_LAG_NS = 500_000_000
+MEASURED_LATE_APPLY = ((0, 0.58), (500_000_000, 0.37), (1_000_000_000, 0.05))
+
+
 @dataclass(frozen=True)
 class LoopTiming:
     """The closed loop's timing, ns (defaults: the testbed loop's, loop/p4bs_loop)."""
 
     window_ns: int = 500_000_000
-    # A window reaches the optimizer this long after it ends: the live runs' median time from
-    # the end of the window a decision was made on to the router's set (`decision_lag_s` in
-    # results.jsonl; eval/README.md), less the apply time, on the windows' grid.
-    metrics_lag_ns: int = 1_500_000_000
+    # A window reaches the optimizer this long after it ends, on the windows' grid (with
+    # `late_apply`, the live runs' time from the end of the window a decision was made on to
+    # the router's set: `decision_lag_s` in results.jsonl; eval/README.md).
+    metrics_lag_ns: int = MEASURED_LAG_NS
     apply_ns: int = 50_000_000  # a decision is in force this long after it was made
     # Delays added to `apply_ns`, ns, each with its share, one drawn per decision by the
     # run's seed; empty: none. The live loop's time from a window's end to the router's set
     # varies, so a decision is in force in the first window after its own in some runs and
     # a window or two later in others (eval/README.md, "The lag").
-    late_apply: tuple[tuple[int, float], ...] = ()
+    late_apply: tuple[tuple[int, float], ...] = MEASURED_LATE_APPLY
+    # Whether the windows before the first change say the router's buffer. On the third
+    # round's testbed none did: every run's first decision had no previous buffer, and
+    # loss-delay-fit's step 0 began with a decision for the buffer already in force.
+    router_buffer_read: bool = False
     min_change_interval_ns: int = 1_000_000_000
     duration_ns: int = 60_000_000_000
     warmup_ns: int = 10_000_000_000
@@ -220,6 +233,16 @@ def _shrinking(
     return True
 
 
+def _with_burst(
+    window: WindowRecord, link: LinkConfig, queue_s: float, buffer_bytes: int, window_ns: int
+) -> WindowRecord:
+    """A measured window with the measured shrink burst (`_shrinking`) from the queue
+    `queue_s` to `buffer_bytes`, as a new window."""
+    burst = dict(window)
+    _shrinking(burst, link, queue_s, buffer_bytes, window_ns, MEASURED_SHRINK_BURST)
+    return burst
+
+
 def _filling(
     metrics: dict[str, Any], link: LinkConfig, k_s: float, queue_s: float | None, window_ns: int
 ) -> float | None:
@@ -264,6 +287,7 @@ def simulate(
     in_flight: deque[tuple[int, Window]] = deque()  # (delivered at, window)
     pending: tuple[int, int] | None = None  # (in force from, buffer)
     buffer, last_change = initial_buffer, -timing.min_change_interval_ns
+    changed = False  # a decision has come into force
     fill_k = surface.fill_constant_s(w, steady)
     means = surface.steady_means(steady)
     share = 1 / (timing.duration_ns // w - steady)  # of one window in the run's f
@@ -279,7 +303,7 @@ def simulate(
     for k in range(timing.duration_ns // w):
         start, end = k * w, (k + 1) * w
         if pending is not None and pending[0] <= start:
-            buffer, pending = pending[1], None
+            buffer, pending, changed = pending[1], None, True
         low, high, weight = surface.neighbours(buffer)
         if buffer != previous:
             stepping, moved_at = {}, k
@@ -299,6 +323,16 @@ def simulate(
             else window_at(surface.runs[b][chosen[b]], k, steady)
             for b in (low, high)
         )
+        if buffer < previous and len(stepping) == 1 and low != high:
+            # A shrink whose step runs measured it into one of the two buffers around the
+            # new one only: the other's fixed-buffer window has no burst, and the blend
+            # would halve the measured one. It gets the shrink model's burst (a queue's
+            # excess over the limit is about the same for both: dyn-n-step's shrink from
+            # 2.5 MB to ~88 kB lost about what the step runs into 50 kB did).
+            if low in stepping:
+                high_window = _with_burst(high_window, link, last_queue_s, high, w)
+            else:
+                low_window = _with_burst(low_window, link, last_queue_s, low, w)
         metrics_now = _blend(low_window, high_window, weight, (means[low], means[high]), link)
         # A step run measured how the queue followed its move: no fill or shrink model.
         stepped = bool(stepping)
@@ -326,8 +360,8 @@ def simulate(
             zscore=zscore,
             change=change,
             # The metrics job knows a buffer from the applied decisions; before the first,
-            # the service fills in the router's, read when it took the link.
-            buffer_bytes=buffer,
+            # the service fills in the router's, read when it took the link, if it could.
+            buffer_bytes=buffer if changed or timing.router_buffer_read else None,
             **metrics_now,
         )
         result.buffers.append(buffer)

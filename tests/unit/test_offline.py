@@ -21,7 +21,7 @@ from p4bs.config import LinkConfig, load_config
 from p4bs_cli.main import main
 from p4bs_eval.cli import late_apply_shares
 from p4bs_eval.offline_report import PolicySummary, evaluate, surface_variance
-from p4bs_eval.simulator import MEASURED_SHRINK_BURST, LoopTiming, simulate
+from p4bs_eval.simulator import MEASURED_LATE_APPLY, MEASURED_SHRINK_BURST, LoopTiming, simulate
 from p4bs_eval.surface import StepRun, Surface, SurfaceError
 from p4bs_eval.surface_file import load_surfaces, save_surfaces, surfaces, with_steps
 from p4bs_optimizer.policies import POLICIES
@@ -36,8 +36,12 @@ CONFIG = load_config(paths.example_config())
 LINK = dataclasses.replace(
     CONFIG.links[0], max_queue_delay_ns=50_000_000, max_loss=0.01, max_buffer_bytes=BUFFERS[-1]
 )
+# A fixed lag, no late applies: every decision in force at a known window.
 TIMING = LoopTiming(
-    duration_ns=40_000_000_000, warmup_ns=5_000_000_000, metrics_lag_ns=3_000_000_000
+    duration_ns=40_000_000_000,
+    warmup_ns=5_000_000_000,
+    metrics_lag_ns=3_000_000_000,
+    late_apply=(),
 )
 
 
@@ -140,14 +144,27 @@ def test_a_decision_applied_late_is_in_force_as_many_windows_later() -> None:
     policy = POLICIES["static"](LINK, {"buffer": 200_000})
     run = simulate(policy, known_surface(), LINK, CONFIG.metrics, 800_000, late, seed=1)
     assert run.buffers[:8] == [800_000] * 8 and set(run.buffers[8:]) == {200_000}
-    assert late_apply_shares("0:0.58,0.5:0.37,1:0.05") == (
-        (0, 0.58),
-        (500_000_000, 0.37),
-        (1_000_000_000, 0.05),
-    )
+    assert late_apply_shares("0:0.58,0.5:0.37,1:0.05") == MEASURED_LATE_APPLY
     for bad in ("0.5", "x:1", "0:0", "-1:1"):
         with pytest.raises(argparse.ArgumentTypeError):
             late_apply_shares(bad)
+
+
+def test_before_the_first_change_the_policy_knows_the_routers_buffer_only_if_read() -> None:
+    """As on the third round's testbed, the windows before the first change say no buffer,
+    so loss-delay-fit's step 0 begins with a decision for the search max (800 kB here, in
+    force already) and measures it 3.5 s later than when the service read the router's."""
+    first = {}
+    for read in (False, True):
+        timing = dataclasses.replace(TIMING, router_buffer_read=read)
+        policy = POLICIES["loss-delay-fit"](LINK, {})
+        run = simulate(policy, known_surface(), LINK, CONFIG.metrics, 800_000, timing, seed=1)
+        first[read] = run.decisions[:2]
+    (asked, unknown), (known, _) = first[False], first[True]
+    assert asked[1].reason == "step 0 at the search max, 800000 B: the buffer in force is unknown"
+    assert unknown[1].reason.startswith("step 0: at 800000 B")
+    assert known[1].reason.startswith("step 0: at 800000 B")
+    assert (unknown[0], known[0]) == (10_000_000_000, 6_500_000_000)
 
 
 def test_a_run_shorter_than_the_simulation_goes_on_from_its_steady_part() -> None:
