@@ -204,7 +204,6 @@ def _config_problem(config_path: Path, link_settings: Mapping[str, Any]) -> str 
     return None
 
 
-# The offline runs' timing: option, the dynamic scenario's key, the default otherwise.
 def late_apply_shares(text: str) -> tuple[tuple[int, float], ...]:
     """`s:share,...` as (ns, share) pairs; argparse's type for --late-apply."""
     try:
@@ -217,6 +216,7 @@ def late_apply_shares(text: str) -> tuple[tuple[int, float], ...]:
     return shares
 
 
+# The offline runs' timing: option, the dynamic scenario's key, the default otherwise.
 OFFLINE_TIMING = (
     ("duration", "duration_s", 60.0),
     ("warmup", "warmup_s", 10.0),

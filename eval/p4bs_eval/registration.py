@@ -100,14 +100,7 @@ def load_plan(path: Path) -> Plan:
     tuned_on = data.get("tuned_on", [])
     if not isinstance(tuned_on, list) or not all(isinstance(n, str) and n for n in tuned_on):
         raise RegistrationError(f"{path}: tuned_on must be a list of scenario names")
-    plan = Plan(
-        **{
-            **data,
-            "name": data.get("name", path.stem),
-            "policies": tuple(policies),
-            "tuned_on": tuple(tuned_on),
-        }
-    )
+    plan = Plan.from_data({**data, "name": data.get("name", path.stem)})
     if plan.metric not in METRICS:
         raise RegistrationError(f"{path}: metric {plan.metric!r}; the claims compare {METRICS}")
     if not isinstance(plan.repeats, int) or plan.repeats < MIN_REPEATS:
