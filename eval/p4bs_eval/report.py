@@ -167,6 +167,16 @@ def paired_comparisons(scenario: dict[str, Any], rows: list[dict[str, Any]]) -> 
     return lines
 
 
+def _plotted_runs(run_dir: Path, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs a per-run plot draws: each point and policy's first repeat, when it did not
+    fail and its raw folder is here (kept rows resumed on another machine have none)."""
+    return [
+        row
+        for row in rows
+        if "error" not in row and row["repeat"] == 1 and (run_dir / row["run_dir"]).is_dir()
+    ]
+
+
 def write_report(run_dir: Path) -> Path:
     scenario, rows = load_results(run_dir)
     means = averaged(rows)
@@ -211,6 +221,13 @@ def write_report(run_dir: Path) -> Path:
         lines += [f"- {r['run_dir']}: {r['error']}" for r in errors]
     took = sum(r.get("wall_s", 0) for r in rows)
     lines += ["", f"{len(rows)} runs took {took / 60:.0f} min."]
+    absent = [r for r in rows if "error" not in r and not (run_dir / r["run_dir"]).is_dir()]
+    if absent:
+        lines += [
+            "",
+            f"{len(absent)} run(s) have no raw folder here (made on another machine): the "
+            "tables use their rows; the per-run plots leave them out.",
+        ]
     lines += ["", *(f"![{p.stem}]({p.name})" for p in plots)]
     path = run_dir / "report.md"
     path.write_text("\n".join(lines) + "\n")
@@ -391,9 +408,7 @@ def plot_timeseries(run_dir: Path, scenario: dict[str, Any], rows: Any, means: A
     """Per run (first repeat): buffer, utilisation, loss and each group's RTT over time."""
     plt = _pyplot()
     paths = []
-    for row in rows:
-        if "error" in row or row["repeat"] != 1:
-            continue
+    for row in _plotted_runs(run_dir, rows):
         run = run_dir / row["run_dir"]
         traffic = run / "traffic"
         start = json.loads((traffic / "timeline.json").read_text())["traffic_start_ns"]
@@ -505,9 +520,7 @@ def plot_cdf(run_dir: Path, scenario: dict[str, Any], rows: Any, means: Any) -> 
     view of the queue), over the measured part."""
     plt = _pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for row in rows:
-        if "error" in row or row["repeat"] != 1:
-            continue
+    for row in _plotted_runs(run_dir, rows):
         traffic = run_dir / row["run_dir"] / "traffic"
         steady = json.loads((traffic / "timeline.json").read_text())["steady_from_ns"]
         label = f"{row['point']} {row['policy']}"

@@ -91,6 +91,21 @@ def test_the_buffer_report_plots_loss_rtt_and_f_against_the_buffer(tmp_path: Pat
     assert (run / "heatmap.png").stat().st_size > 5_000
 
 
+def test_runs_without_their_raw_folder_are_left_out_of_the_per_run_plots(
+    tmp_path: Path,
+) -> None:
+    """Rows resumed on another machine have no raw folder: the report is still written from
+    the rows, and says which plots leave them out."""
+    run = _buffer_sweep(tmp_path / "run", F_AT_MS)
+    scenario = json.loads((run / "scenario.json").read_text())
+    scenario["reports"] = ["buffer", "timeseries", "cdf"]
+    (run / "scenario.json").write_text(json.dumps(scenario))
+    report = write_report(run).read_text()
+    assert "| buffer=8ms | none | 1 |" in report
+    assert "4 run(s) have no raw folder here" in report
+    assert not list(run.glob("timeseries-*.png"))
+
+
 def test_the_search_time_and_f_after_settling_come_from_the_applied_decisions() -> None:
     s = 10**9
     decisions = [
