@@ -161,6 +161,19 @@ class RecordProducer:
         remaining: int = self._producer.flush(timeout_s)
         return remaining
 
+    def close(self, timeout_s: float = 10.0) -> int:
+        """Waits up to `timeout_s` for deliveries, drops what is still undelivered (the
+        client's own close would wait for it without end) and releases the client: its
+        threads and connections, which otherwise live, retrying the brokers, for as long as
+        this object does. Returns how many records were dropped."""
+        dropped = self.flush(timeout_s)
+        if dropped:
+            log.error("closing with %d record(s) undelivered: dropped", dropped)
+            self._producer.purge()
+            self._producer.poll(0)  # their delivery reports (purged), counted as failed
+        self._producer.close()
+        return dropped
+
 
 Partition = tuple[str, int]  # topic, partition
 # How long a transaction's commit or abort that timed out (a retriable error) is resumed:
@@ -605,7 +618,7 @@ class RecordConsumer:
 
     def close(self) -> None:
         self._consumer.close()
-        self._dead_letters.flush(10.0)
+        self._dead_letters.close(10.0)
 
 
 def read_stream(
