@@ -141,7 +141,9 @@ def _run_folder(out: Path, scenario: EvalScenario, rows: list[dict[str, object]]
 
 
 def _row(point: str, policy: str, repeat: int, **figures: object) -> dict[str, object]:
-    return {"point": point, "policy": policy, "repeat": repeat, **figures}
+    """A row as the runner writes it: `run_dir` names its raw folder, absent in these tests."""
+    where = f"runs/{point.replace(',', '_').replace('=', '-')}/{policy}/r{repeat}"
+    return {"point": point, "policy": policy, "repeat": repeat, "run_dir": where, **figures}
 
 
 def test_a_resume_runs_only_what_the_folder_has_not_finished(tmp_path: Path) -> None:
