@@ -518,9 +518,12 @@ def _plot_cdf_line(ax: Any, values: list[float], label: str) -> None:
 def plot_cdf(run_dir: Path, scenario: dict[str, Any], rows: Any, means: Any) -> list[Path]:
     """CDFs per policy: short flows' completion times and the probe's RTT (a short flow's
     view of the queue), over the measured part."""
+    plotted = _plotted_runs(run_dir, rows)
+    if not plotted:
+        return []  # an empty figure would only say what the report's text says
     plt = _pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for row in _plotted_runs(run_dir, rows):
+    for row in plotted:
         traffic = run_dir / row["run_dir"] / "traffic"
         steady = json.loads((traffic / "timeline.json").read_text())["steady_from_ns"]
         label = f"{row['point']} {row['policy']}"

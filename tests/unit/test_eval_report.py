@@ -103,7 +103,7 @@ def test_runs_without_their_raw_folder_are_left_out_of_the_per_run_plots(
     report = write_report(run).read_text()
     assert "| buffer=8ms | none | 1 |" in report
     assert "4 run(s) have no raw folder here" in report
-    assert not list(run.glob("timeseries-*.png"))
+    assert not list(run.glob("timeseries-*.png")) and not (run / "cdf.png").exists()
 
 
 def test_the_search_time_and_f_after_settling_come_from_the_applied_decisions() -> None:
